@@ -1,0 +1,202 @@
+#include "framework/core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+
+#include "framework/device/context.h"
+#include "framework/device/ledger.h"
+
+namespace keel {
+
+std::shared_ptr<Storage> Storage::allocate(int64_t elements, const Shape& shape, Category category,
+                                           const std::string& owner) {
+  if (elements < 0) throw std::invalid_argument("negative tensor size " + shape_string(shape));
+  const DeviceContext& ctx = device_context();
+  std::shared_ptr<Storage> s(new Storage());
+  s->elements_ = elements;
+  const int64_t bytes = elements * static_cast<int64_t>(sizeof(float));
+  if (ctx.ledger != nullptr) {
+    // Charge first: an allocation that does not fit must fail before any memory is taken.
+    // On a throw, the destructor releases the charges made so far.
+    Ledger& ledger = *ctx.ledger;
+    if (ctx.core >= 0) {
+      CoreLedger& core = ledger.core(ctx.core);
+      s->charges_.push_back({&core, core.charge(bytes, category, owner, shape)});
+    } else {
+      s->charges_.reserve(static_cast<size_t>(ledger.num_cores()));
+      for (int c = 0; c < ledger.num_cores(); ++c) {
+        CoreLedger& core = ledger.core(c);
+        s->charges_.push_back({&core, core.charge(bytes, category, owner, shape)});
+      }
+    }
+  }
+  if (!ctx.abstract && elements > 0) {
+    // 64-byte alignment for AVX-512 loads; size rounded up as aligned_alloc requires.
+    const size_t size = (static_cast<size_t>(bytes) + 63) & ~size_t{63};
+    s->data_ = static_cast<float*>(std::aligned_alloc(64, size));
+    if (s->data_ == nullptr) throw std::bad_alloc();
+  }
+  return s;
+}
+
+Storage::~Storage() {
+  for (const Charge& c : charges_) c.ledger->release(c.handle);
+  std::free(data_);
+}
+
+void Storage::retag(Category category, const std::string& owner) {
+  for (const Charge& c : charges_) c.ledger->retag(c.handle, category, owner);
+}
+
+uint64_t Tensor::next_id() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+Tensor Tensor::empty(const Shape& shape) {
+  const DeviceContext& ctx = device_context();
+  return empty(shape, ctx.category, ctx.owner);
+}
+
+Tensor Tensor::empty(const Shape& shape, Category category, const std::string& owner) {
+  for (int64_t d : shape) {
+    if (d < 0) throw std::invalid_argument("tensor shape has a negative dimension: " + shape_string(shape));
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->shape = shape;
+  impl->storage = Storage::allocate(num_elements(shape), shape, category, owner);
+  impl->id = next_id();
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::zeros(const Shape& shape) {
+  Tensor t = empty(shape);
+  t.fill(0.0f);
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, Category category, const std::string& owner) {
+  Tensor t = empty(shape, category, owner);
+  t.fill(0.0f);
+  return t;
+}
+
+Tensor Tensor::full(const Shape& shape, float value) {
+  Tensor t = empty(shape);
+  t.fill(value);
+  return t;
+}
+
+Tensor Tensor::from_vector(const Shape& shape, std::span<const float> values) {
+  if (static_cast<int64_t>(values.size()) != num_elements(shape)) {
+    throw std::invalid_argument("from_vector: " + std::to_string(values.size()) + " values for shape " +
+                                shape_string(shape));
+  }
+  HostScope host;
+  Tensor t = empty(shape);
+  if (!values.empty()) std::memcpy(t.data(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+Tensor Tensor::scalar(float value) {
+  HostScope host;
+  return full({}, value);
+}
+
+float Tensor::item() const {
+  if (size() != 1) throw std::logic_error("item() on a tensor of shape " + shape_string(shape()));
+  if (is_abstract()) return 0.0f;
+  return data()[0];
+}
+
+std::vector<float> Tensor::to_vector() const {
+  if (is_abstract()) return std::vector<float>(static_cast<size_t>(size()), 0.0f);
+  return std::vector<float>(data(), data() + size());
+}
+
+Tensor Tensor::reshape(const Shape& new_shape) const {
+  Shape resolved = new_shape;
+  int64_t known = 1;
+  int unknown = -1;
+  for (size_t i = 0; i < resolved.size(); ++i) {
+    if (resolved[i] == -1) {
+      if (unknown >= 0) throw std::invalid_argument("reshape: more than one -1 in " + shape_string(new_shape));
+      unknown = static_cast<int>(i);
+    } else {
+      known *= resolved[i];
+    }
+  }
+  if (unknown >= 0 && known > 0) resolved[static_cast<size_t>(unknown)] = size() / known;
+  if (num_elements(resolved) != size()) {
+    throw std::invalid_argument("cannot reshape " + shape_string(shape()) + " to " + shape_string(new_shape));
+  }
+  auto impl = std::make_shared<Impl>(*impl_);
+  impl->shape = std::move(resolved);
+  impl->id = next_id();
+  impl->trainable_variable = false;
+  impl->keras_logits = nullptr;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
+  if (rank() < 1 || begin < 0 || end < begin || end > dim(0)) {
+    throw std::out_of_range("slice_rows [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " +
+                            shape_string(shape()));
+  }
+  auto impl = std::make_shared<Impl>(*impl_);
+  impl->shape[0] = end - begin;
+  impl->offset += begin * (dim(0) == 0 ? 0 : size() / dim(0));
+  impl->id = next_id();
+  impl->trainable_variable = false;
+  impl->keras_logits = nullptr;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::clone() const {
+  const DeviceContext& ctx = device_context();
+  return clone(ctx.category, ctx.owner);
+}
+
+Tensor Tensor::clone(Category category, const std::string& owner) const {
+  Tensor t = empty(shape(), category, owner);
+  if (!t.is_abstract() && !is_abstract() && size() > 0) {
+    std::memcpy(t.data(), data(), static_cast<size_t>(bytes()));
+  }
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& other) {
+  if (other.size() != size()) {
+    throw std::invalid_argument("copy_from: " + shape_string(other.shape()) + " into " + shape_string(shape()));
+  }
+  if (is_abstract() || other.is_abstract() || size() == 0) return;
+  std::memcpy(data(), other.data(), static_cast<size_t>(bytes()));
+}
+
+void Tensor::fill(float value) {
+  if (is_abstract() || size() == 0) return;
+  array().setConstant(value);
+}
+
+MatrixMap Tensor::matrix() {
+  const int64_t rows = rank() == 0 ? 1 : dim(0);
+  return MatrixMap(data(), rows, rows == 0 ? 0 : size() / rows);
+}
+
+ConstMatrixMap Tensor::matrix() const {
+  const int64_t rows = rank() == 0 ? 1 : dim(0);
+  return ConstMatrixMap(data(), rows, rows == 0 ? 0 : size() / rows);
+}
+
+ArrayMap Tensor::array() { return ArrayMap(data(), size()); }
+ConstArrayMap Tensor::array() const { return ConstArrayMap(data(), size()); }
+
+Tensor Tensor::keras_logits() const {
+  return impl_->keras_logits ? Tensor(impl_->keras_logits) : Tensor();
+}
+
+void Tensor::set_keras_logits(const Tensor& logits) { impl_->keras_logits = logits.impl_; }
+
+}  // namespace keel

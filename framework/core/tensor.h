@@ -1,0 +1,135 @@
+// Tensor: a float32 array with a shape, whose storage is charged to the ledger of the core it lives on.
+//
+// Copies of a Tensor share storage (like a TF handle); `id()` identifies the value for the gradient
+// tape. A tensor is *abstract* when it has a shape and ledger charges but no storage: the planner
+// runs the real code path on abstract tensors, and kernels skip the arithmetic.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "framework/core/shape.h"
+
+namespace keel {
+
+class CoreLedger;
+
+using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixMap = Eigen::Map<MatrixRM, Eigen::Unaligned>;
+using ConstMatrixMap = Eigen::Map<const MatrixRM, Eigen::Unaligned>;
+using ArrayMap = Eigen::Map<Eigen::ArrayXf, Eigen::Unaligned>;
+using ConstArrayMap = Eigen::Map<const Eigen::ArrayXf, Eigen::Unaligned>;
+
+// A buffer and the ledger charges it holds; both are released together.
+class Storage {
+ public:
+  struct Charge {
+    CoreLedger* ledger;
+    uint64_t handle;
+  };
+  // Charges according to this thread's DeviceContext (or the explicit category/owner), then allocates.
+  static std::shared_ptr<Storage> allocate(int64_t elements, const Shape& shape, Category category,
+                                           const std::string& owner);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  int64_t elements() const { return elements_; }
+  bool abstract() const { return data_ == nullptr && elements_ > 0; }
+  // Re-charges this buffer to another category/owner on every core it is charged to.
+  void retag(Category category, const std::string& owner);
+  const std::vector<Charge>& charges() const { return charges_; }
+
+ private:
+  Storage() = default;
+  float* data_ = nullptr;
+  int64_t elements_ = 0;
+  std::vector<Charge> charges_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // New storage, charged per this thread's DeviceContext. Contents uninitialised.
+  static Tensor empty(const Shape& shape);
+  static Tensor empty(const Shape& shape, Category category, const std::string& owner);
+  static Tensor zeros(const Shape& shape);
+  static Tensor zeros(const Shape& shape, Category category, const std::string& owner);
+  static Tensor full(const Shape& shape, float value);
+  // Host tensor (never charged) holding a copy of `values`.
+  static Tensor from_vector(const Shape& shape, std::span<const float> values);
+  static Tensor scalar(float value);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl_->shape; }
+  int rank() const { return static_cast<int>(impl_->shape.size()); }
+  int64_t dim(int i) const { return impl_->shape.at(static_cast<size_t>(i < 0 ? i + rank() : i)); }
+  int64_t size() const { return num_elements(impl_->shape); }
+  int64_t bytes() const { return size() * static_cast<int64_t>(sizeof(float)); }
+  bool is_abstract() const { return impl_->storage && impl_->storage->abstract(); }
+  uint64_t id() const { return impl_->id; }
+
+  // nullptr for an abstract tensor.
+  float* data() {
+    float* d = impl_->storage->data();
+    return d ? d + impl_->offset : nullptr;
+  }
+  const float* data() const {
+    const float* d = impl_->storage->data();
+    return d ? d + impl_->offset : nullptr;
+  }
+  float item() const;  // the value of a one-element tensor
+  std::vector<float> to_vector() const;
+
+  // Views sharing storage (no new charge). A view is a new value for the tape (new id).
+  Tensor reshape(const Shape& shape) const;
+  Tensor slice_rows(int64_t begin, int64_t end) const;  // [begin, end) along dim 0
+
+  // Deep copy into new storage charged per the current context.
+  Tensor clone() const;
+  Tensor clone(Category category, const std::string& owner) const;
+  void copy_from(const Tensor& other);  // same element count
+  void fill(float value);
+
+  // Dim 0 as rows, the rest flattened as columns.
+  MatrixMap matrix();
+  ConstMatrixMap matrix() const;
+  ArrayMap array();
+  ConstArrayMap array() const;
+
+  Storage& storage() { return *impl_->storage; }
+  const Storage& storage() const { return *impl_->storage; }
+
+  // Set on the output of a softmax activation: the logits it came from, so that a cross-entropy loss
+  // can use the stable fused form (Keras's `_keras_logits`).
+  Tensor keras_logits() const;
+  void set_keras_logits(const Tensor& logits);
+
+  // Trainable variables are watched by every tape automatically.
+  bool is_trainable_variable() const { return impl_->trainable_variable; }
+  void mark_trainable_variable(bool trainable) { impl_->trainable_variable = trainable; }
+
+ private:
+  struct Impl {
+    Shape shape;
+    std::shared_ptr<Storage> storage;
+    int64_t offset = 0;
+    uint64_t id = 0;
+    bool trainable_variable = false;
+    std::shared_ptr<Impl> keras_logits;
+  };
+  static uint64_t next_id();
+  explicit Tensor(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace keel

@@ -1,0 +1,112 @@
+// The HBM ledger: every byte a core holds, by category and owner.
+//
+// Each core has a CoreLedger. A charge that would take the core past its budget throws
+// ResourceExhausted *before* anything is allocated. Mirrored variables are charged on every core
+// (each real core holds its own copy), however the host stores them.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "framework/core/shape.h"
+#include "framework/device/device_spec.h"
+
+namespace keel {
+
+// current / peak / allocated / freed, in bytes and counts (PyTorch's allocator Stat, per category).
+struct MemoryStat {
+  int64_t current = 0;
+  int64_t peak = 0;
+  int64_t allocated = 0;   // bytes ever charged
+  int64_t freed = 0;       // bytes ever released
+  int64_t alloc_count = 0;
+  int64_t free_count = 0;
+};
+
+struct LiveAllocation {
+  int64_t bytes = 0;
+  Category category = Category::workspace;
+  std::string owner;  // "dense/kernel", "activation:dense_1", "infeed:images"
+  Shape shape;
+};
+
+struct TransferStat {
+  int64_t host_to_core_bytes = 0;
+  int64_t host_to_core_count = 0;
+  int64_t core_to_host_bytes = 0;
+  int64_t core_to_host_count = 0;
+};
+
+class ResourceExhausted : public std::runtime_error {
+ public:
+  ResourceExhausted(int core, int64_t requested_bytes, std::string report);
+  int core() const { return core_; }
+  int64_t requested_bytes() const { return requested_bytes_; }
+
+ private:
+  int core_;
+  int64_t requested_bytes_;
+};
+
+class CoreLedger {
+ public:
+  CoreLedger(int core, int64_t capacity_bytes) : core_(core), capacity_(capacity_bytes) {}
+  CoreLedger(const CoreLedger&) = delete;
+  CoreLedger& operator=(const CoreLedger&) = delete;
+
+  // Returns a handle for release/retag. Throws ResourceExhausted if the budget would be exceeded.
+  uint64_t charge(int64_t bytes, Category category, std::string owner, const Shape& shape);
+  void release(uint64_t handle);
+  // Moves a live allocation to another category/owner (e.g. a backward result that becomes a
+  // variable's gradient). Peaks of the destination are updated; the total does not change.
+  void retag(uint64_t handle, Category category, std::string owner);
+
+  void record_host_to_core(int64_t bytes);
+  void record_core_to_host(int64_t bytes);
+
+  int core() const { return core_; }
+  int64_t capacity_bytes() const { return capacity_; }
+  MemoryStat stat(Category category) const;
+  MemoryStat total() const;
+  TransferStat transfers() const;
+  // Largest first.
+  std::vector<LiveAllocation> live_allocations() const;
+  // Starts a new high-water mark at the current usage (per category and total).
+  void reset_peaks();
+
+ private:
+  std::string exhausted_report(int64_t bytes, Category category, const std::string& owner,
+                               const Shape& shape) const;
+
+  const int core_;
+  const int64_t capacity_;  // 0: no budget
+  mutable std::mutex mu_;
+  std::array<MemoryStat, kNumCategories> stats_{};
+  MemoryStat total_{};
+  TransferStat transfers_{};
+  uint64_t next_handle_ = 1;
+  std::unordered_map<uint64_t, LiveAllocation> live_;
+};
+
+// One CoreLedger per core of a DeviceSpec.
+class Ledger {
+ public:
+  explicit Ledger(DeviceSpec spec);
+  const DeviceSpec& spec() const { return spec_; }
+  int num_cores() const { return static_cast<int>(cores_.size()); }
+  CoreLedger& core(int i) { return *cores_.at(static_cast<size_t>(i)); }
+  const CoreLedger& core(int i) const { return *cores_.at(static_cast<size_t>(i)); }
+  void reset_peaks();
+
+ private:
+  DeviceSpec spec_;
+  std::vector<std::unique_ptr<CoreLedger>> cores_;
+};
+
+}  // namespace keel
