@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install the Debian 12 packages keel needs to build, test and run its PyTorch references.
+# Idempotent: checks each package with dpkg-query and only calls apt-get (update + install)
+# for the ones missing, so it returns immediately when everything is present. Needs no stdin.
+set -euo pipefail
+
+PACKAGES=(
+  g++ cmake ninja-build pkg-config
+  libeigen3-dev libhdf5-dev libboost-program-options-dev libgtest-dev zlib1g-dev nlohmann-json3-dev
+  dataset-fashion-mnist
+  python3-torch python3-h5py python3-numpy
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+echo "install_deps: installing missing packages: ${missing[*]}" >&2
+
+SUDO=()
+if [[ "$(id -u)" -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo -n)
+  else
+    echo "install_deps: not root and sudo is unavailable; install as root: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update </dev/null
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y --no-install-recommends "${missing[@]}" </dev/null

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Build keel (Release, Ninja, tests on) into build/ and run the whole CTest suite.
+# Runnable from any directory; idempotent (configures only when needed, builds incrementally).
+# Exit status is ctest's.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+./tools/install_deps.sh
+
+BUILD_DIR=build
+JOBS="$(nproc)"
+
+needs_configure=0
+if [[ ! -f "$BUILD_DIR/CMakeCache.txt" || ! -f "$BUILD_DIR/build.ninja" ]]; then
+  needs_configure=1
+elif ! grep -qx 'KEEL_BUILD_TESTS:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" \
+  || ! grep -qx 'CMAKE_BUILD_TYPE:STRING=Release' "$BUILD_DIR/CMakeCache.txt"; then
+  needs_configure=1
+fi
+if ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null \
+  && [[ -f "$BUILD_DIR/CMakeCache.txt" ]]; then
+  # A build tree from another generator cannot be reconfigured with Ninja: start afresh.
+  echo "test.sh: $BUILD_DIR was configured with another generator; recreating it" >&2
+  rm -rf "$BUILD_DIR"
+  needs_configure=1
+fi
+if [[ $needs_configure -eq 1 ]]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKEEL_BUILD_TESTS=ON
+fi
+
+cmake --build "$BUILD_DIR" -j"$JOBS"
+
+status=0
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS" || status=$?
+exit "$status"
