@@ -1,0 +1,59 @@
+// Activations: relu and softmax. Both save their output (not their input) for backward.
+#include <cmath>
+
+#include "framework/autodiff/tape.h"
+#include "framework/ops/op_util.h"
+#include "framework/ops/ops.h"
+
+namespace keel::ops {
+
+Tensor relu(const Tensor& x) {
+  Tensor y = Tensor::empty(x.shape());
+  if (detail::compute(y, {&x})) y.array() = x.array().max(0.0f);
+  if (GradientTape::is_recording({&x})) {
+    GradientTape::record({x}, {y}, [y](const std::vector<Tensor>& dy, const std::vector<bool>&) {
+      Tensor dx = Tensor::empty(y.shape());
+      // The derivative at 0 is taken as 0, as TensorFlow does.
+      if (detail::compute(dx, {&dy[0], &y})) dx.array() = (y.array() > 0.0f).select(dy[0].array(), 0.0f);
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return y;
+}
+
+namespace {
+
+// Row-wise softmax of a (rows, C) matrix: max-subtracted for stability.
+void softmax_rows(ConstMatrixMap x, MatrixMap y) {
+  y.noalias() = x.colwise() - x.rowwise().maxCoeff();
+  y = y.array().exp().matrix();
+  y.array().colwise() /= y.array().rowwise().sum();
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x) {
+  if (x.rank() < 1) detail::shape_error("softmax", "needs at least one axis");
+  const int64_t classes = x.dim(-1);
+  Tensor y = Tensor::empty(x.shape());
+  if (detail::compute(y, {&x}) && x.size() > 0) {
+    softmax_rows(ConstMatrixMap(x.data(), x.size() / classes, classes), MatrixMap(y.data(), x.size() / classes, classes));
+  }
+  if (GradientTape::is_recording({&x})) {
+    GradientTape::record({x}, {y}, [y, classes](const std::vector<Tensor>& dy, const std::vector<bool>&) {
+      // dx = y * (dy - sum(dy * y, axis=-1))
+      Tensor dx = Tensor::empty(y.shape());
+      if (detail::compute(dx, {&dy[0], &y}) && y.size() > 0) {
+        const int64_t rows = y.size() / classes;
+        ConstMatrixMap ym(y.data(), rows, classes), dym(dy[0].data(), rows, classes);
+        MatrixMap dxm(dx.data(), rows, classes);
+        const Eigen::VectorXf dot = (dym.array() * ym.array()).rowwise().sum();
+        dxm.array() = ym.array() * (dym.colwise() - dot).array();
+      }
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return y;
+}
+
+}  // namespace keel::ops

@@ -1,0 +1,27 @@
+// Shared checks for op implementations.
+#pragma once
+
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+
+#include "framework/core/tensor.h"
+
+namespace keel::ops::detail {
+
+// True if the op must compute `out`; abstract outputs (planning) skip the arithmetic.
+inline bool compute(const Tensor& out, std::initializer_list<const Tensor*> inputs) {
+  if (out.is_abstract()) return false;
+  for (const Tensor* t : inputs) {
+    if (t->defined() && t->is_abstract()) {
+      throw std::logic_error("op on an abstract input must run in an abstract (planning) context");
+    }
+  }
+  return true;
+}
+
+[[noreturn]] inline void shape_error(const std::string& op, const std::string& what) {
+  throw std::invalid_argument(op + ": " + what);
+}
+
+}  // namespace keel::ops::detail
