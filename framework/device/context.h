@@ -14,9 +14,11 @@
 namespace keel {
 
 class Ledger;
+class ReplicatedStrategy;
 
 struct DeviceContext {
   Ledger* ledger = nullptr;                  // nullptr: host memory, not charged
+  ReplicatedStrategy* strategy = nullptr;    // the strategy whose scope this is, if any
   int core = -1;                             // with a ledger: the core; -1 = mirrored on every core
   bool abstract = false;                     // shape-only tensors
   Category category = Category::activations; // default category for new tensors

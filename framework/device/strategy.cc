@@ -145,6 +145,7 @@ ReplicatedStrategy::~ReplicatedStrategy() = default;
 DeviceContext ReplicatedStrategy::mirrored_context(Category category) const {
   DeviceContext ctx;
   ctx.ledger = const_cast<Ledger*>(&ledger_);
+  ctx.strategy = const_cast<ReplicatedStrategy*>(this);
   ctx.core = -1;
   ctx.abstract = options_.abstract;
   ctx.category = category;
@@ -153,6 +154,7 @@ DeviceContext ReplicatedStrategy::mirrored_context(Category category) const {
 
 DeviceContext ReplicatedStrategy::host_context() const {
   DeviceContext ctx;
+  ctx.strategy = const_cast<ReplicatedStrategy*>(this);
   ctx.abstract = options_.abstract;
   return ctx;
 }
@@ -195,6 +197,7 @@ void ReplicatedStrategy::run_replicas(const std::function<void(int)>& body) {
       tls_replica_context = &rc;
       DeviceContext ctx;
       ctx.ledger = &ledger_;
+      ctx.strategy = this;
       ctx.core = r;
       ctx.abstract = options_.abstract;
       ctx.category = Category::activations;

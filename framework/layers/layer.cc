@@ -1,0 +1,97 @@
+#include "framework/layers/layer.h"
+
+#include <map>
+#include <mutex>
+
+#include "framework/device/context.h"
+#include "framework/layers/initializers.h"
+
+namespace keel {
+namespace {
+
+std::mutex g_names_mu;
+std::map<std::string, int>& name_counters() {
+  static std::map<std::string, int> counters;
+  return counters;
+}
+
+}  // namespace
+
+void clear_session() {
+  std::lock_guard<std::mutex> lock(g_names_mu);
+  name_counters().clear();
+}
+
+std::string unique_layer_name(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(g_names_mu);
+  int& n = name_counters()[prefix];
+  const std::string name = n == 0 ? prefix : prefix + "_" + std::to_string(n);
+  ++n;
+  return name;
+}
+
+Layer::Layer(const std::string& prefix, const std::string& name)
+    : name_(name.empty() ? unique_layer_name(prefix) : name) {}
+
+void Layer::build(const Shape& input_shape) {
+  if (built_) return;
+  input_shape_ = input_shape;
+  build_weights(input_shape);
+  built_ = true;
+}
+
+Tensor Layer::operator()(const Tensor& x, bool training) {
+  if (!built_) build(Shape(x.shape().begin() + 1, x.shape().end()));
+  OwnerScope owner("activation:" + name_);
+  return call(x, training);
+}
+
+nlohmann::json Layer::get_config() const {
+  nlohmann::json config = {{"name", name_}, {"trainable", true}, {"dtype", "float32"}};
+  if (declared_input_shape_) {
+    nlohmann::json shape = nlohmann::json::array({nullptr});
+    for (int64_t d : *declared_input_shape_) shape.push_back(d);
+    config["batch_input_shape"] = shape;
+  }
+  return config;
+}
+
+Variable& Layer::add_weight(const std::string& name, const Shape& shape, const std::string& initializer,
+                            bool trainable) {
+  const std::string full = name_ + "/" + name;
+  Tensor value = Tensor::empty(shape, Category::parameters, full);
+  initialize(value, initializer, next_initializer_key());
+  variables_.push_back(std::make_unique<Variable>(full, std::move(value), trainable));
+  return *variables_.back();
+}
+
+std::vector<Variable*> Layer::weights() const {
+  // Keras order: trainable first, then non-trainable.
+  std::vector<Variable*> out = trainable_weights();
+  for (Variable* v : non_trainable_weights()) out.push_back(v);
+  return out;
+}
+
+std::vector<Variable*> Layer::trainable_weights() const {
+  std::vector<Variable*> out;
+  for (const auto& v : variables_) {
+    if (v->trainable()) out.push_back(v.get());
+  }
+  return out;
+}
+
+std::vector<Variable*> Layer::non_trainable_weights() const {
+  std::vector<Variable*> out;
+  for (const auto& v : variables_) {
+    if (!v->trainable()) out.push_back(v.get());
+  }
+  return out;
+}
+
+int64_t Layer::count_params() const {
+  int64_t n = 0;
+  for (const auto& v : variables_) n += num_elements(v->shape());
+  return n;
+}
+
+}  // namespace keel

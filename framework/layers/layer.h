@@ -1,0 +1,71 @@
+// Layer: Keras's building block. Owns its variables (created in build(), mirrored when built inside a
+// strategy scope), names them "<layer>/<weight>", and charges the tensors its call() creates as
+// `activations` owned by "activation:<layer>".
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/autodiff/variable.h"
+#include "framework/core/tensor.h"
+
+namespace keel {
+
+// Resets the per-class layer name counters (Keras's clear_session): the next Dense is "dense" again.
+void clear_session();
+// "dense", then "dense_1", "dense_2"... per prefix, for this process (or since clear_session()).
+std::string unique_layer_name(const std::string& prefix);
+
+class Layer {
+ public:
+  // `name` empty: a unique name from the class's snake_case prefix.
+  Layer(const std::string& prefix, const std::string& name);
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  virtual std::string class_name() const = 0;
+
+  // Shapes exclude the batch dimension: Keras's input_shape=(784,).
+  void build(const Shape& input_shape);
+  bool built() const { return built_; }
+  const Shape& input_shape() const { return input_shape_; }
+  virtual Shape compute_output_shape(const Shape& input_shape) const { return input_shape; }
+  // The input shape given at construction (Dense(128, "relu", {784})), if any.
+  const std::optional<Shape>& declared_input_shape() const { return declared_input_shape_; }
+
+  // Builds on first use, names the activations it creates, then call().
+  Tensor operator()(const Tensor& x, bool training = false);
+  virtual Tensor call(const Tensor& x, bool training) = 0;
+
+  // Keras's layer config (the keys a Keras user recognises).
+  virtual nlohmann::json get_config() const;
+
+  std::vector<Variable*> weights() const;
+  std::vector<Variable*> trainable_weights() const;
+  std::vector<Variable*> non_trainable_weights() const;
+  int64_t count_params() const;
+
+ protected:
+  virtual void build_weights(const Shape& input_shape) {}
+  // A variable "<layer>/<name>" in the current context, charged as `parameters`.
+  Variable& add_weight(const std::string& name, const Shape& shape, const std::string& initializer,
+                       bool trainable = true);
+  void set_declared_input_shape(Shape s) { declared_input_shape_ = std::move(s); }
+
+ private:
+  std::string name_;
+  bool built_ = false;
+  Shape input_shape_;
+  std::optional<Shape> declared_input_shape_;
+  std::vector<std::unique_ptr<Variable>> variables_;
+};
+
+using LayerPtr = std::shared_ptr<Layer>;
+
+}  // namespace keel

@@ -1,0 +1,325 @@
+#include "framework/model/model.h"
+
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+#include "framework/autodiff/tape.h"
+#include "framework/device/context.h"
+#include "framework/layers/core_layers.h"
+
+namespace keel {
+namespace {
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string keras_bytes(int64_t params) {
+  // Keras prints parameter memory at 4 bytes each, in KB/MB of 1024.
+  double b = static_cast<double>(params) * 4.0;
+  const char* units[] = {"Byte", "KB", "MB", "GB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 3) {
+    b /= 1024.0;
+    ++u;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.2f %s", b, units[u]);
+  return buf;
+}
+
+std::string field(const std::string& text, size_t width) {
+  std::string s = " " + text;
+  if (s.size() > width - 1) s = s.substr(0, width - 1);
+  return s + std::string(width - s.size(), ' ');
+}
+
+}  // namespace
+
+Model::Model(std::string name) : name_(std::move(name)) {}
+
+void Model::capture_strategy() {
+  strategy_ = device_context().strategy;
+  if (strategy_ == nullptr) {
+    own_strategy_ = std::make_unique<ReplicatedStrategy>(DeviceSpec::preset("cpu"));
+    strategy_ = own_strategy_.get();
+  }
+}
+
+std::vector<Variable*> Model::variables() const {
+  std::vector<Variable*> out;
+  for (Layer* l : layers()) {
+    for (Variable* v : l->weights()) out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<Variable*> Model::trainable_variables() const {
+  std::vector<Variable*> out;
+  for (Layer* l : layers()) {
+    for (Variable* v : l->trainable_weights()) out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<Variable*> Model::non_trainable_variables() const {
+  std::vector<Variable*> out;
+  for (Layer* l : layers()) {
+    for (Variable* v : l->non_trainable_weights()) out.push_back(v);
+  }
+  return out;
+}
+
+int64_t Model::count_params() const {
+  int64_t n = 0;
+  for (Layer* l : layers()) n += l->count_params();
+  return n;
+}
+
+std::string Model::summary() const {
+  const size_t widths[] = {29, 26, 10};  // Keras's Sequential columns at 45% / 85% / 100% of 65
+  const std::string rule(65, '_'), double_rule(65, '=');
+  std::ostringstream os;
+  os << "Model: \"" << name_ << "\"\n" << rule << "\n";
+  os << field("Layer (type)", widths[0]) << field("Output Shape", widths[1]) << field("Param #", widths[2]) << "\n";
+  os << double_rule << "\n";
+  const std::vector<Layer*> ls = layers();
+  for (size_t i = 0; i < ls.size(); ++i) {
+    Shape out = ls[i]->compute_output_shape(ls[i]->input_shape());
+    out.insert(out.begin(), -1);
+    os << field(ls[i]->name() + " (" + ls[i]->class_name() + ")", widths[0]) << field(shape_string(out), widths[1])
+       << field(std::to_string(ls[i]->count_params()), widths[2]) << "\n";
+    if (i + 1 < ls.size()) os << std::string(65, ' ') << "\n";
+  }
+  int64_t trainable = 0, non_trainable = 0;
+  for (Variable* v : variables()) (v->trainable() ? trainable : non_trainable) += num_elements(v->shape());
+  os << double_rule << "\n";
+  os << "Total params: " << with_commas(trainable + non_trainable) << " (" << keras_bytes(trainable + non_trainable) << ")\n";
+  os << "Trainable params: " << with_commas(trainable) << " (" << keras_bytes(trainable) << ")\n";
+  os << "Non-trainable params: " << with_commas(non_trainable) << " (" << keras_bytes(non_trainable) << ")\n";
+  os << rule << "\n";
+  return os.str();
+}
+
+void Model::compile(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Loss> loss, std::vector<std::string> metrics) {
+  if (!optimizer || !loss) throw std::invalid_argument("compile: an optimizer and a loss are required");
+  for (const std::string& m : metrics) {
+    if (m != "accuracy") throw std::invalid_argument("compile: unknown metric '" + m + "' (known: accuracy)");
+  }
+  optimizer_ = std::move(optimizer);
+  loss_ = std::move(loss);
+  metrics_ = std::move(metrics);
+}
+
+StepTotals Model::train_step(const Batch& global) {
+  if (!compiled()) throw std::logic_error("train_step: call compile() first");
+  std::vector<Batch> shards = strategy_->distribute(global);
+  const std::vector<Variable*> vars = trainable_variables();
+  const int64_t step = optimizer_->iterations();
+  const bool sparse = loss_->sparse_labels();
+  std::vector<StepTotals> per_replica = strategy_->run(
+      [&](const Batch& b) {
+        const ReplicaContext* rc = current_replica_context();
+        random_step() = RandomStep{step, rc ? rc->replica_id : 0};
+        StepTotals t;
+        std::vector<Tensor> grads;
+        {
+          GradientTape tape;
+          Tensor y = call(b.images, /*training=*/true);
+          Tensor loss = (*loss_)(b.labels, y);
+          grads = tape.gradient(loss, vars);
+          t.loss_sum = static_cast<double>(loss.item()) * static_cast<double>(b.size());
+          t.correct = count_correct(b.labels, y, sparse);
+          t.samples = b.size();
+          if (rc) strategy_->ledger().core(rc->replica_id).record_core_to_host(2 * sizeof(float));
+        }  // the forward pass's tensors are released before the update, as on a device
+        optimizer_->apply_gradients(grads, vars);
+        return t;
+      },
+      shards);
+  StepTotals total;
+  for (const StepTotals& t : per_replica) total += t;
+  return total;
+}
+
+StepTotals Model::test_step(const Batch& global) {
+  if (!loss_) throw std::logic_error("test_step: call compile() first");
+  std::vector<Batch> shards = strategy_->distribute(global);
+  const bool sparse = loss_->sparse_labels();
+  std::vector<StepTotals> per_replica = strategy_->run(
+      [&](const Batch& b) {
+        StepTotals t;
+        Tensor y = call(b.images, /*training=*/false);
+        if (b.size() > 0) {
+          Tensor loss = loss_->per_example(b.labels, y);
+          if (!loss.is_abstract()) t.loss_sum = loss.array().cast<double>().sum();
+          t.correct = count_correct(b.labels, y, sparse);
+        }
+        t.samples = b.size();
+        if (const ReplicaContext* rc = current_replica_context()) {
+          strategy_->ledger().core(rc->replica_id).record_core_to_host(2 * sizeof(float));
+        }
+        return t;
+      },
+      shards);
+  StepTotals total;
+  for (const StepTotals& t : per_replica) total += t;
+  return total;
+}
+
+namespace {
+
+Logs logs_of(const StepTotals& t) {
+  Logs logs;
+  logs["loss"] = t.samples ? t.loss_sum / static_cast<double>(t.samples) : 0.0;
+  logs["accuracy"] = t.samples ? static_cast<double>(t.correct) / static_cast<double>(t.samples) : 0.0;
+  return logs;
+}
+
+Batch to_batch(const Element& e) {
+  if (e.size() < 2) throw std::invalid_argument("fit/evaluate: dataset elements must be (x, y) pairs");
+  return Batch{e[0], e[1]};
+}
+
+}  // namespace
+
+History Model::fit(const Dataset& dataset, const FitOptions& options) {
+  if (!compiled()) throw std::logic_error("fit: call compile() first");
+  History history;
+  TrainingState st;
+  st.model = this;
+  st.epochs = options.epochs;
+  const int64_t card = dataset.cardinality();
+  st.steps_per_epoch = card >= 0 ? card : -1;
+  for (Callback* cb : options.callbacks) cb->on_train_begin(st);
+  for (int epoch = options.initial_epoch; epoch < options.epochs && !st.stop_training; ++epoch) {
+    Iterator it = dataset.make_iterator(static_cast<uint64_t>(epoch));
+    st.epoch = epoch;
+    st.batch = 0;
+    st.epoch_totals = StepTotals{};
+    if (epoch == options.initial_epoch && !options.initial_iterator_state.is_null()) {
+      it.restore(options.initial_iterator_state);
+      st.batch = it.produced();
+      st.epoch_totals = options.initial_epoch_totals;
+    }
+    st.iterator = &it;
+    for (Callback* cb : options.callbacks) cb->on_epoch_begin(st);
+    bool finished = true;
+    while (std::optional<Element> element = it.next()) {
+      st.epoch_totals += train_step(to_batch(*element));
+      ++st.batch;
+      const Logs logs = logs_of(st.epoch_totals);
+      for (Callback* cb : options.callbacks) cb->on_train_batch_end(st, logs);
+      if (st.stop_training) {
+        finished = st.steps_per_epoch >= 0 && st.batch >= st.steps_per_epoch;
+        break;
+      }
+    }
+    if (finished) {
+      const Logs logs = logs_of(st.epoch_totals);
+      history.epochs.push_back(logs);
+      for (Callback* cb : options.callbacks) cb->on_epoch_end(st, logs);
+    }
+    st.iterator = nullptr;
+  }
+  for (Callback* cb : options.callbacks) cb->on_train_end(st);
+  return history;
+}
+
+Logs Model::evaluate(const Dataset& dataset) {
+  StepTotals total;
+  Iterator it = dataset.make_iterator(0);
+  while (std::optional<Element> element = it.next()) total += test_step(to_batch(*element));
+  Logs logs = logs_of(total);
+  logs["samples"] = static_cast<double>(total.samples);
+  return logs;
+}
+
+Tensor Model::predict(const Tensor& x, int64_t batch_size) {
+  if (batch_size <= 0) throw std::invalid_argument("predict: batch_size must be positive");
+  Shape out_shape = output_shape();
+  out_shape.insert(out_shape.begin(), x.dim(0));
+  ContextScope host(strategy_->host_context());
+  Tensor out = Tensor::empty(out_shape);
+  for (int64_t begin = 0; begin < x.dim(0); begin += batch_size) {
+    const int64_t end = std::min(x.dim(0), begin + batch_size);
+    std::vector<Batch> shards = strategy_->distribute(Batch{x.slice_rows(begin, end), Tensor()});
+    std::vector<Tensor> ys = strategy_->run([&](const Batch& b) { return call(b.images, false); }, shards);
+    int64_t row = begin;
+    for (size_t r = 0; r < ys.size(); ++r) {
+      const int64_t rows = ys[r].dim(0);
+      out.slice_rows(row, row + rows).copy_from(ys[r]);
+      strategy_->ledger().core(static_cast<int>(r)).record_core_to_host(ys[r].bytes());
+      row += rows;
+    }
+  }
+  return out;
+}
+
+Sequential::Sequential(std::vector<LayerPtr> layers, std::string name)
+    : Model(name.empty() ? unique_layer_name("sequential") : std::move(name)), layers_(std::move(layers)) {
+  if (layers_.empty()) throw std::invalid_argument("Sequential needs at least one layer");
+  for (const LayerPtr& l : layers_) {
+    if (!l) throw std::invalid_argument("Sequential: null layer");
+  }
+  capture_strategy();
+  if (layers_.front()->declared_input_shape()) build(*layers_.front()->declared_input_shape());
+}
+
+std::vector<Layer*> Sequential::layers() const {
+  std::vector<Layer*> out;
+  for (const LayerPtr& l : layers_) out.push_back(l.get());
+  return out;
+}
+
+void Sequential::build(const Shape& input_shape) {
+  if (built_) return;
+  input_shape_ = input_shape;
+  // Weights are created mirrored under the model's strategy, whichever thread builds them.
+  std::lock_guard<std::mutex> lock(build_mu_);
+  if (built_) return;
+  ContextScope scope(strategy().mirrored_context());
+  Shape shape = input_shape;
+  for (const LayerPtr& l : layers_) {
+    l->build(shape);
+    shape = l->compute_output_shape(shape);
+  }
+  built_ = true;
+}
+
+Shape Sequential::output_shape() const {
+  Shape shape = input_shape_;
+  for (const LayerPtr& l : layers_) shape = l->compute_output_shape(shape);
+  return shape;
+}
+
+Tensor Sequential::call(const Tensor& x, bool training) {
+  if (!built_) build(Shape(x.shape().begin() + 1, x.shape().end()));
+  Tensor y = x;
+  for (const LayerPtr& l : layers_) y = (*l)(y, training);
+  return y;
+}
+
+nlohmann::json Sequential::to_config() const {
+  nlohmann::json layers = nlohmann::json::array();
+  nlohmann::json batch_shape = nlohmann::json::array({nullptr});
+  for (int64_t d : input_shape_) batch_shape.push_back(d);
+  layers.push_back({{"class_name", "InputLayer"},
+                    {"config",
+                     {{"batch_input_shape", batch_shape},
+                      {"dtype", "float32"},
+                      {"sparse", false},
+                      {"ragged", false},
+                      {"name", layers_.front()->name() + "_input"}}}});
+  for (const LayerPtr& l : layers_) layers.push_back({{"class_name", l->class_name()}, {"config", l->get_config()}});
+  return {{"class_name", "Sequential"}, {"config", {{"name", name()}, {"layers", layers}}}};
+}
+
+}  // namespace keel

@@ -1,0 +1,154 @@
+// Model: Keras's Model API over keel's strategy — compile, fit, evaluate, predict, summary.
+//
+// A model remembers the ReplicatedStrategy whose scope it was built in (as Keras does); its steps
+// then run once per replica. Built outside any scope, it runs on a private one-core "cpu" strategy.
+#pragma once
+
+#include <functional>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "datasets/dataset.h"
+#include "framework/device/strategy.h"
+#include "framework/layers/layer.h"
+#include "framework/train/losses.h"
+#include "framework/train/optimizers.h"
+
+namespace keel {
+
+class Model;
+
+using Logs = std::map<std::string, double>;  // "loss", "accuracy"
+
+// Summed step results: loss_sum / samples is the mean loss.
+struct StepTotals {
+  double loss_sum = 0;
+  int64_t correct = 0;
+  int64_t samples = 0;
+  StepTotals& operator+=(const StepTotals& o) {
+    loss_sum += o.loss_sum;
+    correct += o.correct;
+    samples += o.samples;
+    return *this;
+  }
+};
+
+
+// What callbacks see during fit (Keras passes the model; keel adds the resumable position).
+struct TrainingState {
+  Model* model = nullptr;
+  int epoch = 0;                 // 0-based
+  int epochs = 0;                // total
+  int64_t batch = 0;             // batches done in this epoch
+  int64_t steps_per_epoch = -1;  // -1 when unknown
+  const Iterator* iterator = nullptr;
+  StepTotals epoch_totals;       // summed over this epoch's batches so far
+  bool stop_training = false;    // set by a callback: fit returns after this step
+};
+
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_train_begin(TrainingState&) {}
+  virtual void on_epoch_begin(TrainingState&) {}
+  virtual void on_train_batch_end(TrainingState&, const Logs&) {}
+  virtual void on_epoch_end(TrainingState&, const Logs&) {}
+  virtual void on_train_end(TrainingState&) {}
+};
+
+struct FitOptions {
+  int epochs = 1;
+  int initial_epoch = 0;
+  // Resume mid-epoch: the data iterator's saved position in epoch `initial_epoch`, and the running
+  // metric sums of that epoch so far.
+  nlohmann::json initial_iterator_state;
+  StepTotals initial_epoch_totals;
+  std::vector<Callback*> callbacks;
+};
+
+struct History {
+  std::vector<Logs> epochs;
+};
+
+class Model {
+ public:
+  explicit Model(std::string name);
+  virtual ~Model() = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const std::string& name() const { return name_; }
+  virtual std::string class_name() const = 0;
+  virtual std::vector<Layer*> layers() const = 0;
+  virtual Shape input_shape() const = 0;   // without the batch dimension
+  virtual Shape output_shape() const = 0;
+  virtual Tensor call(const Tensor& x, bool training) = 0;
+  Tensor operator()(const Tensor& x, bool training = false) { return call(x, training); }
+  // Keras's get_config()/to_json: {"class_name": ..., "config": {...}}.
+  virtual nlohmann::json to_config() const = 0;
+  std::string summary() const;
+
+  std::vector<Variable*> variables() const;  // per layer: trainable, then non-trainable
+  std::vector<Variable*> trainable_variables() const;
+  std::vector<Variable*> non_trainable_variables() const;
+  int64_t count_params() const;
+
+  ReplicatedStrategy& strategy() { return *strategy_; }
+
+  void compile(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Loss> loss,
+               std::vector<std::string> metrics = {"accuracy"});
+  bool compiled() const { return optimizer_ != nullptr; }
+  Optimizer& optimizer() { return *optimizer_; }
+  const Loss& loss() const { return *loss_; }
+
+  // Dataset elements are {x, y} batches of the global batch size; each is split over the replicas.
+  History fit(const Dataset& dataset, const FitOptions& options);
+  Logs evaluate(const Dataset& dataset);
+  Tensor predict(const Tensor& x, int64_t batch_size = 32);
+
+  // One training step on one global batch: forward, loss, gradients, all-reduce, update.
+  StepTotals train_step(const Batch& global);
+  // Forward in inference mode; loss and correct predictions summed over the batch.
+  StepTotals test_step(const Batch& global);
+
+ protected:
+  // Called by subclasses once the layers exist, inside the scope the model was created in.
+  void capture_strategy();
+
+ private:
+  std::string name_;
+  ReplicatedStrategy* strategy_ = nullptr;
+  std::unique_ptr<ReplicatedStrategy> own_strategy_;
+  std::shared_ptr<Optimizer> optimizer_;
+  std::shared_ptr<Loss> loss_;
+  std::vector<std::string> metrics_;
+};
+
+// Keras's Sequential: layers applied in order. Built at construction when the first layer declares
+// its input shape (Dense(128, "relu", {784})), else on build() or the first call.
+class Sequential : public Model {
+ public:
+  explicit Sequential(std::vector<LayerPtr> layers, std::string name = "");
+  std::string class_name() const override { return "Sequential"; }
+  std::vector<Layer*> layers() const override;
+  Shape input_shape() const override { return input_shape_; }
+  Shape output_shape() const override;
+  void build(const Shape& input_shape);
+  bool built() const { return built_; }
+  Tensor call(const Tensor& x, bool training) override;
+  nlohmann::json to_config() const override;
+
+ private:
+  std::vector<LayerPtr> layers_;
+  Shape input_shape_;
+  std::mutex build_mu_;
+  std::atomic<bool> built_{false};
+};
+
+}  // namespace keel

@@ -1,0 +1,141 @@
+#include "framework/train/optimizers.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <stdexcept>
+
+#include "framework/device/context.h"
+#include "framework/device/strategy.h"
+
+namespace keel {
+
+void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) {
+  if (grads.size() != vars.size()) {
+    throw std::invalid_argument("apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
+                                std::to_string(vars.size()) + " variables");
+  }
+  const ReplicaContext* rc = current_replica_context();
+  if (rc == nullptr) {
+    apply_once(grads, vars);
+    return;
+  }
+  std::vector<Tensor> reduced = grads;  // handles: replica 0's buffers receive the mean
+  rc->strategy->all_reduce_mean(reduced);
+  rc->strategy->merge_call([&] { apply_once(reduced, vars); });
+}
+
+void Optimizer::build(const std::vector<Variable*>& vars) {
+  if (built()) return;
+  // Keras's creation order: every variable's first slot, then every variable's second slot.
+  for (const std::string& slot : slot_names()) {
+    for (Variable* v : vars) {
+      const std::string name = name_ + "/" + v->name() + "/" + slot;
+      Tensor value = Tensor::zeros(v->shape(), Category::optimizer, name);
+      slot_order_.push_back(std::make_unique<Variable>(name, std::move(value), false));
+      slots_[v->name()].push_back(slot_order_.back().get());
+    }
+  }
+  built_empty_ = slot_order_.empty();
+}
+
+void Optimizer::apply_once(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) {
+  build(vars);
+  ++iterations_;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    if (grads[i].shape() != vars[i]->shape()) {
+      throw std::invalid_argument("apply_gradients: gradient " + shape_string(grads[i].shape()) + " for variable '" +
+                                  vars[i]->name() + "' " + shape_string(vars[i]->shape()));
+    }
+    auto it = slots_.find(vars[i]->name());
+    if (it == slots_.end()) {
+      throw std::invalid_argument("apply_gradients: variable '" + vars[i]->name() + "' was not in the first step's list");
+    }
+    if (vars[i]->value().is_abstract()) continue;
+    update(vars[i]->mutable_value(), grads[i], it->second, iterations_);
+  }
+}
+
+std::vector<Variable*> Optimizer::slot_variables() const {
+  std::vector<Variable*> out;
+  for (const auto& v : slot_order_) out.push_back(v.get());
+  return out;
+}
+
+nlohmann::json Optimizer::get_config() const {
+  return {{"name", name_}, {"learning_rate", learning_rate_}};
+}
+
+void Adam::update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t step) {
+  const double b1 = options_.beta_1, b2 = options_.beta_2;
+  const float alpha = static_cast<float>(learning_rate() * std::sqrt(1.0 - std::pow(b2, static_cast<double>(step))) /
+                                         (1.0 - std::pow(b1, static_cast<double>(step))));
+  const float one_minus_b1 = 1.0f - options_.beta_1, one_minus_b2 = 1.0f - options_.beta_2;
+  auto w = var.array();
+  auto g = grad.array();
+  auto m = slots[0]->mutable_value().array();
+  auto v = slots[1]->mutable_value().array();
+  // Keras: m += (g - m)(1 - b1); v += (g² - v)(1 - b2); w -= alpha m / (sqrt(v) + eps).
+  m += (g - m) * one_minus_b1;
+  v += (g.square() - v) * one_minus_b2;
+  w -= alpha * m / (v.sqrt() + options_.epsilon);
+}
+
+nlohmann::json Adam::get_config() const {
+  nlohmann::json c = Optimizer::get_config();
+  c["beta_1"] = options_.beta_1;
+  c["beta_2"] = options_.beta_2;
+  c["epsilon"] = options_.epsilon;
+  c["amsgrad"] = false;
+  return c;
+}
+
+std::vector<std::string> SGD::slot_names() const {
+  if (options_.momentum != 0.0f) return {"momentum"};
+  return {};
+}
+
+void SGD::update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t) {
+  auto w = var.array();
+  auto g = grad.array();
+  const float lr = learning_rate();
+  if (slots.empty()) {
+    w -= lr * g;
+    return;
+  }
+  auto velocity = slots[0]->mutable_value().array();
+  velocity = options_.momentum * velocity - lr * g;
+  if (options_.nesterov) {
+    w += options_.momentum * velocity - lr * g;
+  } else {
+    w += velocity;
+  }
+}
+
+nlohmann::json SGD::get_config() const {
+  nlohmann::json c = Optimizer::get_config();
+  c["momentum"] = options_.momentum;
+  c["nesterov"] = options_.nesterov;
+  return c;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate, float momentum, bool nesterov) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == "adam") {
+    Adam::Options o;
+    if (learning_rate > 0) o.learning_rate = learning_rate;
+    return std::make_unique<Adam>(o);
+  }
+  if (lower == "sgd") {
+    SGD::Options o;
+    if (learning_rate > 0) o.learning_rate = learning_rate;
+    o.momentum = momentum;
+    o.nesterov = nesterov;
+    return std::make_unique<SGD>(o);
+  }
+  throw std::invalid_argument("unknown optimizer '" + name + "' (known: adam, sgd)");
+}
+
+}  // namespace keel

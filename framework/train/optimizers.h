@@ -1,0 +1,102 @@
+// Keras optimizers: Adam and SGD, with Keras's defaults, update rules and slot names.
+//
+// apply_gradients inside strategy.run all-reduces (mean) the gradients across replicas, then applies
+// the update once to the mirrored variables (TensorFlow's merge_call). Slots are created mirrored
+// on first use, charged as `optimizer`, named "<Optimizer>/<variable>/<slot>". State is keyed by
+// variable name, and `iterations` advances once per step.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/autodiff/variable.h"
+
+namespace keel {
+
+class Optimizer {
+ public:
+  Optimizer(std::string name, float learning_rate) : name_(std::move(name)), learning_rate_(learning_rate) {}
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  const std::string& name() const { return name_; }  // "Adam"
+  float learning_rate() const { return learning_rate_; }
+  void set_learning_rate(float lr) { learning_rate_ = lr; }
+  int64_t iterations() const { return iterations_; }
+  void set_iterations(int64_t n) { iterations_ = n; }
+
+  // Undefined gradients (variables the loss does not depend on) are skipped.
+  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars);
+  // Creates the slots for `vars` now (before restoring a checkpoint); no-op if already built.
+  void build(const std::vector<Variable*>& vars);
+  bool built() const { return !slot_order_.empty() || built_empty_; }
+
+  // Keras's order: slots in creation order (for Adam, every m, then every v).
+  std::vector<Variable*> slot_variables() const;
+  virtual nlohmann::json get_config() const;
+
+ protected:
+  virtual std::vector<std::string> slot_names() const = 0;
+  // Applies one update; `slots` in slot_names() order; `step` is the 1-based iteration.
+  virtual void update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t step) = 0;
+
+ private:
+  void apply_once(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars);
+
+  std::string name_;
+  float learning_rate_;
+  int64_t iterations_ = 0;
+  bool built_empty_ = false;
+  std::map<std::string, std::vector<Variable*>> slots_;  // by variable name
+  std::vector<std::unique_ptr<Variable>> slot_order_;
+};
+
+class Adam : public Optimizer {
+ public:
+  struct Options {
+    float learning_rate = 0.001f;
+    float beta_1 = 0.9f;
+    float beta_2 = 0.999f;
+    float epsilon = 1e-7f;
+  };
+  Adam() : Adam(Options{}) {}
+  explicit Adam(Options options) : Optimizer("Adam", options.learning_rate), options_(options) {}
+  nlohmann::json get_config() const override;
+
+ protected:
+  std::vector<std::string> slot_names() const override { return {"m", "v"}; }
+  void update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t step) override;
+
+ private:
+  Options options_;
+};
+
+class SGD : public Optimizer {
+ public:
+  struct Options {
+    float learning_rate = 0.01f;
+    float momentum = 0.0f;
+    bool nesterov = false;
+  };
+  SGD() : SGD(Options{}) {}
+  explicit SGD(Options options) : Optimizer("SGD", options.learning_rate), options_(options) {}
+  nlohmann::json get_config() const override;
+
+ protected:
+  std::vector<std::string> slot_names() const override;
+  void update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t step) override;
+
+ private:
+  Options options_;
+};
+
+// "adam" | "sgd" with a learning rate (negative: the optimizer's default).
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate = -1.0f,
+                                          float momentum = 0.0f, bool nesterov = false);
+
+}  // namespace keel
