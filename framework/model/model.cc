@@ -35,10 +35,19 @@ std::string keras_bytes(int64_t params) {
   return buf;
 }
 
-std::string field(const std::string& text, size_t width) {
-  std::string s = " " + text;
-  if (s.size() > width - 1) s = s.substr(0, width - 1);
-  return s + std::string(width - s.size(), ' ');
+// Keras pads each column to its end position; a cell longer than its column is cut.
+void cell(std::string& line, const std::string& text, size_t end) {
+  line += text;
+  if (line.size() > end - 1) line.resize(end - 1);
+  line.resize(end, ' ');
+}
+
+std::string row(const std::string& a, const std::string& b, const std::string& c) {
+  std::string line = " ";
+  cell(line, a, 29);  // Keras's Sequential columns end at 45% / 85% / 100% of 65
+  cell(line, b, 55);
+  cell(line, c, 65);
+  return line;
 }
 
 }  // namespace
@@ -84,19 +93,17 @@ int64_t Model::count_params() const {
 }
 
 std::string Model::summary() const {
-  const size_t widths[] = {29, 26, 10};  // Keras's Sequential columns at 45% / 85% / 100% of 65
   const std::string rule(65, '_'), double_rule(65, '=');
   std::ostringstream os;
   os << "Model: \"" << name_ << "\"\n" << rule << "\n";
-  os << field("Layer (type)", widths[0]) << field("Output Shape", widths[1]) << field("Param #", widths[2]) << "\n";
+  os << row("Layer (type)", "Output Shape", "Param #") << "\n";
   os << double_rule << "\n";
   const std::vector<Layer*> ls = layers();
   for (size_t i = 0; i < ls.size(); ++i) {
     Shape out = ls[i]->compute_output_shape(ls[i]->input_shape());
     out.insert(out.begin(), -1);
-    os << field(ls[i]->name() + " (" + ls[i]->class_name() + ")", widths[0]) << field(shape_string(out), widths[1])
-       << field(std::to_string(ls[i]->count_params()), widths[2]) << "\n";
-    if (i + 1 < ls.size()) os << std::string(65, ' ') << "\n";
+    os << row(ls[i]->name() + " (" + ls[i]->class_name() + ")", shape_string(out), std::to_string(ls[i]->count_params()))
+       << "\n" << std::string(65, ' ') << "\n";
   }
   int64_t trainable = 0, non_trainable = 0;
   for (Variable* v : variables()) (v->trainable() ? trainable : non_trainable) += num_elements(v->shape());

@@ -15,11 +15,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     GradientTape::record({a, b}, {y}, [a, b](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
       std::vector<Tensor> grads(2);
       if (needs[0]) {  // da = dy · bᵀ   (N, K)
-        grads[0] = Tensor::empty(a.shape());
+        grads[0] = detail::grad_buffer(a);
         if (detail::compute(grads[0], {&dy[0]})) grads[0].matrix().noalias() = dy[0].matrix() * b.matrix().transpose();
       }
       if (needs[1]) {  // db = aᵀ · dy   (K, M)
-        grads[1] = Tensor::empty(b.shape());
+        grads[1] = detail::grad_buffer(b);
         if (detail::compute(grads[1], {&dy[0]})) grads[1].matrix().noalias() = a.matrix().transpose() * dy[0].matrix();
       }
       return grads;

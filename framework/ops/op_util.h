@@ -6,6 +6,7 @@
 #include <string>
 
 #include "framework/core/tensor.h"
+#include "framework/device/context.h"
 
 namespace keel::ops::detail {
 
@@ -18,6 +19,17 @@ inline bool compute(const Tensor& out, std::initializer_list<const Tensor*> inpu
     }
   }
   return true;
+}
+
+// A buffer for the gradient of `input`: a trainable variable's gradient is charged as `gradients`
+// from the start (not as backward workspace that later becomes one).
+inline Tensor grad_buffer(const Tensor& input) {
+  if (input.is_trainable_variable()) return Tensor::empty(input.shape(), Category::gradients, device_context().owner);
+  return Tensor::empty(input.shape());
+}
+inline Tensor grad_buffer(const Shape& shape, bool is_variable) {
+  if (is_variable) return Tensor::empty(shape, Category::gradients, device_context().owner);
+  return Tensor::empty(shape);
 }
 
 [[noreturn]] inline void shape_error(const std::string& op, const std::string& what) {

@@ -1,0 +1,185 @@
+#include "framework/checkpoint/checkpoint.h"
+
+#include <map>
+
+#include "framework/checkpoint/h5_file.h"
+
+namespace keel {
+namespace {
+
+constexpr const char* kKerasVersion = "2.13.1";  // the legacy H5 layout keel writes
+
+std::string weight_name(const Variable& v) { return v.name() + ":0"; }  // "dense/kernel:0"
+
+nlohmann::json state_to_json(const TrainState& s) {
+  return {{"step", s.step},
+          {"epoch", s.epoch},
+          {"batch_in_epoch", s.batch_in_epoch},
+          {"iterator_state", s.iterator_state},
+          {"epoch_totals", {{"loss_sum", s.epoch_totals.loss_sum}, {"correct", s.epoch_totals.correct},
+                            {"samples", s.epoch_totals.samples}}},
+          {"config", s.config}};
+}
+
+TrainState state_from_json(const std::string& path, const std::string& text) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    TrainState s;
+    s.step = j.at("step").get<int64_t>();
+    s.epoch = j.at("epoch").get<int>();
+    s.batch_in_epoch = j.at("batch_in_epoch").get<int64_t>();
+    s.iterator_state = j.at("iterator_state");
+    const auto& t = j.at("epoch_totals");
+    s.epoch_totals.loss_sum = t.at("loss_sum").get<double>();
+    s.epoch_totals.correct = t.at("correct").get<int64_t>();
+    s.epoch_totals.samples = t.at("samples").get<int64_t>();
+    s.config = j.at("config");
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError("checkpoint " + path + ": /keel/train_state is damaged (" + e.what() + ")");
+  }
+}
+
+H5File open_keel_checkpoint(const std::string& path) {
+  H5File f = H5File::open_read(path);
+  if (!f.has_attr("/", "keel_format_version")) {
+    throw CheckpointError("checkpoint " + path + " is not a keel checkpoint (no keel_format_version attribute)");
+  }
+  const int64_t version = f.get_attr_int64("/", "keel_format_version");
+  if (version != kCheckpointFormatVersion) {
+    throw CheckpointError("checkpoint " + path + " has keel_format_version " + std::to_string(version) +
+                          "; this keel reads version " + std::to_string(kCheckpointFormatVersion));
+  }
+  if (!f.exists("keel/train_state")) {
+    throw CheckpointError("checkpoint " + path + " has no /keel/train_state");
+  }
+  return f;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer, const TrainState& state) {
+  H5File f = H5File::create(path);
+  f.set_attr_int64("/", "keel_format_version", kCheckpointFormatVersion);
+  f.set_attr_string("/", "keras_version", kKerasVersion);
+  f.set_attr_string("/", "backend", "keel");
+  f.set_attr_string("/", "model_config", model.to_config().dump());
+  f.set_attr_string("/", "training_config",
+                    nlohmann::json{{"loss", model.loss().get_config()},
+                                   {"metrics", {"accuracy"}},
+                                   {"optimizer_config", {{"class_name", optimizer.name()}, {"config", optimizer.get_config()}}}}
+                        .dump());
+
+  f.create_group("model_weights");
+  std::vector<std::string> layer_names;
+  for (Layer* layer : model.layers()) layer_names.push_back(layer->name());
+  f.set_attr_string_list("model_weights", "layer_names", layer_names);
+  f.set_attr_string("model_weights", "backend", "keel");
+  f.set_attr_string("model_weights", "keras_version", kKerasVersion);
+  for (Layer* layer : model.layers()) {
+    const std::string group = "model_weights/" + layer->name();
+    f.create_group(group);
+    std::vector<std::string> names;
+    for (Variable* v : layer->weights()) {
+      names.push_back(weight_name(*v));
+      const Tensor& t = v->value();
+      f.write_floats(group + "/" + weight_name(*v), t.shape(), t.data());
+    }
+    f.set_attr_string_list(group, "weight_names", names);
+  }
+
+  f.create_group("optimizer_weights");
+  const std::string iterations = optimizer.name() + "/iterations:0";
+  std::vector<std::string> opt_names = {iterations};
+  f.write_int64("optimizer_weights/" + iterations, optimizer.iterations());
+  for (Variable* slot : optimizer.slot_variables()) {
+    opt_names.push_back(weight_name(*slot));
+    f.write_floats("optimizer_weights/" + weight_name(*slot), slot->shape(), slot->value().data());
+  }
+  f.set_attr_string_list("optimizer_weights", "weight_names", opt_names);
+
+  f.create_group("keel");
+  f.write_string("keel/train_state", state_to_json(state).dump());
+  f.close();
+}
+
+TrainState read_train_state(const std::string& path) {
+  H5File f = open_keel_checkpoint(path);
+  return state_from_json(path, f.read_string("keel/train_state"));
+}
+
+TrainState load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer) {
+  H5File f = open_keel_checkpoint(path);
+  TrainState state = state_from_json(path, f.read_string("keel/train_state"));
+
+  // 1. Architecture: the same layers, in order, holding the same weights.
+  std::vector<std::string> expected_layers;
+  for (Layer* layer : model.layers()) expected_layers.push_back(layer->name());
+  if (!f.exists("model_weights")) throw CheckpointError("checkpoint " + path + " has no /model_weights");
+  const std::vector<std::string> saved_layers = f.get_attr_string_list("model_weights", "layer_names");
+  if (saved_layers != expected_layers) {
+    throw CheckpointError("checkpoint " + path + " belongs to another model: it holds layers [" + joined(saved_layers) +
+                          "], the model being restored has [" + joined(expected_layers) + "]");
+  }
+  std::map<std::string, std::vector<float>> staged;  // read everything before assigning anything
+  for (Layer* layer : model.layers()) {
+    const std::string group = "model_weights/" + layer->name();
+    std::vector<std::string> expected_names;
+    for (Variable* v : layer->weights()) expected_names.push_back(weight_name(*v));
+    const std::vector<std::string> saved_names = f.get_attr_string_list(group, "weight_names");
+    if (saved_names != expected_names) {
+      throw CheckpointError("checkpoint " + path + " belongs to another model: layer '" + layer->name() + "' holds [" +
+                            joined(saved_names) + "], the model expects [" + joined(expected_names) + "]");
+    }
+    for (Variable* v : layer->weights()) {
+      std::vector<float>& buffer = staged[v->name()];
+      buffer.resize(static_cast<size_t>(num_elements(v->shape())));
+      f.read_floats(group + "/" + weight_name(*v), v->shape(), buffer.data());
+    }
+  }
+
+  // 2. Optimizer: same kind, a slot for every variable.
+  if (!f.exists("optimizer_weights")) throw CheckpointError("checkpoint " + path + " has no /optimizer_weights");
+  const std::vector<std::string> saved_opt = f.get_attr_string_list("optimizer_weights", "weight_names");
+  const std::string iterations = optimizer.name() + "/iterations:0";
+  if (saved_opt.empty() || saved_opt.front() != iterations) {
+    throw CheckpointError("checkpoint " + path + " was saved with another optimizer (" +
+                          (saved_opt.empty() ? std::string("none") : saved_opt.front()) + "), not " + optimizer.name());
+  }
+  optimizer.build(model.trainable_variables());
+  std::vector<std::string> expected_opt = {iterations};
+  for (Variable* slot : optimizer.slot_variables()) expected_opt.push_back(weight_name(*slot));
+  if (saved_opt != expected_opt) {
+    throw CheckpointError("checkpoint " + path + ": optimizer weights [" + joined(saved_opt) +
+                          "] do not match this model's [" + joined(expected_opt) + "]");
+  }
+  const int64_t saved_iterations = f.read_int64("optimizer_weights/" + iterations);
+  for (Variable* slot : optimizer.slot_variables()) {
+    std::vector<float>& buffer = staged[slot->name()];
+    buffer.resize(static_cast<size_t>(num_elements(slot->shape())));
+    f.read_floats("optimizer_weights/" + weight_name(*slot), slot->shape(), buffer.data());
+  }
+  if (saved_iterations != state.step) {
+    throw CheckpointError("checkpoint " + path + " is inconsistent: optimizer iterations " +
+                          std::to_string(saved_iterations) + " but train_state step " + std::to_string(state.step));
+  }
+
+  // 3. Every check passed: assign.
+  auto assign = [&](Variable* v) {
+    const std::vector<float>& buffer = staged.at(v->name());
+    Tensor& t = v->mutable_value();
+    if (!t.is_abstract()) std::copy(buffer.begin(), buffer.end(), t.data());
+  };
+  for (Variable* v : model.variables()) assign(v);
+  for (Variable* slot : optimizer.slot_variables()) assign(slot);
+  optimizer.set_iterations(saved_iterations);
+  return state;
+}
+
+}  // namespace keel

@@ -1,0 +1,73 @@
+#include "framework/model/planner.h"
+
+#include <stdexcept>
+
+namespace keel {
+
+std::vector<CoreMemory> core_memory(const Ledger& ledger) {
+  std::vector<CoreMemory> out;
+  for (int c = 0; c < ledger.num_cores(); ++c) {
+    CoreMemory m;
+    m.core = c;
+    for (int k = 0; k < kNumCategories; ++k) m.category_peak[static_cast<size_t>(k)] = ledger.core(c).stat(static_cast<Category>(k)).peak;
+    m.peak = ledger.core(c).total().peak;
+    out.push_back(m);
+  }
+  return out;
+}
+
+MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
+                              const Shape& label_shape) {
+  if (batch_per_core <= 0) throw std::invalid_argument("--batch-per-core must be positive");
+  // Planned without a budget, so every figure is known even when it does not fit; a real step runs
+  // out exactly when some core's running total passes its budget, i.e. when its peak exceeds it.
+  DeviceSpec unlimited = device;
+  unlimited.hbm_bytes_per_core = 0;
+  ReplicatedStrategy strategy(unlimited, ReplicatedStrategy::Options{/*abstract=*/true, /*host_threads=*/0});
+  std::unique_ptr<Model> model;
+  {
+    auto scope = strategy.scope();
+    model = factory();
+  }
+  const int64_t global = batch_per_core * device.cores;
+  Batch batch;
+  {
+    ContextScope host(strategy.host_context());
+    Shape x = model->input_shape();
+    x.insert(x.begin(), global);
+    Shape y = label_shape;
+    y.insert(y.begin(), global);
+    batch.images = Tensor::empty(x);
+    batch.labels = Tensor::empty(y);
+  }
+  model->train_step(batch);
+
+  MemoryPlan plan;
+  plan.device = device;
+  plan.batch_per_core = batch_per_core;
+  plan.per_core = core_memory(strategy.ledger());
+  plan.fits = true;
+  for (const CoreMemory& m : plan.per_core) {
+    if (device.has_budget() && m.peak > device.hbm_bytes_per_core) plan.fits = false;
+  }
+  return plan;
+}
+
+int64_t find_max_batch(const ModelFactory& factory, const DeviceSpec& device, const Shape& label_shape) {
+  if (!device.has_budget()) throw std::invalid_argument("--max-batch needs a device with an HBM budget (not 'cpu')");
+  auto fits = [&](int64_t b) { return plan_training_step(factory, device, b, label_shape).fits; };
+  if (!fits(1)) return 0;
+  int64_t lo = 1, hi = 2;  // fits(lo), hi unknown
+  while (fits(hi)) {
+    lo = hi;
+    if (hi > (int64_t{1} << 40)) return lo;
+    hi *= 2;
+  }
+  while (hi - lo > 1) {  // fits(lo), !fits(hi)
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace keel

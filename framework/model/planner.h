@@ -1,0 +1,48 @@
+// The memory planner: runs one real training step of the real model on abstract tensors (shapes and
+// ledger charges, no storage) through the same code path as training, so the plan equals what a real
+// step records, by construction.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "framework/device/device_spec.h"
+#include "framework/device/ledger.h"
+#include "framework/model/model.h"
+
+namespace keel {
+
+struct CoreMemory {
+  int core = 0;
+  std::array<int64_t, kNumCategories> category_peak{};  // high-water mark of each category
+  int64_t peak = 0;                                    // high-water mark of the sum
+};
+
+struct MemoryPlan {
+  DeviceSpec device;
+  int64_t batch_per_core = 0;
+  bool fits = false;
+  std::vector<CoreMemory> per_core;
+  std::optional<int64_t> max_batch_per_core;  // filled by find_max_batch
+};
+
+// Builds and compiles the model to plan, in the current scope (called inside the planner's strategy).
+using ModelFactory = std::function<std::unique_ptr<Model>()>;
+
+// Per-core figures of `strategy`'s ledger, as the planner reports them.
+std::vector<CoreMemory> core_memory(const Ledger& ledger);
+
+// One training step at `batch_per_core` on every core of `device`. `label_shape` excludes the batch
+// (empty for class ids, {classes} for one-hot). Nothing is allocated but bookkeeping.
+MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
+                              const Shape& label_shape);
+
+// The largest per-core batch whose training step fits every core's budget (0 if even 1 does not).
+// Requires a device with a budget.
+int64_t find_max_batch(const ModelFactory& factory, const DeviceSpec& device, const Shape& label_shape);
+
+}  // namespace keel

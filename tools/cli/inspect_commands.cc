@@ -1,0 +1,203 @@
+// `keel evaluate`, `keel memory`, `keel summary`, `keel models`.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/checkpoint/run_directory.h"
+#include "framework/layers/initializers.h"
+#include "framework/layers/layer.h"
+#include "framework/model/planner.h"
+#include "models/zoo.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/run_config.h"
+
+namespace keel::cli {
+namespace {
+
+po::variables_map parse(const std::vector<std::string>& args, const po::options_description& d,
+                        const po::positional_options_description* pos = nullptr) {
+  po::variables_map vm;
+  po::command_line_parser parser(args);
+  parser.options(d);
+  if (pos) parser.positional(*pos);
+  po::store(parser.run(), vm);
+  po::notify(vm);
+  return vm;
+}
+
+// A run directory (its `latest`) or a checkpoint file.
+std::string checkpoint_file(const std::string& target) {
+  if (std::filesystem::is_directory(target)) {
+    std::optional<std::string> latest = RunDirectory(target).latest();
+    if (!latest) throw UsageError(target + " holds no checkpoint (no `latest`)");
+    return *latest;
+  }
+  if (!std::filesystem::exists(target)) throw UsageError("no such run directory or checkpoint: " + target);
+  return target;
+}
+
+nlohmann::json plan_json(const MemoryPlan& plan) {
+  nlohmann::json per_core = nlohmann::json::array();
+  for (const CoreMemory& m : plan.per_core) {
+    nlohmann::json c = {{"core", m.core}};
+    for (int k = 0; k < kNumCategories; ++k) c[category_name(static_cast<Category>(k))] = m.category_peak[static_cast<size_t>(k)];
+    c["peak"] = m.peak;
+    per_core.push_back(c);
+  }
+  return {{"device", plan.device.name},
+          {"cores", plan.device.cores},
+          {"hbm_bytes_per_core", plan.device.hbm_bytes_per_core},
+          {"batch_per_core", plan.batch_per_core},
+          {"fits", plan.fits},
+          {"max_batch_per_core", plan.max_batch_per_core ? nlohmann::json(*plan.max_batch_per_core) : nlohmann::json(nullptr)},
+          {"per_core", per_core}};
+}
+
+void print_plan(const RunConfig& config, const MemoryPlan& plan) {
+  std::printf("Memory plan: %s on %s (%d cores x %s), %lld per core (global batch %lld), one training step\n",
+              config.model.c_str(), plan.device.name.c_str(), plan.device.cores,
+              plan.device.has_budget() ? format_bytes(plan.device.hbm_bytes_per_core).c_str() : "no budget",
+              static_cast<long long>(plan.batch_per_core), static_cast<long long>(plan.batch_per_core * plan.device.cores));
+  std::printf("%-5s", "core");
+  for (int k = 0; k < kNumCategories; ++k) std::printf(" %13s", category_name(static_cast<Category>(k)));
+  std::printf(" %13s %8s\n", "peak", "of HBM");
+  for (const CoreMemory& m : plan.per_core) {
+    std::printf("%-5d", m.core);
+    for (int k = 0; k < kNumCategories; ++k) std::printf(" %13lld", static_cast<long long>(m.category_peak[static_cast<size_t>(k)]));
+    if (plan.device.has_budget()) {
+      std::printf(" %13lld %7.2f%%\n", static_cast<long long>(m.peak),
+                  100.0 * static_cast<double>(m.peak) / static_cast<double>(plan.device.hbm_bytes_per_core));
+    } else {
+      std::printf(" %13lld %8s\n", static_cast<long long>(m.peak), "-");
+    }
+  }
+  std::printf("(bytes; each category's own high-water mark, and the high-water mark of their sum)\n");
+  if (!plan.per_core.empty()) {
+    std::printf("Peak per core: %s%s\n", format_bytes(plan.per_core[0].peak).c_str(),
+                plan.device.has_budget() ? (plan.fits ? " - fits" : " - DOES NOT FIT") : "");
+  }
+  if (plan.max_batch_per_core) {
+    std::printf("Largest per-core batch that fits: %lld\n", static_cast<long long>(*plan.max_batch_per_core));
+  }
+}
+
+}  // namespace
+
+int evaluate_command(const std::vector<std::string>& args) {
+  po::options_description d("Usage: keel evaluate RUN_DIR|CHECKPOINT [--split test] [--json]\n\n"
+                            "Loss and accuracy of a checkpoint on a dataset split.");
+  d.add_options()("help,h", "this help")
+      ("target", po::value<std::string>(), "run directory (its latest checkpoint) or a ckpt-<step>.h5 file")
+      ("split", po::value<std::string>()->default_value("test"), "train | test")
+      ("data-dir", po::value<std::string>(), "directory of the dataset files (default: the run's)")
+      ("json", po::bool_switch(), "print {\"loss\": x, \"accuracy\": x, \"samples\": n}");
+  po::positional_options_description pos;
+  pos.add("target", 1);
+  po::variables_map vm = parse(args, d, &pos);
+  if (vm.count("help")) {
+    std::cout << d << "\n";
+    return kExitOk;
+  }
+  if (!vm.count("target")) throw UsageError("keel evaluate needs a run directory or checkpoint, e.g. `keel evaluate checkpoints/mlp`");
+  const std::string split = vm["split"].as<std::string>();
+  if (split != "train" && split != "test") throw UsageError("--split must be train or test, got '" + split + "'");
+  const std::string file = checkpoint_file(vm["target"].as<std::string>());
+  TrainState state = read_train_state(file);
+  RunConfig config;
+  try {
+    config = RunConfig::from_json(state.config);
+  } catch (const std::exception& e) {
+    throw CheckpointError("checkpoint " + file + ": its run configuration is damaged (" + e.what() + ")");
+  }
+  if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
+  Dataset data = evaluation_dataset(config, split);
+
+  clear_session();
+  set_random_seed(config.seed);
+  ReplicatedStrategy strategy(config.device);
+  std::unique_ptr<Model> model;
+  {
+    auto scope = strategy.scope();
+    model = build_model(config);
+    load_checkpoint(file, *model, model->optimizer());
+  }
+  Logs logs = model->evaluate(data);
+  if (vm["json"].as<bool>()) {
+    std::cout << nlohmann::json{{"loss", logs["loss"]}, {"accuracy", logs["accuracy"]},
+                                {"samples", static_cast<int64_t>(logs["samples"])}}.dump()
+              << "\n";
+  } else {
+    std::printf("%s on %s/%s (%lld samples): loss %.4f - accuracy %.4f\n", file.c_str(), config.dataset.c_str(),
+                split.c_str(), static_cast<long long>(logs["samples"]), logs["loss"], logs["accuracy"]);
+  }
+  return kExitOk;
+}
+
+int memory_command(const std::vector<std::string>& args) {
+  po::options_description model_opts("Model"), device_opts("Device");
+  add_model_options(model_opts);
+  add_device_options(device_opts);
+  po::options_description d("Usage: keel memory --model resnet50 --input-shape 224x224x3 --device v3-8 "
+                            "--batch-per-core 128 [--max-batch] [--json]\n\n"
+                            "What each core needs for one training step, planned without allocating it.");
+  d.add_options()("help,h", "this help")
+      ("max-batch", po::bool_switch(), "also find the largest per-core batch that fits")
+      ("json", po::bool_switch(), "print one JSON object");
+  d.add(model_opts).add(device_opts);
+  po::variables_map vm = parse(args, d);
+  if (vm.count("help")) {
+    std::cout << d << "\n";
+    return kExitOk;
+  }
+  RunConfig config;
+  apply_model_options(vm, config);
+  apply_device_options(vm, config);
+  const ModelFactory factory = model_factory(config);
+  const Shape labels = label_shape(config);
+  MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, labels);
+  if (vm["max-batch"].as<bool>()) plan.max_batch_per_core = find_max_batch(factory, config.device, labels);
+  if (vm["json"].as<bool>()) {
+    std::cout << plan_json(plan).dump() << "\n";
+  } else {
+    print_plan(config, plan);
+  }
+  return kExitOk;
+}
+
+int summary_command(const std::vector<std::string>& args) {
+  po::options_description model_opts("Model");
+  add_model_options(model_opts);
+  po::options_description d("Usage: keel summary --model mlp [--classes N] [--input-shape S]\n\n"
+                            "Keras-style summary table with exact parameter counts.");
+  d.add_options()("help,h", "this help");
+  d.add(model_opts);
+  po::variables_map vm = parse(args, d);
+  if (vm.count("help")) {
+    std::cout << d << "\n";
+    return kExitOk;
+  }
+  RunConfig config;
+  apply_model_options(vm, config);
+  clear_session();
+  // Shapes only: the summary of a large model needs none of its memory.
+  ReplicatedStrategy strategy(DeviceSpec::preset("cpu"), ReplicatedStrategy::Options{/*abstract=*/true, 0});
+  auto scope = strategy.scope();
+  std::unique_ptr<Model> model = build_model(config);
+  std::cout << model->summary();
+  return kExitOk;
+}
+
+int models_command(const std::vector<std::string>& args) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << "Usage: keel models\n\nLists the model zoo.\n";
+    return kExitOk;
+  }
+  if (!args.empty()) throw UsageError("keel models takes no arguments");
+  for (const zoo::ZooEntry& e : zoo::models()) {
+    std::printf("%-12s input %-14s %s\n", e.name.c_str(), shape_string(e.default_input_shape).c_str(), e.description.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace keel::cli

@@ -1,0 +1,78 @@
+// How a run is configured: the CLI flags of `keel train`, saved in every checkpoint so that `keel
+// resume` and `keel evaluate` rebuild exactly the same model, data pipeline and device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "datasets/dataset.h"
+#include "framework/device/device_spec.h"
+#include "framework/model/model.h"
+#include "framework/model/planner.h"
+
+namespace keel::cli {
+
+// Exit statuses (contract).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitUsage = 2;      // bad usage or input
+inline constexpr int kExitExhausted = 3;  // HBM exhausted
+
+// Bad usage: printed as one line, exit 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct RunConfig {
+  std::string model = "mlp";
+  std::string dataset = "fashion_mnist";
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  DeviceSpec device = DeviceSpec::preset("v3-8");
+  int64_t batch_per_core = 16;
+  int epochs = 10;
+  std::string optimizer = "adam";
+  float learning_rate = -1.0f;  // negative: the optimizer's Keras default
+  float momentum = 0.0f;
+  bool nesterov = false;
+  std::string loss = "categorical_crossentropy";
+  uint64_t seed = 1;
+  int64_t shuffle_buffer = 60000;
+  Shape input_shape;  // empty: the model's default
+  int64_t classes = 10;
+  int keep = 3;
+  int64_t save_every_steps = 0;  // 0: only at epoch ends
+
+  int64_t global_batch() const { return batch_per_core * device.cores; }
+  nlohmann::json to_json() const;
+  static RunConfig from_json(const nlohmann::json& j);
+};
+
+// --- option groups shared by the verbs ---
+namespace po = boost::program_options;
+void add_model_options(po::options_description& d);
+void add_device_options(po::options_description& d);
+void add_training_options(po::options_description& d);
+// Reads the groups above from parsed options into `config` (only the flags that were given).
+void apply_model_options(const po::variables_map& vm, RunConfig& config);
+void apply_device_options(const po::variables_map& vm, RunConfig& config);
+void apply_training_options(const po::variables_map& vm, RunConfig& config);
+
+// "224x224x3" → {224, 224, 3}.
+Shape parse_shape(const std::string& text);
+
+// Builds (in the current scope) and compiles the configured model.
+std::unique_ptr<Model> build_model(const RunConfig& config);
+ModelFactory model_factory(const RunConfig& config);
+// Label shape per example for the configured loss: {} for class ids, {classes} for one-hot.
+Shape label_shape(const RunConfig& config);
+
+// The configured dataset's split, as batches of the global batch size: shuffled and with the last
+// partial batch dropped for training; in order and complete for evaluation.
+Dataset training_dataset(const RunConfig& config);
+Dataset evaluation_dataset(const RunConfig& config, const std::string& split);
+
+}  // namespace keel::cli

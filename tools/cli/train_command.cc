@@ -1,0 +1,240 @@
+// `keel train` and `keel resume`: fit with checkpoints, preemption-safe.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "datasets/data_error.h"
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/checkpoint/run_directory.h"
+#include "framework/layers/initializers.h"
+#include "framework/layers/layer.h"
+#include "framework/train/callbacks.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/run_config.h"
+
+namespace keel::cli {
+namespace {
+
+std::atomic<int> g_signal{0};
+
+extern "C" void on_signal(int sig) {
+  g_signal = sig;
+  // A second signal ends the process the default way.
+  std::signal(sig, SIG_DFL);
+}
+
+// Saves checkpoints at epoch ends, every N steps, after --stop-after-steps and on SIGINT/SIGTERM.
+class CheckpointCallback : public Callback {
+ public:
+  CheckpointCallback(RunDirectory& dir, const RunConfig& config, int64_t stop_after_steps)
+      : dir_(dir), config_(config), stop_after_steps_(stop_after_steps) {}
+
+  void on_train_batch_end(TrainingState& st, const Logs&) override {
+    ++steps_this_run_;
+    const int64_t step = st.model->optimizer().iterations();
+    const bool stop_requested = (stop_after_steps_ > 0 && steps_this_run_ >= stop_after_steps_) || g_signal != 0;
+    const bool periodic = config_.save_every_steps > 0 && step % config_.save_every_steps == 0;
+    if (stop_requested) {
+      st.stop_training = true;
+      stopped_early_ = true;
+    }
+    // The last batch of an epoch is saved by on_epoch_end, as the start of the next epoch.
+    const bool epoch_done = st.steps_per_epoch > 0 && st.batch >= st.steps_per_epoch;
+    if ((stop_requested || periodic) && !epoch_done) {
+      TrainState s;
+      s.step = step;
+      s.epoch = st.epoch;
+      s.batch_in_epoch = st.batch;
+      s.iterator_state = st.iterator->save();
+      s.epoch_totals = st.epoch_totals;
+      save(st, s);
+    }
+  }
+
+  void on_epoch_end(TrainingState& st, const Logs&) override {
+    TrainState s;
+    s.step = st.model->optimizer().iterations();
+    s.epoch = st.epoch + 1;
+    save(st, s);
+  }
+
+  bool stopped_early() const { return stopped_early_; }
+  int64_t last_saved_step() const { return last_saved_; }
+
+ private:
+  void save(TrainingState& st, TrainState& s) {
+    if (s.step == last_saved_) return;
+    s.config = config_.to_json();
+    Model& model = *st.model;
+    dir_.save(s.step, [&](const std::string& tmp) { save_checkpoint(tmp, model, model.optimizer(), s); }, config_.keep);
+    last_saved_ = s.step;
+  }
+
+  RunDirectory& dir_;
+  const RunConfig& config_;
+  int64_t stop_after_steps_;
+  int64_t steps_this_run_ = 0;
+  int64_t last_saved_ = -1;
+  bool stopped_early_ = false;
+};
+
+po::options_description run_control_options() {
+  po::options_description d("Run control");
+  d.add_options()
+      ("stop-after-steps", po::value<int64_t>(), "stop after N steps of this invocation with a checkpoint, as a preemption would")
+      ("quiet", po::bool_switch(), "no progress output");
+  return d;
+}
+
+// Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
+int run(const RunConfig& config, RunDirectory& dir, const std::string* resume_from, int64_t stop_after_steps, bool quiet) {
+  Dataset train = training_dataset(config);  // data errors before any model work
+
+  clear_session();
+  set_random_seed(config.seed);
+  ReplicatedStrategy strategy(config.device);
+  std::unique_ptr<Model> model;
+  {
+    auto scope = strategy.scope();
+    model = build_model(config);
+  }
+  FitOptions fit;
+  fit.epochs = config.epochs;
+  TrainState state;
+  if (resume_from) {
+    {
+      auto scope = strategy.scope();
+      state = load_checkpoint(*resume_from, *model, model->optimizer());
+    }
+    fit.initial_epoch = state.epoch;
+    fit.initial_iterator_state = state.iterator_state;
+    fit.initial_epoch_totals = state.epoch_totals;
+    if (state.epoch >= config.epochs) {
+      std::printf("%s: already trained %d of %d epochs (step %lld); nothing to do.\n", dir.dir().c_str(), state.epoch,
+                  config.epochs, static_cast<long long>(state.step));
+      return kExitOk;
+    }
+    std::printf("Resuming %s at step %lld (epoch %d, batch %lld)\n", resume_from->c_str(),
+                static_cast<long long>(state.step), state.epoch + 1, static_cast<long long>(state.batch_in_epoch));
+  }
+  std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
+              config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
+              static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
+  std::fflush(stdout);
+
+  ProgbarLogger progbar(stdout);
+  CheckpointCallback checkpoints(dir, config, stop_after_steps);
+  if (!quiet) fit.callbacks.push_back(&progbar);
+  fit.callbacks.push_back(&checkpoints);
+
+  g_signal = 0;
+  auto old_int = std::signal(SIGINT, on_signal);
+  auto old_term = std::signal(SIGTERM, on_signal);
+  struct RestoreSignals {
+    decltype(old_int) i, t;
+    ~RestoreSignals() {
+      std::signal(SIGINT, i);
+      std::signal(SIGTERM, t);
+    }
+  } restore{old_int, old_term};
+
+  model->fit(train, fit);
+
+  if (g_signal != 0) {
+    std::printf("Interrupted by signal %d: saved step %lld to %s; continue with `keel resume %s`.\n", g_signal.load(),
+                static_cast<long long>(checkpoints.last_saved_step()), dir.dir().c_str(), dir.dir().c_str());
+  } else if (checkpoints.stopped_early()) {
+    std::printf("Stopped after %lld steps: saved step %lld to %s; continue with `keel resume %s`.\n",
+                static_cast<long long>(stop_after_steps), static_cast<long long>(checkpoints.last_saved_step()),
+                dir.dir().c_str(), dir.dir().c_str());
+  } else {
+    std::printf("Trained %d epochs (step %lld); checkpoint in %s\n", config.epochs,
+                static_cast<long long>(model->optimizer().iterations()), dir.dir().c_str());
+  }
+  return kExitOk;
+}
+
+po::variables_map parse(const std::vector<std::string>& args, const po::options_description& visible,
+                        const po::positional_options_description* positional = nullptr) {
+  po::variables_map vm;
+  po::command_line_parser parser(args);
+  parser.options(visible);
+  if (positional) parser.positional(*positional);
+  po::store(parser.run(), vm);
+  po::notify(vm);
+  return vm;
+}
+
+}  // namespace
+
+int train_command(const std::vector<std::string>& args) {
+  po::options_description model_opts("Model"), device_opts("Device"), training_opts("Training");
+  add_model_options(model_opts);
+  add_device_options(device_opts);
+  add_training_options(training_opts);
+  po::options_description d("Usage: keel train --model mlp --dataset fashion_mnist --device v3-8 --batch-per-core 16 "
+                            "--epochs 10 --checkpoint-dir DIR [options]\n\nTrains a zoo model and checkpoints it.");
+  d.add_options()("help,h", "this help")
+      ("checkpoint-dir", po::value<std::string>(), "run directory for ckpt-<step>.h5 files and `latest` (required)")
+      ("overwrite", po::bool_switch(), "start a new run in a directory that already holds one");
+  d.add(model_opts).add(device_opts).add(training_opts).add(run_control_options());
+  po::variables_map vm = parse(args, d);
+  if (vm.count("help")) {
+    std::cout << d << "\n";
+    return kExitOk;
+  }
+  RunConfig config;
+  apply_model_options(vm, config);
+  apply_device_options(vm, config);
+  apply_training_options(vm, config);
+  if (!vm.count("checkpoint-dir")) throw UsageError("--checkpoint-dir is required (e.g. --checkpoint-dir checkpoints/mlp)");
+  RunDirectory dir(vm["checkpoint-dir"].as<std::string>());
+  if (auto latest = dir.latest(); latest && !vm["overwrite"].as<bool>()) {
+    throw UsageError(dir.dir() + " already holds a run (" + *latest + "); continue it with `keel resume " + dir.dir() +
+                     "`, or pass --overwrite to start a new one there");
+  }
+  return run(config, dir, nullptr, vm.count("stop-after-steps") ? vm["stop-after-steps"].as<int64_t>() : 0,
+             vm["quiet"].as<bool>());
+}
+
+int resume_command(const std::vector<std::string>& args) {
+  po::options_description d("Usage: keel resume RUN_DIR [--epochs N] [options]\n\n"
+                            "Continues a run exactly from its latest checkpoint. --epochs is the new total.");
+  d.add_options()("help,h", "this help")
+      ("run-dir", po::value<std::string>(), "the run directory")
+      ("epochs", po::value<int>(), "total number of epochs (default: the run's)")
+      ("data-dir", po::value<std::string>(), "directory of the dataset files (default: the run's)")
+      ("keep", po::value<int>(), "checkpoints to keep")
+      ("save-every-steps", po::value<int64_t>(), "also save every N steps");
+  d.add(run_control_options());
+  po::positional_options_description pos;
+  pos.add("run-dir", 1);
+  po::variables_map vm = parse(args, d, &pos);
+  if (vm.count("help")) {
+    std::cout << d << "\n";
+    return kExitOk;
+  }
+  if (!vm.count("run-dir")) throw UsageError("keel resume needs a run directory, e.g. `keel resume checkpoints/mlp`");
+  RunDirectory dir(vm["run-dir"].as<std::string>());
+  if (!std::filesystem::is_directory(dir.dir())) throw UsageError("run directory " + dir.dir() + " does not exist");
+  std::optional<std::string> latest = dir.latest();
+  if (!latest) throw UsageError(dir.dir() + " holds no checkpoint to resume (no `latest`); start one with `keel train`");
+  TrainState state = read_train_state(*latest);
+  RunConfig config;
+  try {
+    config = RunConfig::from_json(state.config);
+  } catch (const std::exception& e) {
+    throw CheckpointError("checkpoint " + *latest + ": its run configuration is damaged (" + e.what() + ")");
+  }
+  if (vm.count("epochs")) config.epochs = vm["epochs"].as<int>();
+  if (config.epochs <= 0) throw UsageError("--epochs must be positive");
+  if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
+  if (vm.count("keep")) config.keep = vm["keep"].as<int>();
+  if (vm.count("save-every-steps")) config.save_every_steps = vm["save-every-steps"].as<int64_t>();
+  return run(config, dir, &*latest, vm.count("stop-after-steps") ? vm["stop-after-steps"].as<int64_t>() : 0,
+             vm["quiet"].as<bool>());
+}
+
+}  // namespace keel::cli
