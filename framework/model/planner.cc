@@ -28,6 +28,8 @@ MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& dev
   {
     auto scope = strategy.scope();
     model = factory();
+    // A steady-state step: from the second step on, the optimizer's slots are resident throughout.
+    model->optimizer().build(model->trainable_variables());
   }
   const int64_t global = batch_per_core * device.cores;
   Batch batch;

@@ -21,7 +21,14 @@ po::variables_map parse(const std::vector<std::string>& args, const po::options_
   po::command_line_parser parser(args);
   parser.options(d);
   if (pos) parser.positional(*pos);
-  po::store(parser.run(), vm);
+  po::parsed_options parsed = parser.run();
+  // Words that are neither options nor an expected positional argument are a usage error.
+  for (const po::option& o : parsed.options) {
+    if (o.position_key >= 0 && (!pos || o.string_key.empty())) {
+      throw UsageError("unexpected argument '" + (o.original_tokens.empty() ? std::string() : o.original_tokens[0]) + "'");
+    }
+  }
+  po::store(parsed, vm);
   po::notify(vm);
   return vm;
 }

@@ -157,12 +157,19 @@ int run(const RunConfig& config, RunDirectory& dir, const std::string* resume_fr
 }
 
 po::variables_map parse(const std::vector<std::string>& args, const po::options_description& visible,
-                        const po::positional_options_description* positional = nullptr) {
+                        const po::positional_options_description* pos = nullptr) {
   po::variables_map vm;
   po::command_line_parser parser(args);
   parser.options(visible);
-  if (positional) parser.positional(*positional);
-  po::store(parser.run(), vm);
+  if (pos) parser.positional(*pos);
+  po::parsed_options parsed = parser.run();
+  // Words that are neither options nor an expected positional argument are a usage error.
+  for (const po::option& o : parsed.options) {
+    if (o.position_key >= 0 && (!pos || o.string_key.empty())) {
+      throw UsageError("unexpected argument '" + (o.original_tokens.empty() ? std::string() : o.original_tokens[0]) + "'");
+    }
+  }
+  po::store(parsed, vm);
   po::notify(vm);
   return vm;
 }

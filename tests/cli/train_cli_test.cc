@@ -1,0 +1,170 @@
+// `keel train`, `keel resume`, `keel evaluate` end to end on the real Fashion-MNIST.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/checkpoint/h5_file.h"
+#include "tests/support/cli_runner.h"
+
+namespace keel::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Every dataset under model_weights/ and optimizer_weights/, as raw values.
+std::map<std::string, std::vector<float>> read_state(const std::string& path) {
+  H5File f = H5File::open_read(path);
+  std::map<std::string, std::vector<float>> out;
+  std::vector<std::string> todo = {"model_weights", "optimizer_weights"};
+  while (!todo.empty()) {
+    const std::string p = todo.back();
+    todo.pop_back();
+    if (p.ends_with("/iterations:0")) {
+      out[p] = {static_cast<float>(f.read_int64(p))};
+      continue;
+    }
+    bool is_dataset = true;
+    Shape shape;
+    try {
+      shape = f.dataset_shape(p);
+    } catch (const CheckpointError&) {
+      is_dataset = false;
+    }
+    if (is_dataset) {
+      std::vector<float>& v = out[p];
+      v.resize(static_cast<size_t>(num_elements(shape)));
+      f.read_floats(p, shape, v.data());
+    } else {
+      for (const std::string& c : f.children(p)) todo.push_back(p + "/" + c);
+    }
+  }
+  return out;
+}
+
+void expect_bit_identical(const std::string& a, const std::string& b) {
+  const auto sa = read_state(a), sb = read_state(b);
+  ASSERT_EQ(sa.size(), sb.size());
+  ASSERT_GE(sa.size(), 13u);  // 4 weights, iterations, 8 Adam slots
+  for (const auto& [name, values] : sa) {
+    ASSERT_TRUE(sb.count(name)) << name;
+    ASSERT_EQ(values.size(), sb.at(name).size()) << name;
+    EXPECT_EQ(std::memcmp(values.data(), sb.at(name).data(), values.size() * sizeof(float)), 0)
+        << name << " differs between " << a << " and " << b;
+  }
+}
+
+class TrainCli : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = make_temp_dir("keel-train"); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+const std::string kRun = "--model mlp --dataset fashion_mnist --device v3-8 --batch-per-core 16 --seed 1 --quiet ";
+
+TEST_F(TrainCli, ResumeIsBitIdenticalAtEpochBoundaryAndMidEpoch) {
+  // 2 epochs straight.
+  CommandResult a = run_keel("train " + kRun + "--epochs 2 --checkpoint-dir " + dir_ + "/straight");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  // 1 epoch, then resume to 2.
+  CommandResult b1 = run_keel("train " + kRun + "--epochs 1 --checkpoint-dir " + dir_ + "/epoch");
+  ASSERT_EQ(b1.exit_code, 0) << b1.err;
+  CommandResult b2 = run_keel("resume " + dir_ + "/epoch --epochs 2 --quiet");
+  ASSERT_EQ(b2.exit_code, 0) << b2.err;
+  EXPECT_THAT(b2.out, HasSubstr("Resuming"));
+  // Stopped mid-epoch 2 (an epoch is 468 steps), then resumed.
+  CommandResult c1 = run_keel("train " + kRun + "--epochs 2 --stop-after-steps 700 --checkpoint-dir " + dir_ + "/mid");
+  ASSERT_EQ(c1.exit_code, 0) << c1.err;
+  EXPECT_THAT(c1.out, HasSubstr("saved step 700"));
+  EXPECT_EQ(read_file(dir_ + "/mid/latest"), "ckpt-700.h5\n");
+  CommandResult c2 = run_keel("resume " + dir_ + "/mid --quiet");
+  ASSERT_EQ(c2.exit_code, 0) << c2.err;
+
+  expect_bit_identical(dir_ + "/straight/ckpt-936.h5", dir_ + "/epoch/ckpt-936.h5");
+  expect_bit_identical(dir_ + "/straight/ckpt-936.h5", dir_ + "/mid/ckpt-936.h5");
+
+  // A finished run resumes to a no-op.
+  CommandResult again = run_keel("resume " + dir_ + "/straight --quiet");
+  EXPECT_EQ(again.exit_code, 0);
+  EXPECT_THAT(again.out, HasSubstr("nothing to do"));
+}
+
+TEST_F(TrainCli, SigtermSavesACheckpointAndExitsCleanly) {
+  const std::string run = dir_ + "/sig";
+  const std::string log = dir_ + "/log";
+  // Start training in the background, wait for it to be under way, then SIGTERM it.
+  CommandResult r = run_command("(" + std::string(KEEL_BINARY) + " train " + kRun + "--epochs 50 --checkpoint-dir " + run +
+                                " > " + log + " 2>&1 & pid=$!; "
+                                "for i in $(seq 1 200); do grep -q 'global batch' " + log + " && break; sleep 0.05; done; "
+                                "sleep 0.5; kill -TERM $pid; wait $pid)");
+  EXPECT_EQ(r.exit_code, 0) << read_file(log);
+  const std::string out = read_file(log);
+  EXPECT_THAT(out, HasSubstr("Interrupted by signal"));
+  ASSERT_TRUE(std::filesystem::exists(run + "/latest")) << out;
+  CommandResult resumed = run_keel("resume " + run + " --epochs 1 --quiet");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+}
+
+TEST_F(TrainCli, TrainRefusesADirectoryHoldingARun) {
+  CommandResult a = run_keel("train " + kRun + "--epochs 1 --stop-after-steps 2 --checkpoint-dir " + dir_);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const std::string before = md5_of_dir(dir_);
+  CommandResult b = run_keel("train " + kRun + "--epochs 1 --checkpoint-dir " + dir_);
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_THAT(b.err, HasSubstr("keel resume"));
+  EXPECT_EQ(md5_of_dir(dir_), before);
+}
+
+TEST_F(TrainCli, KeepPrunesOldCheckpoints) {
+  CommandResult a = run_keel("train " + kRun + "--epochs 1 --save-every-steps 100 --keep 2 --checkpoint-dir " + dir_);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  int count = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) count += e.path().extension() == ".h5";
+  EXPECT_EQ(count, 2);
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt-468.h5"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt-400.h5"));
+}
+
+TEST_F(TrainCli, EvaluateJsonAndCheckpointReadableByH5py) {
+  CommandResult a = run_keel("train " + kRun + "--epochs 1 --checkpoint-dir " + dir_);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  CommandResult e = run_keel("evaluate " + dir_ + " --split test --json");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const nlohmann::json j = nlohmann::json::parse(e.out);
+  EXPECT_EQ(j["samples"], 10000);
+  EXPECT_GT(j["accuracy"].get<double>(), 0.80);
+  EXPECT_LT(j["loss"].get<double>(), 0.6);
+  // Keras's legacy layout, as h5py (and so Keras's load_weights) reads it.
+  CommandResult py = run_command(
+      "/usr/bin/python3 -c \"import h5py, json, sys\n"
+      "f = h5py.File('" + dir_ + "/ckpt-468.h5', 'r')\n"
+      "names = [n.decode('utf8') for n in f['model_weights'].attrs['layer_names']]\n"
+      "assert names == ['dense', 'dense_1'], names\n"
+      "w = [n.decode('utf8') for n in f['model_weights/dense'].attrs['weight_names']]\n"
+      "assert w == ['dense/kernel:0', 'dense/bias:0'], w\n"
+      "assert f['model_weights/dense/dense/kernel:0'].shape == (784, 128)\n"
+      "assert str(f['model_weights/dense/dense/kernel:0'].dtype) == 'float32'\n"
+      "cfg = json.loads(f.attrs['model_config'])\n"
+      "assert cfg['class_name'] == 'Sequential', cfg\n"
+      "layers = cfg['config']['layers']\n"
+      "assert layers[0]['class_name'] == 'InputLayer' and layers[0]['config']['batch_input_shape'] == [None, 784]\n"
+      "assert layers[1]['config']['units'] == 128 and layers[1]['config']['activation'] == 'relu'\n"
+      "assert layers[2]['config']['activation'] == 'softmax'\n"
+      "o = [n.decode('utf8') for n in f['optimizer_weights'].attrs['weight_names']]\n"
+      "assert o[0] == 'Adam/iterations:0' and o[1] == 'Adam/dense/kernel/m:0' and len(o) == 9, o\n"
+      "assert int(f['optimizer_weights/Adam/iterations:0'][()]) == 468\n"
+      "state = json.loads(f['keel/train_state'][()])\n"
+      "assert state['step'] == 468 and state['epoch'] == 1, state\n"
+      "assert f.attrs['backend'] == 'keel' and int(f.attrs['keel_format_version']) == 1\n"
+      "\"");
+  EXPECT_EQ(py.exit_code, 0) << py.err;
+}
+
+}  // namespace
+}  // namespace keel::testing
