@@ -1,0 +1,114 @@
+// The planner's figures equal what the ledger records in a real training step, byte for byte and
+// category by category, because the plan *is* that step run on abstract tensors.
+#include <gtest/gtest.h>
+
+#include "framework/core/random.h"
+#include "framework/layers/initializers.h"
+#include "framework/layers/layer.h"
+#include "framework/model/planner.h"
+#include "framework/train/losses.h"
+#include "models/zoo.h"
+
+namespace keel {
+namespace {
+
+std::unique_ptr<Model> build_compiled(const std::string& name) {
+  std::unique_ptr<Model> model = zoo::build(name, {});
+  model->compile(std::make_shared<Adam>(), std::make_shared<CategoricalCrossentropy>());
+  return model;
+}
+
+// A real steady-state step on real data: slots built, then one train_step with peaks reset.
+std::vector<CoreMemory> measure_real_step(const std::string& name, const DeviceSpec& device, int64_t batch_per_core,
+                                          std::array<MemoryStat, kNumCategories>* core0_stats = nullptr) {
+  clear_session();
+  set_random_seed(3);
+  ReplicatedStrategy strategy(device);
+  std::unique_ptr<Model> model;
+  {
+    auto scope = strategy.scope();
+    model = build_compiled(name);
+    model->optimizer().build(model->trainable_variables());
+  }
+  const int64_t global = batch_per_core * device.cores;
+  Batch batch;
+  {
+    HostScope host;
+    batch.images = Tensor::empty({global, 784});
+    batch.labels = Tensor::zeros({global, 10});
+    Rng rng(7);
+    for (int64_t i = 0; i < batch.images.size(); ++i) batch.images.data()[i] = rng.next_float();
+    for (int64_t i = 0; i < global; ++i) batch.labels.data()[i * 10 + static_cast<int64_t>(rng.next_below(10))] = 1.0f;
+  }
+  model->train_step(batch);
+  if (core0_stats) {
+    for (int k = 0; k < kNumCategories; ++k) (*core0_stats)[static_cast<size_t>(k)] = strategy.ledger().core(0).stat(static_cast<Category>(k));
+  }
+  return core_memory(strategy.ledger());
+}
+
+void expect_equal(const std::vector<CoreMemory>& planned, const std::vector<CoreMemory>& measured) {
+  ASSERT_EQ(planned.size(), measured.size());
+  for (size_t c = 0; c < planned.size(); ++c) {
+    for (int k = 0; k < kNumCategories; ++k) {
+      EXPECT_EQ(planned[c].category_peak[static_cast<size_t>(k)], measured[c].category_peak[static_cast<size_t>(k)])
+          << "core " << c << " " << category_name(static_cast<Category>(k));
+    }
+    EXPECT_EQ(planned[c].peak, measured[c].peak) << "core " << c;
+  }
+}
+
+TEST(Planner, PlanEqualsARealStepOnEveryCoreAndCategory) {
+  for (const DeviceSpec& device : {DeviceSpec::preset("v3-8"), DeviceSpec::preset("cpu"), DeviceSpec::custom(3, 0)}) {
+    for (int64_t batch : {1, 16, 33}) {
+      const std::vector<CoreMemory> measured = measure_real_step("mlp", device, batch);
+      clear_session();
+      const MemoryPlan plan = plan_training_step([] { return build_compiled("mlp"); }, device, batch, {10});
+      SCOPED_TRACE(device.name + " batch " + std::to_string(batch));
+      expect_equal(plan.per_core, measured);
+    }
+  }
+}
+
+TEST(Planner, WideModelToo) {
+  const DeviceSpec device = DeviceSpec::custom(2, 0);
+  const std::vector<CoreMemory> measured = measure_real_step("mlp-wide", device, 8);
+  const MemoryPlan plan = plan_training_step([] { return build_compiled("mlp-wide"); }, device, 8, {10});
+  expect_equal(plan.per_core, measured);
+  // 784*1024 + 1024 + 1024*10 + 10 parameters, 4 bytes each.
+  EXPECT_EQ(plan.per_core[0].category_peak[static_cast<size_t>(Category::parameters)], (784 * 1024 + 1024 + 10240 + 10) * 4);
+}
+
+TEST(Planner, SeedMlpFigures) {
+  const MemoryPlan plan =
+      plan_training_step([] { return build_compiled("mlp"); }, DeviceSpec::preset("v3-8"), 16, {10});
+  ASSERT_EQ(plan.per_core.size(), 8u);
+  EXPECT_TRUE(plan.fits);
+  for (const CoreMemory& m : plan.per_core) {
+    EXPECT_EQ(m.category_peak[static_cast<size_t>(Category::parameters)], 407080);
+    EXPECT_EQ(m.category_peak[static_cast<size_t>(Category::gradients)], 407080);
+    EXPECT_EQ(m.category_peak[static_cast<size_t>(Category::optimizer)], 814160);
+    EXPECT_EQ(m.category_peak[static_cast<size_t>(Category::inputs)], 16 * (784 + 10) * 4);
+  }
+}
+
+TEST(Planner, FitsFlipsExactlyWhereTheBudgetIsPassed) {
+  const ModelFactory f = [] { return build_compiled("mlp"); };
+  const MemoryPlan unlimited = plan_training_step(f, DeviceSpec::custom(2, 0), 64, {10});
+  const int64_t peak = unlimited.per_core[0].peak;
+  EXPECT_TRUE(plan_training_step(f, DeviceSpec::custom(2, peak), 64, {10}).fits);
+  EXPECT_FALSE(plan_training_step(f, DeviceSpec::custom(2, peak - 1), 64, {10}).fits);
+}
+
+TEST(Planner, MaxBatchIsTheLargestThatFits) {
+  const ModelFactory f = [] { return build_compiled("mlp"); };
+  const DeviceSpec device = DeviceSpec::custom(2, 8 << 20);
+  const int64_t max_batch = find_max_batch(f, device, {10});
+  ASSERT_GT(max_batch, 0);
+  EXPECT_TRUE(plan_training_step(f, device, max_batch, {10}).fits);
+  EXPECT_FALSE(plan_training_step(f, device, max_batch + 1, {10}).fits);
+  EXPECT_THROW(find_max_batch(f, DeviceSpec::preset("cpu"), {10}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace keel
