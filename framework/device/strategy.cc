@@ -1,7 +1,5 @@
 #include "framework/device/strategy.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <stdexcept>
@@ -80,7 +78,7 @@ struct ReplicatedStrategy::Barrier {
 // A persistent thread for one replica: runs one job at a time on its core.
 class ReplicatedStrategy::Worker {
  public:
-  Worker(int replica, int omp_threads) : thread_([this, replica, omp_threads] { loop(replica, omp_threads); }) {}
+  explicit Worker(int replica) : thread_([this, replica] { loop(replica); }) {}
   ~Worker() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -103,9 +101,7 @@ class ReplicatedStrategy::Worker {
   }
 
  private:
-  void loop(int replica, int omp_threads) {
-    // Eigen's GEMM parallelises with OpenMP up to this thread's max-threads setting.
-    omp_set_num_threads(omp_threads);
+  void loop(int replica) {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       cv_.wait(lock, [&] { return stop_ || job_ != nullptr; });
@@ -133,11 +129,10 @@ ReplicatedStrategy::ReplicatedStrategy(DeviceSpec spec, Options options)
   int hw = options_.host_threads > 0 ? options_.host_threads : static_cast<int>(std::thread::hardware_concurrency());
   hw = std::max(hw, 1);
   const int n = num_replicas();
-  threads_per_replica_ = std::max(1, hw / n);
   slots_ = std::make_unique<ComputeSlots>(std::min(hw, n));
   barrier_ = std::make_unique<Barrier>(n);
   reduce_inputs_.assign(static_cast<size_t>(n), nullptr);
-  for (int r = 0; r < n; ++r) workers_.push_back(std::make_unique<Worker>(r, threads_per_replica_));
+  for (int r = 0; r < n; ++r) workers_.push_back(std::make_unique<Worker>(r));
 }
 
 ReplicatedStrategy::~ReplicatedStrategy() = default;
@@ -161,28 +156,36 @@ DeviceContext ReplicatedStrategy::host_context() const {
 
 ContextScope ReplicatedStrategy::scope() { return ContextScope(mirrored_context()); }
 
-std::vector<Batch> ReplicatedStrategy::distribute(const Batch& global) {
+Batch ReplicatedStrategy::infeed(const Batch& global, int replica) {
   const int n = num_replicas();
   const int64_t rows = global.size();
-  std::vector<Batch> shards(static_cast<size_t>(n));
-  int64_t begin = 0;
+  // Shards as even as possible; the first rows % n cores take one more row.
+  const int64_t count = rows / n + (replica < rows % n ? 1 : 0);
+  const int64_t begin = replica * (rows / n) + std::min<int64_t>(replica, rows % n);
+  CoreLedger& core = ledger_.core(replica);
+  Batch shard;
+  shard.images = global.images.slice_rows(begin, begin + count).clone(Category::inputs, "infeed:images");
+  core.record_host_to_core(shard.images.bytes());
+  if (global.labels.defined()) {
+    shard.labels = global.labels.slice_rows(begin, begin + count).clone(Category::inputs, "infeed:labels");
+    core.record_host_to_core(shard.labels.bytes());
+  }
+  return shard;
+}
+
+std::vector<Batch> ReplicatedStrategy::distribute(const Batch& global) {
+  const int n = num_replicas();
+  std::vector<Batch> shards;
+  shards.reserve(static_cast<size_t>(n));
   for (int c = 0; c < n; ++c) {
-    const int64_t count = rows / n + (c < rows % n ? 1 : 0);
     DeviceContext ctx;
     ctx.ledger = &ledger_;
+    ctx.strategy = this;
     ctx.core = c;
     ctx.abstract = options_.abstract;
     ctx.category = Category::inputs;
     ContextScope on_core(std::move(ctx));
-    CoreLedger& core = ledger_.core(c);
-    Batch& shard = shards[static_cast<size_t>(c)];
-    shard.images = global.images.slice_rows(begin, begin + count).clone(Category::inputs, "infeed:images");
-    core.record_host_to_core(shard.images.bytes());
-    if (global.labels.defined()) {
-      shard.labels = global.labels.slice_rows(begin, begin + count).clone(Category::inputs, "infeed:labels");
-      core.record_host_to_core(shard.labels.bytes());
-    }
-    begin += count;
+    shards.push_back(infeed(global, c));
   }
   return shards;
 }
@@ -250,27 +253,42 @@ void ReplicatedStrategy::barrier_wait(int replica) {
 }
 
 void ReplicatedStrategy::all_reduce_mean(std::vector<Tensor>& grads) {
+  all_reduce_mean_and_apply(grads, [](size_t, const Tensor&) {});
+}
+
+void ReplicatedStrategy::all_reduce_mean_and_apply(std::vector<Tensor>& grads,
+                                                   const std::function<void(size_t, const Tensor&)>& apply) {
   const ReplicaContext* rc = current_replica_context();
   if (rc == nullptr || rc->strategy != this) throw std::logic_error("all_reduce_mean called outside strategy.run");
   const int n = rc->num_replicas;
-  if (n == 1) return;
+  if (n == 1) {
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (grads[i].defined()) apply(i, grads[i]);
+    }
+    return;
+  }
   reduce_inputs_[static_cast<size_t>(rc->replica_id)] = &grads;
   barrier_wait(rc->replica_id);
-  // Every replica reduces a strided share of the variables into replica 0's buffers.
+  // Every replica reduces a strided share of the tensors into replica 0's buffers, summing in replica
+  // order so the result does not depend on scheduling, then applies it.
   std::vector<Tensor>& out = *reduce_inputs_[0];
   const float inv = 1.0f / static_cast<float>(n);
   for (size_t i = static_cast<size_t>(rc->replica_id); i < out.size(); i += static_cast<size_t>(n)) {
-    if (!out[i].defined() || out[i].is_abstract()) continue;
-    auto acc = out[i].array();
-    for (int r = 1; r < n; ++r) {
-      const std::vector<Tensor>& other = *reduce_inputs_[static_cast<size_t>(r)];
-      if (other.size() != out.size() || other[i].size() != out[i].size()) {
-        throw std::logic_error("all_reduce_mean: replicas contributed different gradients");
+    if (!out[i].defined()) continue;
+    if (!out[i].is_abstract()) {
+      auto acc = out[i].array();
+      for (int r = 1; r < n; ++r) {
+        const std::vector<Tensor>& other = *reduce_inputs_[static_cast<size_t>(r)];
+        if (other.size() != out.size() || other[i].size() != out[i].size()) {
+          throw std::logic_error("all_reduce_mean: replicas contributed different gradients");
+        }
+        acc += other[i].array();
       }
-      acc += other[i].array();
+      acc *= inv;
     }
-    acc *= inv;
+    apply(i, out[i]);
   }
+  // After this barrier replica 0 may return and free its vector: nothing here reads it again.
   barrier_wait(rc->replica_id);
 }
 

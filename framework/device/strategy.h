@@ -74,6 +74,26 @@ class ReplicatedStrategy {
   // Shards are as even as possible; the first cores take one more row when it does not divide.
   std::vector<Batch> distribute(const Batch& global);
 
+  // Copies replica `replica`'s rows of a host batch to its core (`inputs`, counted as infeed). Must
+  // run with that core's context (distribute() and run_distributed() arrange it).
+  Batch infeed(const Batch& global, int replica);
+
+  // run() over distribute(global), with each shard's infeed done on its replica's thread, in
+  // parallel, as each core's infeed queue is fed independently on a real device.
+  template <class Fn>
+  auto run_distributed(Fn&& fn, const Batch& global) -> std::vector<std::invoke_result_t<Fn&, const Batch&>> {
+    using R = std::invoke_result_t<Fn&, const Batch&>;
+    std::vector<std::optional<R>> results(static_cast<size_t>(num_replicas()));
+    run_replicas([&](int r) {
+      std::optional<Batch> shard(infeed(global, r));
+      results[static_cast<size_t>(r)].emplace(fn(*shard));
+    });
+    std::vector<R> out;
+    out.reserve(results.size());
+    for (auto& r : results) out.push_back(std::move(*r));
+    return out;
+  }
+
   // Runs fn(shard) once per replica, in parallel; returns the per-replica results. If any replica
   // throws, the others are cancelled and the first error is rethrown here.
   template <class Fn>
@@ -96,6 +116,11 @@ class ReplicatedStrategy {
   void all_reduce_mean(std::vector<Tensor>& grads);
   // Waits for every replica, runs `fn` once (replica 0's, in the mirrored context), waits again.
   void merge_call(const std::function<void()>& fn);
+  // all_reduce_mean fused with what consumes it: once every replica has contributed, each replica
+  // reduces a strided share of the tensors into replica 0's buffers and calls apply(i, mean_i) on
+  // each of them; returns when all are applied. Two barriers instead of four, and the update runs
+  // in parallel. `apply` must only touch state belonging to tensor i.
+  void all_reduce_mean_and_apply(std::vector<Tensor>& grads, const std::function<void(size_t, const Tensor&)>& apply);
 
   // Low level: runs body(replica) on every replica thread and waits.
   void run_replicas(const std::function<void(int)>& body);
@@ -108,7 +133,6 @@ class ReplicatedStrategy {
 
   Options options_;
   Ledger ledger_;
-  int threads_per_replica_ = 1;
   std::unique_ptr<ComputeSlots> slots_;
   std::unique_ptr<Barrier> barrier_;
   std::vector<std::vector<Tensor>*> reduce_inputs_;

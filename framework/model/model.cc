@@ -127,11 +127,10 @@ void Model::compile(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Loss> 
 
 StepTotals Model::train_step(const Batch& global) {
   if (!compiled()) throw std::logic_error("train_step: call compile() first");
-  std::vector<Batch> shards = strategy_->distribute(global);
   const std::vector<Variable*> vars = trainable_variables();
   const int64_t step = optimizer_->iterations();
   const bool sparse = loss_->sparse_labels();
-  std::vector<StepTotals> per_replica = strategy_->run(
+  std::vector<StepTotals> per_replica = strategy_->run_distributed(
       [&](const Batch& b) {
         const ReplicaContext* rc = current_replica_context();
         random_step() = RandomStep{step, rc ? rc->replica_id : 0};
@@ -150,7 +149,7 @@ StepTotals Model::train_step(const Batch& global) {
         optimizer_->apply_gradients(grads, vars);
         return t;
       },
-      shards);
+      global);
   StepTotals total;
   for (const StepTotals& t : per_replica) total += t;
   return total;
@@ -158,9 +157,8 @@ StepTotals Model::train_step(const Batch& global) {
 
 StepTotals Model::test_step(const Batch& global) {
   if (!loss_) throw std::logic_error("test_step: call compile() first");
-  std::vector<Batch> shards = strategy_->distribute(global);
   const bool sparse = loss_->sparse_labels();
-  std::vector<StepTotals> per_replica = strategy_->run(
+  std::vector<StepTotals> per_replica = strategy_->run_distributed(
       [&](const Batch& b) {
         StepTotals t;
         Tensor y = call(b.images, /*training=*/false);
@@ -175,7 +173,7 @@ StepTotals Model::test_step(const Batch& global) {
         }
         return t;
       },
-      shards);
+      global);
   StepTotals total;
   for (const StepTotals& t : per_replica) total += t;
   return total;

@@ -17,12 +17,36 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
   }
   const ReplicaContext* rc = current_replica_context();
   if (rc == nullptr) {
+    build(vars);
     apply_once(grads, vars);
     return;
   }
+  // Slots are created once, mirrored, by one replica (TensorFlow's merge_call).
+  if (!built()) rc->strategy->merge_call([&] { build(vars); });
+  check(grads, vars);
+  // Every replica reads the same step: the increment happens after the last barrier.
+  const int64_t step = iterations_ + 1;
   std::vector<Tensor> reduced = grads;  // handles: replica 0's buffers receive the mean
-  rc->strategy->all_reduce_mean(reduced);
-  rc->strategy->merge_call([&] { apply_once(reduced, vars); });
+  rc->strategy->all_reduce_mean_and_apply(reduced, [&](size_t i, const Tensor& mean) { apply_one(vars[i], mean, step); });
+  if (rc->replica_id == 0) iterations_ = step;
+}
+
+void Optimizer::check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) const {
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    if (grads[i].shape() != vars[i]->shape()) {
+      throw std::invalid_argument("apply_gradients: gradient " + shape_string(grads[i].shape()) + " for variable '" +
+                                  vars[i]->name() + "' " + shape_string(vars[i]->shape()));
+    }
+    if (!slots_.count(vars[i]->name())) {
+      throw std::invalid_argument("apply_gradients: variable '" + vars[i]->name() + "' was not in the first step's list");
+    }
+  }
+}
+
+void Optimizer::apply_one(Variable* var, const Tensor& grad, int64_t step) {
+  if (var->value().is_abstract()) return;
+  update(var->mutable_value(), grad, slots_.at(var->name()), step);
 }
 
 void Optimizer::build(const std::vector<Variable*>& vars) {
@@ -40,21 +64,12 @@ void Optimizer::build(const std::vector<Variable*>& vars) {
 }
 
 void Optimizer::apply_once(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) {
-  build(vars);
-  ++iterations_;
+  check(grads, vars);
+  const int64_t step = iterations_ + 1;
   for (size_t i = 0; i < vars.size(); ++i) {
-    if (!grads[i].defined()) continue;
-    if (grads[i].shape() != vars[i]->shape()) {
-      throw std::invalid_argument("apply_gradients: gradient " + shape_string(grads[i].shape()) + " for variable '" +
-                                  vars[i]->name() + "' " + shape_string(vars[i]->shape()));
-    }
-    auto it = slots_.find(vars[i]->name());
-    if (it == slots_.end()) {
-      throw std::invalid_argument("apply_gradients: variable '" + vars[i]->name() + "' was not in the first step's list");
-    }
-    if (vars[i]->value().is_abstract()) continue;
-    update(vars[i]->mutable_value(), grads[i], it->second, iterations_);
+    if (grads[i].defined()) apply_one(vars[i], grads[i], step);
   }
+  iterations_ = step;
 }
 
 std::vector<Variable*> Optimizer::slot_variables() const {

@@ -47,6 +47,8 @@ class Optimizer {
 
  private:
   void apply_once(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars);
+  void check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) const;
+  void apply_one(Variable* var, const Tensor& grad, int64_t step);
 
   std::string name_;
   float learning_rate_;
