@@ -1,0 +1,256 @@
+#include "framework/autodiff/tape.h"
+
+#include <stdexcept>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "framework/device/context.h"
+#include "framework/device/ledger.h"
+#include "framework/ops/ops.h"
+#include "tests/support/grad_check.h"
+
+namespace keel {
+namespace {
+
+using testing::host;
+
+TEST(GradientTapeTest, NonPersistentTapeAllowsOneGradientCall) {
+  Tensor x = host({2}, {1, 2});
+  GradientTape tape;
+  tape.watch(x);
+  Tensor y = ops::reduce_sum(ops::scale(x, 3));
+  EXPECT_EQ(tape.gradient(y, {x})[0].to_vector(), (std::vector<float>{3, 3}));
+  EXPECT_THROW(tape.gradient(y, {x}), std::logic_error);
+}
+
+TEST(GradientTapeTest, PersistentTapeAllowsRepeatedGradientCalls) {
+  Tensor x = host({2}, {1, 2});
+  GradientTape tape(/*persistent=*/true);
+  tape.watch(x);
+  Tensor h = ops::scale(x, 3);
+  Tensor y = ops::reduce_sum(h);
+  Tensor z = ops::reduce_mean(h);
+  EXPECT_EQ(tape.gradient(y, {x})[0].to_vector(), (std::vector<float>{3, 3}));
+  EXPECT_EQ(tape.gradient(z, {x})[0].to_vector(), (std::vector<float>{1.5f, 1.5f}));
+  EXPECT_EQ(tape.gradient(y, {x})[0].to_vector(), (std::vector<float>{3, 3}));
+}
+
+TEST(GradientTapeTest, TensorUsedTwiceAccumulatesItsGradients) {
+  Tensor x = host({3}, {1, -1, 2});
+  GradientTape tape;
+  tape.watch(x);
+  // loss = sum(2x + 5x) through two separate paths from x.
+  Tensor loss = ops::reduce_sum(ops::add(ops::scale(x, 2), ops::scale(x, 5)));
+  EXPECT_EQ(tape.gradient(loss, {x})[0].to_vector(), (std::vector<float>{7, 7, 7}));
+}
+
+TEST(GradientTapeTest, AccumulationDoesNotWriteIntoAGradientAnotherOpStillHolds) {
+  // h = 2x is used by two ops whose gradients are views of their upstream gradient (add's dy,
+  // bias_add's dy): summing them in place would corrupt the other path.
+  Tensor x = host({1, 2}, {1, 2});
+  Tensor b = host({2}, {0, 0});
+  GradientTape tape;
+  tape.watch(x);
+  tape.watch(b);
+  Tensor h = ops::scale(x, 2);
+  Tensor u = ops::bias_add(h, b);       // du/dh = 1, du/db = 1
+  Tensor v = ops::add(u, h);            // h used twice
+  Tensor loss = ops::reduce_sum(ops::scale(v, 3));
+  std::vector<Tensor> g = tape.gradient(loss, {x, b});
+  EXPECT_EQ(g[0].to_vector(), (std::vector<float>{12, 12}));  // 3 * (1 + 1) * 2
+  EXPECT_EQ(g[1].to_vector(), (std::vector<float>{3, 3}));
+}
+
+TEST(GradientTapeTest, UnwatchedTensorsAreNotRecorded) {
+  Tensor x = host({2}, {1, 2});
+  GradientTape tape;
+  Tensor y = ops::reduce_sum(ops::scale(x, 3));
+  EXPECT_EQ(tape.num_recorded_ops(), 0u);
+  EXPECT_FALSE(tape.gradient(y, {x})[0].defined());
+}
+
+TEST(GradientTapeTest, SourceTheTargetDoesNotDependOnHasUndefinedGradient) {
+  Tensor x = host({2}, {1, 2}), other = host({2}, {3, 4});
+  GradientTape tape;
+  tape.watch(x);
+  tape.watch(other);
+  Tensor y = ops::reduce_sum(x);
+  std::vector<Tensor> g = tape.gradient(y, {x, other});
+  EXPECT_TRUE(g[0].defined());
+  EXPECT_FALSE(g[1].defined());
+}
+
+TEST(GradientTapeTest, GradientOfTargetWithRespectToItselfIsOnes) {
+  Tensor x = host({2}, {1, 2});
+  GradientTape tape;
+  tape.watch(x);
+  Tensor y = ops::scale(x, 2);
+  EXPECT_EQ(tape.gradient(y, {y})[0].to_vector(), (std::vector<float>{1, 1}));
+}
+
+TEST(GradientTapeTest, IntermediateSourceGetsItsGradient) {
+  Tensor x = host({2}, {1, 2});
+  GradientTape tape;
+  tape.watch(x);
+  Tensor h = ops::scale(x, 2);
+  Tensor y = ops::reduce_sum(ops::scale(h, 5));
+  std::vector<Tensor> g = tape.gradient(y, {h, x});
+  EXPECT_EQ(g[0].to_vector(), (std::vector<float>{5, 5}));
+  EXPECT_EQ(g[1].to_vector(), (std::vector<float>{10, 10}));
+}
+
+TEST(GradientTapeTest, TrainableVariablesAreWatchedAutomatically) {
+  Variable v("w", host({2}, {1, 2}), /*trainable=*/true);
+  GradientTape tape;
+  Tensor y = ops::reduce_sum(ops::scale(v.value(), 4));
+  EXPECT_EQ(tape.num_recorded_ops(), 2u);
+  std::vector<Tensor> g = tape.gradient(y, std::vector<Variable*>{&v});
+  ASSERT_TRUE(g[0].defined());
+  EXPECT_EQ(g[0].to_vector(), (std::vector<float>{4, 4}));
+}
+
+TEST(GradientTapeTest, NonTrainableVariablesAreNotWatched) {
+  Variable v("moving_mean", host({2}, {1, 2}), /*trainable=*/false);
+  {
+    GradientTape tape;
+    Tensor y = ops::reduce_sum(ops::scale(v.value(), 4));
+    EXPECT_EQ(tape.num_recorded_ops(), 0u);
+    EXPECT_FALSE(tape.gradient(y, std::vector<Variable*>{&v})[0].defined());
+  }
+  {
+    // ...unless watched explicitly.
+    GradientTape tape;
+    tape.watch(v.value());
+    Tensor y = ops::reduce_sum(ops::scale(v.value(), 4));
+    EXPECT_EQ(tape.gradient(y, std::vector<Variable*>{&v})[0].to_vector(), (std::vector<float>{4, 4}));
+  }
+}
+
+TEST(GradientTapeTest, TwoTapesRecordTheSameOpsIndependently) {
+  Tensor x = host({2}, {1, 2});
+  GradientTape outer(/*persistent=*/true);
+  GradientTape inner;
+  outer.watch(x);
+  inner.watch(x);
+  Tensor y = ops::reduce_sum(ops::scale(x, 3));
+  // The non-persistent inner tape releases its record; the outer one must still have its own.
+  EXPECT_EQ(inner.gradient(y, {x})[0].to_vector(), (std::vector<float>{3, 3}));
+  EXPECT_EQ(outer.gradient(y, {x})[0].to_vector(), (std::vector<float>{3, 3}));
+}
+
+TEST(GradientTapeTest, OpsRunDuringGradientAreNotRecorded) {
+  Tensor x = host({2}, {1, 2});
+  GradientTape tape(/*persistent=*/true);
+  tape.watch(x);
+  Tensor y = ops::reduce_sum(ops::scale(x, 3));
+  const size_t before = tape.num_recorded_ops();
+  tape.gradient(y, {x});
+  EXPECT_EQ(tape.num_recorded_ops(), before);
+}
+
+TEST(GradientTapeTest, DeepChainDoesNotRecurse) {
+  // 100k ops: a recursive backward walk would overflow the stack.
+  Tensor x = host({1}, {1});
+  GradientTape tape;
+  tape.watch(x);
+  Tensor h = x;
+  for (int i = 0; i < 100000; ++i) h = ops::scale(h, 1.0f);
+  std::vector<Tensor> g = tape.gradient(ops::reduce_sum(h), {x});
+  EXPECT_EQ(g[0].to_vector(), (std::vector<float>{1}));
+}
+
+// A one-core ledger with no budget, and this thread's tensors on core 0 as `activations`.
+class TapeLedgerTest : public ::testing::Test {
+ protected:
+  TapeLedgerTest() : ledger_(DeviceSpec::custom(1, 0)), scope_(core0()) {}
+  DeviceContext core0() {
+    DeviceContext ctx;
+    ctx.ledger = &ledger_;
+    ctx.core = 0;
+    ctx.category = Category::activations;
+    return ctx;
+  }
+  MemoryStat stat(Category c) const { return ledger_.core(0).stat(c); }
+
+  Ledger ledger_;
+  ContextScope scope_;
+};
+
+TEST_F(TapeLedgerTest, SavedTensorsAreReleasedByGradient) {
+  Tensor x = Tensor::zeros({4, 8}, Category::inputs, "infeed:x");
+  x.fill(0.5f);
+  Tensor w = Tensor::zeros({8, 16}, Category::inputs, "w");
+  w.fill(0.25f);
+  std::vector<Tensor> grads;
+  {
+    GradientTape tape;
+    tape.watch(x);
+    tape.watch(w);
+    Tensor loss;
+    {
+      Tensor h = ops::matmul(x, w);    // (4, 16): not saved by anyone
+      Tensor r = ops::relu(h);         // saved by relu's backward
+      Tensor s = ops::softmax(r);      // saved by softmax's backward
+      loss = ops::reduce_sum(s);
+      EXPECT_EQ(stat(Category::activations).current, 3 * 4 * 16 * 4 + 4);
+    }
+    // The forward's locals are gone; the tape still holds relu's and softmax's outputs.
+    EXPECT_EQ(stat(Category::activations).current, 2 * 4 * 16 * 4 + 4);
+    grads = tape.gradient(loss, {x, w});
+    // Only `loss` itself is left.
+    EXPECT_EQ(stat(Category::activations).current, 4);
+  }
+  EXPECT_EQ(stat(Category::activations).current, 0);
+  // The results live in `workspace` until the caller drops them.
+  EXPECT_EQ(stat(Category::workspace).current, x.bytes() + w.bytes());
+  grads.clear();
+  EXPECT_EQ(stat(Category::workspace).current, 0);
+}
+
+TEST_F(TapeLedgerTest, PersistentTapeKeepsSavedTensorsUntilDestroyed) {
+  Tensor x = Tensor::zeros({2, 8}, Category::inputs, "infeed:x");
+  {
+    GradientTape tape(/*persistent=*/true);
+    tape.watch(x);
+    Tensor loss;
+    {
+      Tensor r = ops::relu(x);
+      loss = ops::reduce_sum(r);
+    }
+    tape.gradient(loss, {x});
+    EXPECT_EQ(stat(Category::activations).current, 2 * 8 * 4 + 4) << "relu's saved output";
+    loss = Tensor();
+  }
+  EXPECT_EQ(stat(Category::activations).current, 0);
+}
+
+TEST_F(TapeLedgerTest, VariableGradientsAreChargedAsGradients) {
+  Variable kernel("dense/kernel", Tensor::zeros({3, 2}, Category::parameters, "dense/kernel"), true);
+  Variable bias("dense/bias", Tensor::zeros({2}, Category::parameters, "dense/bias"), true);
+  Tensor x = Tensor::zeros({5, 3}, Category::inputs, "infeed:x");
+  std::vector<Tensor> grads;
+  {
+    GradientTape tape;
+    Tensor loss = ops::reduce_mean(ops::bias_add(ops::matmul(x, kernel.value()), bias.value()));
+    grads = tape.gradient(loss, std::vector<Variable*>{&kernel, &bias});
+  }
+  ASSERT_TRUE(grads[0].defined());
+  ASSERT_TRUE(grads[1].defined());
+  EXPECT_EQ(stat(Category::gradients).current, (3 * 2 + 2) * 4);
+  EXPECT_EQ(stat(Category::workspace).current, 0);
+  EXPECT_EQ(stat(Category::parameters).current, (3 * 2 + 2) * 4);
+  bool saw_kernel = false, saw_bias = false;
+  for (const LiveAllocation& a : ledger_.core(0).live_allocations()) {
+    if (a.category != Category::gradients) continue;
+    saw_kernel = saw_kernel || (a.owner == "gradient:dense/kernel" && a.bytes == 24);
+    saw_bias = saw_bias || (a.owner == "gradient:dense/bias" && a.bytes == 8);
+  }
+  EXPECT_TRUE(saw_kernel);
+  EXPECT_TRUE(saw_bias);
+  grads.clear();
+  EXPECT_EQ(stat(Category::gradients).current, 0);
+}
+
+}  // namespace
+}  // namespace keel

@@ -1,0 +1,262 @@
+#include "framework/device/ledger.h"
+
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "framework/core/tensor.h"
+#include "framework/device/context.h"
+
+namespace keel {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+TEST(CoreLedgerTest, ChargeAndReleaseUpdateStats) {
+  CoreLedger core(0, 0);
+  const uint64_t a = core.charge(100, Category::parameters, "dense/kernel", {5, 5});
+  const uint64_t b = core.charge(40, Category::parameters, "dense/bias", {10});
+  const uint64_t c = core.charge(1000, Category::activations, "activation:dense", {250});
+  MemoryStat p = core.stat(Category::parameters);
+  EXPECT_EQ(p.current, 140);
+  EXPECT_EQ(p.peak, 140);
+  EXPECT_EQ(p.allocated, 140);
+  EXPECT_EQ(p.freed, 0);
+  EXPECT_EQ(p.alloc_count, 2);
+  EXPECT_EQ(p.free_count, 0);
+  EXPECT_EQ(core.total().current, 1140);
+
+  core.release(b);
+  core.release(c);
+  p = core.stat(Category::parameters);
+  EXPECT_EQ(p.current, 100);
+  EXPECT_EQ(p.peak, 140);
+  EXPECT_EQ(p.allocated, 140);
+  EXPECT_EQ(p.freed, 40);
+  EXPECT_EQ(p.free_count, 1);
+  const MemoryStat act = core.stat(Category::activations);
+  EXPECT_EQ(act.current, 0);
+  EXPECT_EQ(act.peak, 1000);
+  EXPECT_EQ(act.freed, 1000);
+  const MemoryStat total = core.total();
+  EXPECT_EQ(total.current, 100);
+  EXPECT_EQ(total.peak, 1140);
+  EXPECT_EQ(total.allocated, 1140);
+  EXPECT_EQ(total.freed, 1040);
+  EXPECT_EQ(total.alloc_count, 3);
+  EXPECT_EQ(total.free_count, 2);
+  // Other categories untouched.
+  EXPECT_EQ(core.stat(Category::optimizer).allocated, 0);
+  core.release(a);
+  EXPECT_EQ(core.total().current, 0);
+}
+
+TEST(CoreLedgerTest, ReleasingTwiceIsHarmless) {
+  CoreLedger core(0, 0);
+  const uint64_t a = core.charge(64, Category::workspace, "w", {16});
+  core.release(a);
+  core.release(a);
+  EXPECT_EQ(core.total().current, 0);
+  EXPECT_EQ(core.total().free_count, 1);
+}
+
+TEST(CoreLedgerTest, RetagMovesBytesBetweenCategoriesNotTheTotal) {
+  CoreLedger core(0, 0);
+  const uint64_t a = core.charge(256, Category::workspace, "backward:dense", {64});
+  core.retag(a, Category::gradients, "gradient:dense/kernel");
+  EXPECT_EQ(core.stat(Category::workspace).current, 0);
+  EXPECT_EQ(core.stat(Category::gradients).current, 256);
+  EXPECT_EQ(core.stat(Category::gradients).peak, 256);
+  EXPECT_EQ(core.total().current, 256);
+  EXPECT_EQ(core.total().allocated, 256);
+  EXPECT_EQ(core.total().alloc_count, 1);
+  const std::vector<LiveAllocation> live = core.live_allocations();
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_EQ(live[0].owner, "gradient:dense/kernel");
+  EXPECT_EQ(live[0].category, Category::gradients);
+  core.release(a);
+  EXPECT_EQ(core.stat(Category::gradients).current, 0);
+  EXPECT_EQ(core.stat(Category::workspace).current, 0);
+}
+
+TEST(CoreLedgerTest, LiveAllocationsLargestFirst) {
+  CoreLedger core(3, 0);
+  core.charge(10, Category::parameters, "small", {});
+  core.charge(1000, Category::activations, "big", {});
+  core.charge(100, Category::optimizer, "medium", {});
+  const std::vector<LiveAllocation> live = core.live_allocations();
+  ASSERT_EQ(live.size(), 3u);
+  EXPECT_EQ(live[0].owner, "big");
+  EXPECT_EQ(live[1].owner, "medium");
+  EXPECT_EQ(live[2].owner, "small");
+}
+
+TEST(CoreLedgerTest, ResetPeaksStartsANewHighWaterMark) {
+  CoreLedger core(0, 0);
+  const uint64_t a = core.charge(500, Category::activations, "a", {});
+  core.charge(100, Category::activations, "b", {});
+  core.release(a);
+  EXPECT_EQ(core.stat(Category::activations).peak, 600);
+  core.reset_peaks();
+  EXPECT_EQ(core.stat(Category::activations).peak, 100);
+  EXPECT_EQ(core.total().peak, 100);
+  EXPECT_EQ(core.stat(Category::activations).allocated, 600) << "reset_peaks keeps the cumulative counters";
+  core.charge(50, Category::activations, "c", {});
+  EXPECT_EQ(core.stat(Category::activations).peak, 150);
+}
+
+TEST(LedgerTest, ResetPeaksOnEveryCore) {
+  Ledger ledger(DeviceSpec::custom(2, 0));
+  for (int c = 0; c < 2; ++c) ledger.core(c).release(ledger.core(c).charge(100, Category::workspace, "w", {}));
+  ledger.reset_peaks();
+  for (int c = 0; c < 2; ++c) EXPECT_EQ(ledger.core(c).total().peak, 0) << c;
+}
+
+TEST(CoreLedgerTest, ExhaustionThrowsBeforeCharging) {
+  CoreLedger core(5, 1000);
+  core.charge(600, Category::parameters, "dense/kernel", {150});
+  core.charge(300, Category::activations, "activation:dense", {75});
+  const MemoryStat before_total = core.total();
+  const MemoryStat before_inputs = core.stat(Category::inputs);
+  try {
+    core.charge(200, Category::inputs, "infeed:images", {2, 25});
+    FAIL() << "expected ResourceExhausted";
+  } catch (const ResourceExhausted& e) {
+    EXPECT_EQ(e.core(), 5);
+    EXPECT_EQ(e.requested_bytes(), 200);
+    const std::string msg = e.what();
+    EXPECT_THAT(msg, HasSubstr("core 5"));
+    EXPECT_THAT(msg, HasSubstr("200 bytes"));
+    EXPECT_THAT(msg, HasSubstr("infeed:images"));
+    EXPECT_THAT(msg, HasSubstr("inputs"));
+    EXPECT_THAT(msg, HasSubstr("1000"));             // the capacity
+    EXPECT_THAT(msg, HasSubstr("dense/kernel"));     // largest live allocations
+    EXPECT_THAT(msg, HasSubstr("activation:dense"));
+    EXPECT_LT(msg.find("dense/kernel"), msg.find("activation:dense")) << "largest first";
+  }
+  const MemoryStat after_total = core.total();
+  EXPECT_EQ(after_total.current, before_total.current);
+  EXPECT_EQ(after_total.peak, before_total.peak);
+  EXPECT_EQ(after_total.allocated, before_total.allocated);
+  EXPECT_EQ(after_total.alloc_count, before_total.alloc_count);
+  EXPECT_EQ(core.stat(Category::inputs).allocated, before_inputs.allocated);
+  EXPECT_EQ(core.live_allocations().size(), 2u);
+  // Exactly up to capacity still fits.
+  core.charge(100, Category::inputs, "fits", {});
+  EXPECT_EQ(core.total().current, 1000);
+  EXPECT_THROW(core.charge(1, Category::inputs, "one byte", {}), ResourceExhausted);
+}
+
+TEST(CoreLedgerTest, NoBudgetMeansNoLimit) {
+  CoreLedger core(0, 0);
+  EXPECT_NO_THROW(core.charge(int64_t{1} << 50, Category::parameters, "huge", {}));
+}
+
+TEST(CoreLedgerTest, TransfersAreCounted) {
+  CoreLedger core(0, 0);
+  core.record_host_to_core(100);
+  core.record_host_to_core(28);
+  core.record_core_to_host(8);
+  const TransferStat t = core.transfers();
+  EXPECT_EQ(t.host_to_core_bytes, 128);
+  EXPECT_EQ(t.host_to_core_count, 2);
+  EXPECT_EQ(t.core_to_host_bytes, 8);
+  EXPECT_EQ(t.core_to_host_count, 1);
+}
+
+DeviceContext on_ledger(Ledger& ledger, int core, Category category = Category::activations) {
+  DeviceContext ctx;
+  ctx.ledger = &ledger;
+  ctx.core = core;
+  ctx.category = category;
+  return ctx;
+}
+
+TEST(LedgerTensorTest, TensorOnOneCoreIsChargedThereAndReleasedWhenFreed) {
+  Ledger ledger(DeviceSpec::custom(4, 0));
+  {
+    ContextScope scope(on_ledger(ledger, 2));
+    Tensor t = Tensor::zeros({8, 16});
+    Tensor view = t.reshape({128});  // a view: no new charge, keeps the storage alive
+    EXPECT_EQ(ledger.core(2).stat(Category::activations).current, 8 * 16 * 4);
+    EXPECT_EQ(ledger.core(2).stat(Category::activations).alloc_count, 1);
+    for (int c : {0, 1, 3}) EXPECT_EQ(ledger.core(c).total().current, 0) << c;
+    t = Tensor();
+    EXPECT_EQ(ledger.core(2).stat(Category::activations).current, 8 * 16 * 4);
+  }
+  EXPECT_EQ(ledger.core(2).stat(Category::activations).current, 0);
+  EXPECT_EQ(ledger.core(2).stat(Category::activations).freed, 8 * 16 * 4);
+}
+
+TEST(LedgerTensorTest, MirroredTensorIsChargedOnEveryCore) {
+  Ledger ledger(DeviceSpec::custom(4, 0));
+  {
+    ContextScope scope(on_ledger(ledger, -1, Category::parameters));
+    Tensor t = Tensor::zeros({10, 10});
+    for (int c = 0; c < 4; ++c) {
+      EXPECT_EQ(ledger.core(c).stat(Category::parameters).current, 400) << c;
+      EXPECT_EQ(ledger.core(c).stat(Category::parameters).alloc_count, 1) << c;
+    }
+    EXPECT_EQ(t.storage().charges().size(), 4u);
+  }
+  for (int c = 0; c < 4; ++c) EXPECT_EQ(ledger.core(c).stat(Category::parameters).current, 0) << c;
+}
+
+TEST(LedgerTensorTest, ExplicitCategoryAndOwnerOverrideTheContextDefault) {
+  Ledger ledger(DeviceSpec::custom(1, 0));
+  ContextScope scope(on_ledger(ledger, 0));
+  Tensor t = Tensor::empty({4}, Category::optimizer, "Adam/w/m");
+  EXPECT_EQ(ledger.core(0).stat(Category::optimizer).current, 16);
+  EXPECT_EQ(ledger.core(0).stat(Category::activations).current, 0);
+  EXPECT_EQ(ledger.core(0).live_allocations().at(0).owner, "Adam/w/m");
+  EXPECT_EQ(ledger.core(0).live_allocations().at(0).shape, (Shape{4}));
+}
+
+TEST(LedgerTensorTest, CategoryAndOwnerScopesSetTheDefaults) {
+  Ledger ledger(DeviceSpec::custom(1, 0));
+  ContextScope scope(on_ledger(ledger, 0));
+  Tensor a;
+  {
+    CategoryScope cat(Category::workspace, "backward:dense");
+    a = Tensor::zeros({3});
+  }
+  Tensor b = Tensor::zeros({5});
+  EXPECT_EQ(ledger.core(0).stat(Category::workspace).current, 12);
+  EXPECT_EQ(ledger.core(0).stat(Category::activations).current, 20);
+  bool saw = false;
+  for (const LiveAllocation& l : ledger.core(0).live_allocations()) saw = saw || l.owner == "backward:dense";
+  EXPECT_TRUE(saw);
+}
+
+TEST(LedgerTensorTest, TensorThatDoesNotFitThrowsAndChargesNothing) {
+  Ledger ledger(DeviceSpec::custom(2, kMiB));
+  ContextScope scope(on_ledger(ledger, -1, Category::parameters));
+  Tensor ok = Tensor::zeros({1024});  // 4 KiB on each core
+  // Fill core 1 so a mirrored allocation fits on core 0 but not on core 1.
+  const uint64_t hog = ledger.core(1).charge(kMiB - 4096 - 100, Category::workspace, "hog", {});
+  const MemoryStat c0 = ledger.core(0).total();
+  EXPECT_THROW(Tensor::zeros({1024}), ResourceExhausted);
+  // Core 0's charge (made before core 1 refused) is rolled back.
+  EXPECT_EQ(ledger.core(0).total().current, c0.current);
+  EXPECT_EQ(ledger.core(1).total().current, kMiB - 100);
+  ledger.core(1).release(hog);
+}
+
+TEST(LedgerTensorTest, HostScopeTensorsAreNotCharged) {
+  Ledger ledger(DeviceSpec::custom(1, 0));
+  ContextScope scope(on_ledger(ledger, 0));
+  {
+    HostScope host;
+    Tensor t = Tensor::zeros({100});
+    EXPECT_TRUE(t.storage().charges().empty());
+  }
+  Tensor v = Tensor::from_vector({2}, std::vector<float>{1, 2});
+  EXPECT_EQ(ledger.core(0).total().allocated, 0);
+}
+
+}  // namespace
+}  // namespace keel

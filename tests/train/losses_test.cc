@@ -1,0 +1,99 @@
+#include "framework/train/losses.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "framework/autodiff/tape.h"
+#include "framework/layers/core_layers.h"
+#include "framework/ops/ops.h"
+#include "tests/support/grad_check.h"
+
+namespace keel {
+namespace {
+
+using testing::expect_gradients_match;
+using testing::host;
+using testing::random_host;
+using testing::tolerances;
+
+TEST(CategoricalCrossentropyLossTest, MeanOverTheBatchOfPerExampleLosses) {
+  CategoricalCrossentropy loss;
+  Tensor y = host({2, 2}, {1, 0, 0, 1});
+  Tensor p = host({2, 2}, {0.25f, 0.75f, 0.25f, 0.75f});
+  const std::vector<float> per = loss.per_example(y, p).to_vector();
+  EXPECT_NEAR(per[0], std::log(4.0), 1e-6);
+  EXPECT_NEAR(per[1], std::log(4.0 / 3.0), 1e-6);
+  Tensor mean = loss(y, p);
+  EXPECT_EQ(mean.shape(), Shape{});
+  EXPECT_NEAR(mean.item(), (std::log(4.0) + std::log(4.0 / 3.0)) / 2, 1e-6);
+}
+
+TEST(CategoricalCrossentropyLossTest, UsesTheLogitsOfASoftmaxOutput) {
+  // With logits (0, 40) and label 0, p_0 = e^-40 is far below Keras's clip at 1e-7: the clipped
+  // form gives -log(1e-7) ≈ 16.1, the fused form from the logits the true 40.
+  Tensor logits = host({1, 2}, {0, 40});
+  Tensor y = host({1, 2}, {1, 0});
+  Tensor probs = layers::apply_activation("softmax", logits);
+  ASSERT_TRUE(probs.keras_logits().defined());
+  CategoricalCrossentropy loss;
+  EXPECT_NEAR(loss(y, probs).item(), 40.0, 1e-4);
+  // The same probabilities without their logits: Keras's clipped form.
+  Tensor bare = host({1, 2}, probs.to_vector());
+  EXPECT_NEAR(loss(y, bare).item(), -std::log(1e-7), 1e-3);
+}
+
+TEST(CategoricalCrossentropyLossTest, GradientThroughSoftmaxOutputFlowsToTheLogits) {
+  // loss(y, softmax(z)) differentiated w.r.t. z, through the fused path: softmax - y, / batch.
+  auto opts = tolerances("CategoricalCrossentropy(softmax)", 1e-3, 1e-5, 1e-2);
+  opts.check_inputs = {1};
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        return CategoricalCrossentropy()(in[0], layers::apply_activation("softmax", in[1]));
+      },
+      {host({3, 3}, {1, 0, 0, 0, 0, 1, 0, 1, 0}), random_host({3, 3}, -2, 2, 201)}, opts);
+}
+
+TEST(CategoricalCrossentropyLossTest, FromLogits) {
+  CategoricalCrossentropy loss(/*from_logits=*/true);
+  Tensor z = host({1, 2}, {0, std::log(3.0f)});
+  EXPECT_NEAR(loss(host({1, 2}, {0, 1}), z).item(), std::log(4.0 / 3.0), 1e-6);
+  EXPECT_EQ(loss.get_config()["from_logits"], true);
+}
+
+TEST(SparseCategoricalCrossentropyLossTest, ValuesAndFusedPath) {
+  SparseCategoricalCrossentropy loss;
+  EXPECT_TRUE(loss.sparse_labels());
+  Tensor probs = host({2, 2}, {0.25f, 0.75f, 0.5f, 0.5f});
+  EXPECT_NEAR(loss(host({2}, {0, 1}), probs).item(), (std::log(4.0) + std::log(2.0)) / 2, 1e-6);
+  Tensor from_softmax = layers::apply_activation("softmax", host({1, 2}, {0, 40}));
+  EXPECT_NEAR(loss(host({1}, {0}), from_softmax).item(), 40.0, 1e-4);
+  EXPECT_NEAR(SparseCategoricalCrossentropy(true)(host({1}, {1}), host({1, 2}, {0, std::log(3.0f)})).item(),
+              std::log(4.0 / 3.0), 1e-6);
+  EXPECT_THROW(loss(host({2}, {0, 2}), probs), std::invalid_argument);
+}
+
+TEST(LossTest, MakeLossAndConfigs) {
+  std::shared_ptr<Loss> cce = make_loss("categorical_crossentropy");
+  EXPECT_EQ(cce->name(), "categorical_crossentropy");
+  EXPECT_FALSE(cce->sparse_labels());
+  EXPECT_EQ(cce->get_config()["from_logits"], false);
+  EXPECT_EQ(cce->get_config()["name"], "categorical_crossentropy");
+  std::shared_ptr<Loss> scce = make_loss("sparse_categorical_crossentropy", true);
+  EXPECT_EQ(scce->name(), "sparse_categorical_crossentropy");
+  EXPECT_TRUE(scce->sparse_labels());
+  EXPECT_EQ(scce->get_config()["from_logits"], true);
+  EXPECT_THROW(make_loss("mse"), std::invalid_argument);
+}
+
+TEST(CountCorrectTest, DenseAndSparseLabels) {
+  Tensor pred = host({4, 3}, {0.1f, 0.8f, 0.1f,  0.6f, 0.3f, 0.1f,  0.2f, 0.2f, 0.6f,  0.3f, 0.4f, 0.3f});
+  // argmax: 1, 0, 2, 1
+  EXPECT_EQ(count_correct(host({4}, {1, 0, 0, 1}), pred, /*sparse_labels=*/true), 3);
+  EXPECT_EQ(count_correct(host({4, 3}, {0, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 1}), pred, false), 2);
+}
+
+}  // namespace
+}  // namespace keel

@@ -1,0 +1,282 @@
+#include "framework/train/optimizers.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "framework/device/context.h"
+#include "framework/device/ledger.h"
+#include "framework/device/strategy.h"
+#include "tests/support/grad_check.h"
+
+namespace keel {
+namespace {
+
+using testing::host;
+
+// Three steps of gradients for a two-element variable starting at w0.
+const std::vector<double> kW0 = {1.0, -2.0};
+const std::vector<std::vector<double>> kGrads = {{0.1, -0.3}, {0.2, 0.5}, {-0.4, 0.1}};
+
+Tensor to_tensor(const std::vector<double>& v) {
+  std::vector<float> f(v.begin(), v.end());
+  return host({static_cast<int64_t>(f.size())}, f);
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, double rel, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], rel * std::max(1.0, std::fabs(want[i]))) << what << ", element " << i;
+  }
+}
+
+TEST(AdamTest, ThreeStepsMatchKerasFormulas) {
+  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-7;
+  Adam adam(Adam::Options{.learning_rate = 0.01f, .beta_1 = 0.9f, .beta_2 = 0.999f, .epsilon = 1e-7f});
+  Variable w("w", to_tensor(kW0), true);
+  std::vector<double> ref = kW0, m(2, 0.0), v(2, 0.0);
+  for (int t = 1; t <= 3; ++t) {
+    const std::vector<double>& g = kGrads[static_cast<size_t>(t - 1)];
+    adam.apply_gradients({to_tensor(g)}, {&w});
+    // Keras (tf.keras.optimizers.Adam, TF >= 2.11):
+    //   alpha = lr * sqrt(1 - b2^t) / (1 - b1^t); m += (g - m)(1 - b1); v += (g² - v)(1 - b2);
+    //   w -= alpha * m / (sqrt(v) + eps)
+    const double alpha = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
+    for (size_t i = 0; i < 2; ++i) {
+      m[i] += (g[i] - m[i]) * (1 - b1);
+      v[i] += (g[i] * g[i] - v[i]) * (1 - b2);
+      ref[i] -= alpha * m[i] / (std::sqrt(v[i]) + eps);
+    }
+    expect_close(w.value().to_vector(), ref, 1e-6, "Adam step " + std::to_string(t));
+    EXPECT_EQ(adam.iterations(), t);
+  }
+  const std::vector<Variable*> slots = adam.slot_variables();
+  ASSERT_EQ(slots.size(), 2u);
+  expect_close(slots[0]->value().to_vector(), m, 1e-6, "m");
+  expect_close(slots[1]->value().to_vector(), v, 1e-6, "v");
+}
+
+TEST(AdamTest, DefaultsAreKeras) {
+  Adam adam;
+  EXPECT_FLOAT_EQ(adam.learning_rate(), 0.001f);
+  const nlohmann::json c = adam.get_config();
+  EXPECT_EQ(c["name"], "Adam");
+  EXPECT_FLOAT_EQ(c["beta_1"].get<float>(), 0.9f);
+  EXPECT_FLOAT_EQ(c["beta_2"].get<float>(), 0.999f);
+  EXPECT_FLOAT_EQ(c["epsilon"].get<float>(), 1e-7f);
+}
+
+void run_sgd(bool nesterov) {
+  const double lr = 0.1, mu = 0.9;
+  SGD sgd(SGD::Options{.learning_rate = 0.1f, .momentum = 0.9f, .nesterov = nesterov});
+  Variable w("w", to_tensor(kW0), true);
+  std::vector<double> ref = kW0, vel(2, 0.0);
+  for (int t = 1; t <= 3; ++t) {
+    const std::vector<double>& g = kGrads[static_cast<size_t>(t - 1)];
+    sgd.apply_gradients({to_tensor(g)}, {&w});
+    // Keras SGD: velocity = momentum * velocity - lr * g;
+    //   w += velocity                       (momentum)
+    //   w += momentum * velocity - lr * g   (nesterov)
+    for (size_t i = 0; i < 2; ++i) {
+      vel[i] = mu * vel[i] - lr * g[i];
+      ref[i] += nesterov ? mu * vel[i] - lr * g[i] : vel[i];
+    }
+    expect_close(w.value().to_vector(), ref, 1e-6, std::string(nesterov ? "nesterov" : "momentum") + " step " +
+                                                       std::to_string(t));
+  }
+  ASSERT_EQ(sgd.slot_variables().size(), 1u);
+  EXPECT_EQ(sgd.slot_variables()[0]->name(), "SGD/w/momentum");
+  expect_close(sgd.slot_variables()[0]->value().to_vector(), vel, 1e-6, "velocity");
+}
+
+TEST(SGDTest, MomentumThreeStepsMatchKerasFormulas) { run_sgd(false); }
+TEST(SGDTest, NesterovThreeStepsMatchKerasFormulas) { run_sgd(true); }
+
+TEST(SGDTest, PlainSGDWithoutMomentum) {
+  // Keras's default SGD: momentum 0, no slots, w -= lr * g.
+  SGD sgd;
+  EXPECT_FLOAT_EQ(sgd.learning_rate(), 0.01f);
+  Variable w("w", to_tensor(kW0), true);
+  std::vector<double> ref = kW0;
+  for (const std::vector<double>& g : kGrads) {
+    ASSERT_NO_THROW(sgd.apply_gradients({to_tensor(g)}, {&w}));
+    for (size_t i = 0; i < 2; ++i) ref[i] -= 0.01 * g[i];
+  }
+  expect_close(w.value().to_vector(), ref, 1e-6, "plain SGD");
+  EXPECT_TRUE(sgd.slot_variables().empty());
+  EXPECT_EQ(sgd.iterations(), 3);
+}
+
+TEST(SGDTest, MakeOptimizerPlainSGDTrains) {
+  // The CLI's path: make_optimizer("sgd") with the default momentum of 0.
+  std::unique_ptr<Optimizer> opt = make_optimizer("sgd", 0.5f);
+  Variable w("w", host({1}, {1.0f}), true);
+  ASSERT_NO_THROW(opt->apply_gradients({host({1}, {2.0f})}, {&w}));
+  EXPECT_FLOAT_EQ(w.value().item(), 0.0f);
+}
+
+TEST(OptimizerTest, AdamSlotNamesAndOrder) {
+  Adam adam;
+  Variable k("dense/kernel", Tensor::from_vector({2, 2}, std::vector<float>{1, 2, 3, 4}), true);
+  Variable b("dense/bias", Tensor::from_vector({2}, std::vector<float>{0, 0}), true);
+  Variable k1("dense_1/kernel", Tensor::from_vector({2, 1}, std::vector<float>{1, 1}), true);
+  adam.apply_gradients({Tensor::from_vector({2, 2}, std::vector<float>{1, 1, 1, 1}),
+                        Tensor::from_vector({2}, std::vector<float>{1, 1}),
+                        Tensor::from_vector({2, 1}, std::vector<float>{1, 1})},
+                       {&k, &b, &k1});
+  std::vector<std::string> names;
+  for (Variable* v : adam.slot_variables()) {
+    names.push_back(v->name());
+    EXPECT_FALSE(v->trainable()) << v->name();
+  }
+  // Keras's order: every m (in variable order), then every v.
+  EXPECT_EQ(names, (std::vector<std::string>{"Adam/dense/kernel/m", "Adam/dense/bias/m", "Adam/dense_1/kernel/m",
+                                             "Adam/dense/kernel/v", "Adam/dense/bias/v", "Adam/dense_1/kernel/v"}));
+  EXPECT_EQ(adam.slot_variables()[0]->shape(), (Shape{2, 2}));
+  EXPECT_EQ(adam.slot_variables()[4]->shape(), (Shape{2}));
+}
+
+TEST(OptimizerTest, IterationsAdvanceOncePerStepNotPerVariable) {
+  Adam adam;
+  std::vector<std::unique_ptr<Variable>> vars;
+  std::vector<Variable*> ptrs;
+  std::vector<Tensor> grads;
+  for (int i = 0; i < 5; ++i) {
+    vars.push_back(std::make_unique<Variable>("v" + std::to_string(i), host({1}, {1.0f}), true));
+    ptrs.push_back(vars.back().get());
+    grads.push_back(host({1}, {0.5f}));
+  }
+  adam.apply_gradients(grads, ptrs);
+  EXPECT_EQ(adam.iterations(), 1);
+  adam.apply_gradients(grads, ptrs);
+  EXPECT_EQ(adam.iterations(), 2);
+  // With bias correction at step 2 (not step 10): the second step is again ~lr for constant g.
+  EXPECT_NEAR(vars[4]->value().item(), 1.0f - 2 * 0.001f, 1e-6);
+}
+
+TEST(OptimizerTest, UndefinedGradientIsSkipped) {
+  Adam adam(Adam::Options{.learning_rate = 0.1f});
+  Variable a("a", host({2}, {1, 1}), true);
+  Variable b("b", host({2}, {5, 5}), true);
+  adam.apply_gradients({host({2}, {1, -1}), Tensor()}, {&a, &b});
+  EXPECT_EQ(b.value().to_vector(), (std::vector<float>{5, 5}));
+  expect_close(a.value().to_vector(), {0.9, 1.1}, 1e-5, "a");
+  EXPECT_EQ(adam.iterations(), 1);
+  // b's slots stay zero.
+  for (Variable* s : adam.slot_variables()) {
+    if (s->name().rfind("Adam/b/", 0) == 0) {
+      EXPECT_EQ(s->value().to_vector(), (std::vector<float>{0, 0})) << s->name();
+    }
+  }
+}
+
+TEST(OptimizerTest, MismatchedArgumentsThrowInvalidArgument) {
+  Adam adam;
+  Variable a("a", host({2}, {1, 1}), true);
+  EXPECT_THROW(adam.apply_gradients({host({2}, {1, 1}), host({2}, {1, 1})}, {&a}), std::invalid_argument);
+  EXPECT_THROW(adam.apply_gradients({host({3}, {1, 1, 1})}, {&a}), std::invalid_argument);
+}
+
+TEST(OptimizerTest, SlotsAreChargedAsOptimizerOnEveryCoreWhenMirrored) {
+  Ledger ledger(DeviceSpec::custom(2, 0));
+  DeviceContext mirrored;
+  mirrored.ledger = &ledger;
+  mirrored.core = -1;
+  mirrored.category = Category::parameters;
+  ContextScope scope(mirrored);
+  Variable w("w", Tensor::zeros({3, 4}), true);
+  Adam adam;
+  adam.build({&w});
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_EQ(ledger.core(c).stat(Category::optimizer).current, 2 * 12 * 4) << c;
+    EXPECT_EQ(ledger.core(c).stat(Category::parameters).current, 12 * 4) << c;
+  }
+  bool saw_m = false;
+  for (const LiveAllocation& a : ledger.core(1).live_allocations()) saw_m = saw_m || a.owner == "Adam/w/m";
+  EXPECT_TRUE(saw_m);
+}
+
+TEST(OptimizerTest, InsideStrategyRunAppliesTheMeanOnce) {
+  ReplicatedStrategy s(DeviceSpec::custom(4, 0));
+  Variable* w = nullptr;
+  std::unique_ptr<Variable> owned;
+  {
+    auto scope = s.scope();
+    owned = std::make_unique<Variable>("w", Tensor::zeros({2}), true);
+    w = owned.get();
+  }
+  SGD sgd(SGD::Options{.learning_rate = 1.0f, .momentum = 0.5f});
+  std::vector<Batch> shards = s.distribute(Batch{Tensor::from_vector({4, 1}, std::vector<float>{0, 1, 2, 3}), Tensor()});
+  s.run(
+      [&](const Batch&) {
+        const float r = static_cast<float>(current_replica_context()->replica_id);
+        sgd.apply_gradients({Tensor::full({2}, r)}, {w});
+        return 0;
+      },
+      shards);
+  // Mean gradient 1.5 applied once: w = 0 - 1.0 * 1.5.
+  EXPECT_EQ(w->value().to_vector(), (std::vector<float>{-1.5f, -1.5f}));
+  EXPECT_EQ(sgd.iterations(), 1);
+  for (int c = 0; c < 4; ++c) EXPECT_EQ(s.ledger().core(c).stat(Category::optimizer).current, 8) << c;
+}
+
+TEST(OptimizerTest, MakeOptimizer) {
+  EXPECT_EQ(make_optimizer("Adam")->name(), "Adam");
+  EXPECT_FLOAT_EQ(make_optimizer("adam", 0.5f)->learning_rate(), 0.5f);
+  EXPECT_FLOAT_EQ(make_optimizer("sgd")->learning_rate(), 0.01f);
+  EXPECT_THROW(make_optimizer("rmsprop"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace keel
+
+namespace keel {
+namespace {
+
+TEST(OptimizerTest, TwoStepsInsideOneRunUseConsecutiveStepNumbers) {
+  // A custom loop may apply gradients more than once per strategy.run (gradient accumulation, several
+  // steps per call). Every replica must read the same, advanced, step number for its share of the
+  // variables: Adam's bias correction depends on it.
+  constexpr int kReplicas = 8, kVars = 16, kRepeats = 40;
+  for (int repeat = 0; repeat < kRepeats; ++repeat) {
+    ReplicatedStrategy s(DeviceSpec::custom(kReplicas, 0));
+    std::vector<std::unique_ptr<Variable>> vars;
+    std::vector<Variable*> ptrs;
+    {
+      auto scope = s.scope();
+      for (int i = 0; i < kVars; ++i) {
+        vars.push_back(std::make_unique<Variable>("v" + std::to_string(i), Tensor::zeros({1}), true));
+        ptrs.push_back(vars.back().get());
+      }
+    }
+    Adam adam(Adam::Options{.learning_rate = 0.1f});
+    std::vector<Batch> shards =
+        s.distribute(Batch{Tensor::from_vector({kReplicas, 1}, std::vector<float>(kReplicas, 0.0f)), Tensor()});
+    s.run(
+        [&](const Batch&) {
+          for (int step = 0; step < 2; ++step) {
+            std::vector<Tensor> grads;
+            for (int i = 0; i < kVars; ++i) grads.push_back(Tensor::full({1}, step == 0 ? 1.0f : -0.5f));
+            adam.apply_gradients(grads, ptrs);
+          }
+          return 0;
+        },
+        shards);
+    ASSERT_EQ(adam.iterations(), 2);
+    // The same two steps on one host variable.
+    Adam ref(Adam::Options{.learning_rate = 0.1f});
+    Variable r("r", Tensor::from_vector({1}, std::vector<float>{0.0f}), true);
+    ref.apply_gradients({Tensor::from_vector({1}, std::vector<float>{1.0f})}, {&r});
+    ref.apply_gradients({Tensor::from_vector({1}, std::vector<float>{-0.5f})}, {&r});
+    for (int i = 0; i < kVars; ++i) {
+      ASSERT_FLOAT_EQ(vars[static_cast<size_t>(i)]->value().item(), r.value().item())
+          << "variable " << i << " (updated by replica " << i % kReplicas << "), repeat " << repeat;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace keel
