@@ -1,0 +1,864 @@
+#include "datasets/dataset.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "datasets/data_error.h"
+#include "framework/device/context.h"
+
+namespace keel {
+
+using nlohmann::json;
+
+// An iterator position in compact form: each node's fields followed by its input's, outermost node
+// first. It is cheap enough for prefetch to take after every element; the DatasetNode that made the
+// iterator turns it into the JSON state that Iterator::save() returns.
+using Position = std::vector<uint64_t>;
+
+// One iterator over one node of the pipeline. Contract: after next() has returned nullopt it keeps
+// returning nullopt; restore() is only ever called on a freshly made iterator (Iterator::restore
+// builds a new tree and swaps it in, so a failed restore leaves the old position intact).
+class IteratorNode {
+ public:
+  virtual ~IteratorNode() = default;
+  virtual std::optional<Element> next() = 0;
+  virtual void save(Position& out) const = 0;  // appends this node's position
+  virtual void restore(const json& state) = 0;
+};
+
+class DatasetNode {
+ public:
+  virtual ~DatasetNode() = default;
+  virtual std::unique_ptr<IteratorNode> make_iterator(uint64_t iteration) const = 0;
+  virtual int64_t cardinality() const = 0;
+  virtual std::string describe() const = 0;
+  // The JSON state of a position saved by one of this node's iterators, read from words[at] on;
+  // `at` is advanced past it.
+  virtual json state_json(const Position& words, size_t& at) const = 0;
+};
+
+namespace {
+
+constexpr int64_t kAutotunePrefetch = 2;
+constexpr const char* kStateFormat = "keel.dataset_iterator";
+constexpr int kStateVersion = 1;
+
+// ---- Deterministic randomness ---------------------------------------------------------------------
+
+// The SplitMix64 output function (Steele, Lea & Flood 2014): a bijective 64-bit mixer.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// SplitMix64: a Weyl sequence passed through mix64. Every step is spelled out here (no <random>
+// distributions, whose algorithms are implementation-defined), so a seed gives the same stream, and
+// the same shuffle order, on every platform and standard library.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t next() { return mix64(state_ += 0x9e3779b97f4a7c15ULL); }
+  // Uniform in [0, n), n > 0, without modulo bias: Lemire's multiply-and-reject ("Fast Random
+  // Integer Generation in an Interval", 2019).
+  uint64_t uniform(uint64_t n) {
+    unsigned __int128 m = static_cast<unsigned __int128>(next()) * n;
+    uint64_t low = static_cast<uint64_t>(m);
+    if (low < n) {
+      const uint64_t threshold = (0 - n) % n;  // 2^64 mod n
+      while (low < threshold) {
+        m = static_cast<unsigned __int128>(next()) * n;
+        low = static_cast<uint64_t>(m);
+      }
+    }
+    return static_cast<uint64_t>(m >> 64);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+// ---- Saved-state parsing: every malformed or foreign state becomes one DataError ----------------
+
+[[noreturn]] void state_mismatch(const std::string& why) {
+  throw DataError("iterator state does not match this dataset pipeline: " + why +
+                  ". Restore a state saved by an iterator of this same dataset (same ops and parameters) "
+                  "made with the same iteration.");
+}
+
+const json& state_field(const json& state, const char* op, const char* key) {
+  if (!state.is_object()) state_mismatch(std::string("expected a JSON object for '") + op + "'");
+  const auto it_op = state.find("op");
+  if (it_op == state.end() || !it_op->is_string() || it_op->get<std::string>() != op) {
+    state_mismatch(std::string("expected a '") + op + "' state, found " +
+                   (it_op == state.end() ? std::string("none") : it_op->dump()));
+  }
+  const auto it = state.find(key);
+  if (it == state.end()) state_mismatch(std::string("'") + op + "' state has no '" + key + "'");
+  return *it;
+}
+
+int64_t int_field(const json& state, const char* op, const char* key, int64_t lo, int64_t hi) {
+  const json& v = state_field(state, op, key);
+  const bool fits = v.is_number_integer() &&
+                    (!v.is_number_unsigned() ||
+                     v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+  const int64_t x = fits ? v.get<int64_t>() : 0;
+  if (!fits || x < lo || x > hi) {
+    state_mismatch(std::string("'") + op + "." + key + "' is " + v.dump() + ", outside [" +
+                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return x;
+}
+
+uint64_t uint_field(const json& v, const std::string& what) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  state_mismatch("'" + what + "' is " + v.dump() + ", not a non-negative integer");
+}
+
+uint64_t take_word(const Position& words, size_t& at) {
+  if (at >= words.size()) throw std::logic_error("dataset iterator position is shorter than its pipeline");
+  return words[at++];
+}
+int64_t take_int(const Position& words, size_t& at) { return static_cast<int64_t>(take_word(words, at)); }
+
+// The JSON state of `node`'s iterator as it is now.
+json current_state(const DatasetNode& node, const IteratorNode& it) {
+  Position words;
+  it.save(words);
+  size_t at = 0;
+  json state = node.state_json(words, at);
+  if (at != words.size()) throw std::logic_error("dataset iterator position is longer than its pipeline");
+  return state;
+}
+
+std::string shapes_string(const std::vector<Shape>& shapes) {
+  std::string s = "[";
+  for (size_t i = 0; i < shapes.size(); ++i) s += (i ? ", " : "") + shape_string(shapes[i]);
+  return s + "]";
+}
+
+// ---- from_tensor_slices ---------------------------------------------------------------------------
+
+class SlicesNode final : public DatasetNode {
+ public:
+  explicit SlicesNode(std::vector<Tensor> components) : components_(std::move(components)) {
+    if (components_.empty()) throw std::invalid_argument("from_tensor_slices: no components");
+    for (size_t c = 0; c < components_.size(); ++c) {
+      const Tensor& t = components_[c];
+      if (!t.defined() || t.rank() < 1 || t.is_abstract()) {
+        throw std::invalid_argument("from_tensor_slices: component " + std::to_string(c) +
+                                    " must be a tensor with data and at least one dimension" +
+                                    (t.defined() ? ", got shape " + shape_string(t.shape()) : std::string()));
+      }
+      if (t.dim(0) != components_[0].dim(0)) {
+        throw std::invalid_argument("from_tensor_slices: components have different sizes along dim 0: " +
+                                    shape_string(components_[0].shape()) + " and " + shape_string(t.shape()));
+      }
+      element_shapes_.emplace_back(t.shape().begin() + 1, t.shape().end());
+    }
+    rows_ = components_[0].dim(0);
+  }
+  std::unique_ptr<IteratorNode> make_iterator(uint64_t) const override;
+  int64_t cardinality() const override { return rows_; }
+  std::string describe() const override {
+    return "from_tensor_slices(n=" + std::to_string(rows_) + ", shapes=" + shapes_string(element_shapes_) +
+           ")";
+  }
+  json state_json(const Position& words, size_t& at) const override {
+    return {{"op", "from_tensor_slices"}, {"index", take_int(words, at)}};
+  }
+
+  int64_t rows() const { return rows_; }
+  Element row(int64_t i) const {
+    Element e;
+    e.reserve(components_.size());
+    for (size_t c = 0; c < components_.size(); ++c) {
+      e.push_back(components_[c].slice_rows(i, i + 1).reshape(element_shapes_[c]));
+    }
+    return e;
+  }
+
+ private:
+  std::vector<Tensor> components_;
+  std::vector<Shape> element_shapes_;  // components_[c].shape() without dim 0
+  int64_t rows_ = 0;
+};
+
+class SlicesIterator final : public IteratorNode {
+ public:
+  explicit SlicesIterator(const SlicesNode& node) : node_(node) {}
+  std::optional<Element> next() override {
+    if (index_ >= node_.rows()) return std::nullopt;
+    return node_.row(index_++);
+  }
+  void save(Position& out) const override { out.push_back(static_cast<uint64_t>(index_)); }
+  void restore(const json& state) override {
+    index_ = int_field(state, "from_tensor_slices", "index", 0, node_.rows());
+  }
+
+ private:
+  const SlicesNode& node_;
+  int64_t index_ = 0;  // next row
+};
+
+std::unique_ptr<IteratorNode> SlicesNode::make_iterator(uint64_t) const {
+  return std::make_unique<SlicesIterator>(*this);
+}
+
+// ---- map ------------------------------------------------------------------------------------------
+
+class MapNode final : public DatasetNode {
+ public:
+  MapNode(std::shared_ptr<const DatasetNode> input, std::function<Element(const Element&)> fn)
+      : input_(std::move(input)), fn_(std::move(fn)) {
+    if (!fn_) throw std::invalid_argument("map: empty function");
+  }
+  std::unique_ptr<IteratorNode> make_iterator(uint64_t iteration) const override;
+  int64_t cardinality() const override { return input_->cardinality(); }
+  std::string describe() const override { return input_->describe() + " -> map"; }
+  json state_json(const Position& words, size_t& at) const override {
+    return {{"op", "map"}, {"input", input_->state_json(words, at)}};
+  }
+
+  std::shared_ptr<const DatasetNode> input_;
+  std::function<Element(const Element&)> fn_;
+};
+
+class MapIterator final : public IteratorNode {
+ public:
+  MapIterator(const MapNode& node, uint64_t iteration)
+      : node_(node), input_(node.input_->make_iterator(iteration)) {}
+  std::optional<Element> next() override {
+    std::optional<Element> e = input_->next();
+    if (!e) return std::nullopt;
+    HostScope host;
+    return node_.fn_(*e);
+  }
+  void save(Position& out) const override { input_->save(out); }
+  void restore(const json& state) override { input_->restore(state_field(state, "map", "input")); }
+
+ private:
+  const MapNode& node_;
+  std::unique_ptr<IteratorNode> input_;
+};
+
+std::unique_ptr<IteratorNode> MapNode::make_iterator(uint64_t iteration) const {
+  return std::make_unique<MapIterator>(*this, iteration);
+}
+
+// ---- shuffle --------------------------------------------------------------------------------------
+
+class ShuffleNode final : public DatasetNode {
+ public:
+  ShuffleNode(std::shared_ptr<const DatasetNode> input, int64_t buffer_size, uint64_t seed, bool reshuffle)
+      : input_(std::move(input)), buffer_size_(buffer_size), seed_(seed), reshuffle_(reshuffle) {
+    if (buffer_size_ < 1) {
+      throw std::invalid_argument("shuffle: buffer_size must be at least 1, got " +
+                                  std::to_string(buffer_size_));
+    }
+  }
+  std::unique_ptr<IteratorNode> make_iterator(uint64_t iteration) const override;
+  int64_t cardinality() const override { return input_->cardinality(); }
+  std::string describe() const override {
+    return input_->describe() + " -> shuffle(buffer=" + std::to_string(buffer_size_) +
+           ", seed=" + std::to_string(seed_) + ", reshuffle=" + (reshuffle_ ? "true" : "false") + ")";
+  }
+  json state_json(const Position& words, size_t& at) const override {
+    const uint64_t seed = take_word(words, at);
+    const int64_t emitted = take_int(words, at);
+    return {
+        {"op", "shuffle"}, {"seed", seed}, {"emitted", emitted}, {"input", input_->state_json(words, at)}};
+  }
+  // The RNG seed of one iteration: distinct iterations get unrelated streams.
+  uint64_t iteration_seed(uint64_t iteration) const {
+    return mix64(seed_ ^ mix64(reshuffle_ ? iteration + 1 : 0));
+  }
+
+  std::shared_ptr<const DatasetNode> input_;
+  int64_t buffer_size_;
+  uint64_t seed_;
+  bool reshuffle_;
+};
+
+class ShuffleIterator final : public IteratorNode {
+ public:
+  ShuffleIterator(const ShuffleNode& node, uint64_t iteration)
+      : node_(node),
+        seed_(node.iteration_seed(iteration)),
+        rng_(seed_),
+        input_(node.input_->make_iterator(iteration)) {}
+
+  std::optional<Element> next() override {
+    if (!filled_) fill();
+    if (buffer_.empty()) return std::nullopt;
+    const size_t i = static_cast<size_t>(rng_.uniform(buffer_.size()));
+    Element out = std::move(buffer_[i]);
+    std::optional<Element> refill;
+    if (!input_done_) {
+      refill = input_->next();
+      input_done_ = !refill;
+    }
+    if (refill) {
+      buffer_[i] = std::move(*refill);
+    } else {
+      if (i + 1 != buffer_.size()) buffer_[i] = std::move(buffer_.back());
+      buffer_.pop_back();
+    }
+    ++emitted_;
+    return out;
+  }
+
+  // The buffer is not saved (it holds tensors): restore() replays the iteration up to `emitted`.
+  void save(Position& out) const override {
+    out.push_back(seed_);
+    out.push_back(static_cast<uint64_t>(emitted_));
+    input_->save(out);
+  }
+
+  void restore(const json& state) override {
+    const uint64_t seed = uint_field(state_field(state, "shuffle", "seed"), "shuffle.seed");
+    if (seed != seed_) {
+      state_mismatch("the shuffle was saved with iteration seed " + std::to_string(seed) +
+                     " but this iterator uses " + std::to_string(seed_));
+    }
+    const int64_t card = node_.input_->cardinality();
+    const int64_t emitted =
+        int_field(state, "shuffle", "emitted", 0, card >= 0 ? card : std::numeric_limits<int64_t>::max());
+    const json& input_state = state_field(state, "shuffle", "input");
+    for (int64_t k = 0; k < emitted; ++k) {
+      if (!next()) {
+        state_mismatch("the shuffle was saved after " + std::to_string(emitted) +
+                       " elements but its input ends after " + std::to_string(k));
+      }
+    }
+    if (current_state(*node_.input_, *input_) != input_state) {
+      state_mismatch(
+          "replaying the shuffle's input did not reach the saved input position (the state comes from "
+          "another pipeline, or a map function is not deterministic)");
+    }
+  }
+
+ private:
+  void fill() {
+    filled_ = true;
+    const int64_t card = node_.input_->cardinality();
+    const int64_t expect = card >= 0 ? std::min(card, node_.buffer_size_) : node_.buffer_size_;
+    buffer_.reserve(static_cast<size_t>(std::min<int64_t>(expect, int64_t{1} << 16)));
+    while (static_cast<int64_t>(buffer_.size()) < node_.buffer_size_) {
+      std::optional<Element> e = input_->next();
+      if (!e) {
+        input_done_ = true;
+        break;
+      }
+      buffer_.push_back(std::move(*e));
+    }
+  }
+
+  const ShuffleNode& node_;
+  uint64_t seed_;
+  SplitMix64 rng_;
+  std::unique_ptr<IteratorNode> input_;
+  std::vector<Element> buffer_;
+  bool filled_ = false;
+  bool input_done_ = false;
+  int64_t emitted_ = 0;
+};
+
+std::unique_ptr<IteratorNode> ShuffleNode::make_iterator(uint64_t iteration) const {
+  return std::make_unique<ShuffleIterator>(*this, iteration);
+}
+
+// ---- batch ----------------------------------------------------------------------------------------
+
+class BatchNode final : public DatasetNode {
+ public:
+  BatchNode(std::shared_ptr<const DatasetNode> input, int64_t batch_size, bool drop_remainder)
+      : input_(std::move(input)), batch_size_(batch_size), drop_remainder_(drop_remainder) {
+    if (batch_size_ < 1) {
+      throw std::invalid_argument("batch: batch_size must be at least 1, got " + std::to_string(batch_size_));
+    }
+  }
+  std::unique_ptr<IteratorNode> make_iterator(uint64_t iteration) const override;
+  int64_t cardinality() const override {
+    const int64_t n = input_->cardinality();
+    if (n < 0) return n;
+    return drop_remainder_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+  }
+  std::string describe() const override {
+    return input_->describe() + " -> batch(" + std::to_string(batch_size_) +
+           ", drop_remainder=" + (drop_remainder_ ? "true" : "false") + ")";
+  }
+  json state_json(const Position& words, size_t& at) const override {
+    return {{"op", "batch"}, {"input", input_->state_json(words, at)}};
+  }
+
+  std::shared_ptr<const DatasetNode> input_;
+  int64_t batch_size_;
+  bool drop_remainder_;
+};
+
+// Stacks elements (all of equal component shapes) into new host tensors along a new dim 0.
+Element stack(const std::vector<Element>& items) {
+  const size_t n = items.size();
+  const size_t num_components = items[0].size();
+  Element out;
+  out.reserve(num_components);
+  HostScope host;
+  for (size_t c = 0; c < num_components; ++c) {
+    const Shape& shape = items[0][c].shape();
+    for (size_t j = 0; j < n; ++j) {
+      if (items[j].size() != num_components) {
+        throw DataError("batch: element " + std::to_string(j) + " of a batch has " +
+                        std::to_string(items[j].size()) + " components but element 0 has " +
+                        std::to_string(num_components) + "; every element must have the same structure");
+      }
+      if (items[j][c].shape() != shape) {
+        throw DataError("batch: component " + std::to_string(c) + " of element " + std::to_string(j) +
+                        " of a batch has shape " + shape_string(items[j][c].shape()) +
+                        " but element 0's has " + shape_string(shape) +
+                        "; batch() needs equal shapes (resize or pad them in map())");
+      }
+    }
+    Shape batched{static_cast<int64_t>(n)};
+    batched.insert(batched.end(), shape.begin(), shape.end());
+    Tensor t = Tensor::empty(batched);
+    const int64_t per = num_elements(shape);
+    if (per > 0) {
+      float* dst = t.data();
+      // Rows that are adjacent in memory (an unshuffled from_tensor_slices) go in one memcpy.
+      size_t j = 0;
+      while (j < n) {
+        const float* src = items[j][c].data();
+        if (src == nullptr) {
+          throw DataError("batch: component " + std::to_string(c) + " has no data (abstract tensor)");
+        }
+        size_t end = j + 1;
+        while (end < n && items[end][c].data() == src + static_cast<int64_t>(end - j) * per) ++end;
+        std::memcpy(dst + static_cast<int64_t>(j) * per, src,
+                    static_cast<size_t>(end - j) * static_cast<size_t>(per) * sizeof(float));
+        j = end;
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+class BatchIterator final : public IteratorNode {
+ public:
+  BatchIterator(const BatchNode& node, uint64_t iteration)
+      : node_(node), input_(node.input_->make_iterator(iteration)) {}
+  std::optional<Element> next() override {
+    std::vector<Element> items;
+    items.reserve(static_cast<size_t>(std::min<int64_t>(node_.batch_size_, 4096)));
+    while (static_cast<int64_t>(items.size()) < node_.batch_size_) {
+      std::optional<Element> e = input_->next();
+      if (!e) break;
+      items.push_back(std::move(*e));
+    }
+    if (items.empty()) return std::nullopt;
+    if (node_.drop_remainder_ && static_cast<int64_t>(items.size()) < node_.batch_size_) return std::nullopt;
+    return stack(items);
+  }
+  void save(Position& out) const override { input_->save(out); }
+  void restore(const json& state) override { input_->restore(state_field(state, "batch", "input")); }
+
+ private:
+  const BatchNode& node_;
+  std::unique_ptr<IteratorNode> input_;
+};
+
+std::unique_ptr<IteratorNode> BatchNode::make_iterator(uint64_t iteration) const {
+  return std::make_unique<BatchIterator>(*this, iteration);
+}
+
+// ---- repeat ---------------------------------------------------------------------------------------
+
+class RepeatNode final : public DatasetNode {
+ public:
+  RepeatNode(std::shared_ptr<const DatasetNode> input, int64_t count)
+      : input_(std::move(input)), count_(count) {
+    if (count_ < -1) {
+      throw std::invalid_argument("repeat: count must be -1 (forever) or >= 0, got " +
+                                  std::to_string(count_));
+    }
+  }
+  std::unique_ptr<IteratorNode> make_iterator(uint64_t iteration) const override;
+  int64_t cardinality() const override {
+    const int64_t n = input_->cardinality();
+    if (count_ < 0) return n == 0 ? 0 : kInfiniteCardinality;  // as tf.data
+    if (count_ == 0) return 0;
+    if (n < 0) return n;
+    return n * count_;
+  }
+  std::string describe() const override {
+    return input_->describe() + " -> repeat(" + std::to_string(count_) + ")";
+  }
+  json state_json(const Position& words, size_t& at) const override {
+    const int64_t repetition = take_int(words, at);
+    const bool has_input = take_word(words, at) != 0;
+    return {{"op", "repeat"},
+            {"repetition", repetition},
+            {"input", has_input ? input_->state_json(words, at) : json(nullptr)}};
+  }
+  // The iteration the input runs as in repetition r of iteration k: distinct for distinct (k, r)
+  // (for count = -1 while k, r < 2^32).
+  uint64_t sub_iteration(uint64_t iteration, int64_t repetition) const {
+    const auto r = static_cast<uint64_t>(repetition);
+    return count_ > 0 ? iteration * static_cast<uint64_t>(count_) + r : (iteration << 32) + r;
+  }
+
+  std::shared_ptr<const DatasetNode> input_;
+  int64_t count_;
+};
+
+class RepeatIterator final : public IteratorNode {
+ public:
+  RepeatIterator(const RepeatNode& node, uint64_t iteration) : node_(node), iteration_(iteration) {
+    if (node_.count_ == 0) return;
+    input_ = node_.input_->make_iterator(node_.sub_iteration(iteration_, 0));
+  }
+  std::optional<Element> next() override {
+    while (input_) {
+      std::optional<Element> e = input_->next();
+      if (e) {
+        fresh_ = false;
+        return e;
+      }
+      ++repetition_;
+      // An input that is empty from its start would make repeat() spin forever: end instead.
+      if (fresh_ || (node_.count_ > 0 && repetition_ >= node_.count_)) {
+        input_.reset();
+        break;
+      }
+      input_ = node_.input_->make_iterator(node_.sub_iteration(iteration_, repetition_));
+      fresh_ = true;
+    }
+    return std::nullopt;
+  }
+  void save(Position& out) const override {
+    out.push_back(static_cast<uint64_t>(repetition_));
+    out.push_back(input_ ? 1 : 0);
+    if (input_) input_->save(out);
+  }
+  void restore(const json& state) override {
+    const int64_t max_rep = node_.count_ >= 0 ? node_.count_ : std::numeric_limits<int64_t>::max();
+    repetition_ = int_field(state, "repeat", "repetition", 0, max_rep);
+    const json& input_state = state_field(state, "repeat", "input");
+    if (input_state.is_null()) {
+      input_.reset();
+      return;
+    }
+    if (repetition_ == node_.count_) {
+      state_mismatch("'repeat.repetition' equals the count but the input is not done");
+    }
+    input_ = node_.input_->make_iterator(node_.sub_iteration(iteration_, repetition_));
+    input_->restore(input_state);
+    fresh_ = false;
+  }
+
+ private:
+  const RepeatNode& node_;
+  uint64_t iteration_;
+  std::unique_ptr<IteratorNode> input_;  // null once the repeat is done
+  int64_t repetition_ = 0;
+  bool fresh_ = true;  // input_ has produced nothing yet
+};
+
+std::unique_ptr<IteratorNode> RepeatNode::make_iterator(uint64_t iteration) const {
+  return std::make_unique<RepeatIterator>(*this, iteration);
+}
+
+// ---- take -----------------------------------------------------------------------------------------
+
+class TakeNode final : public DatasetNode {
+ public:
+  TakeNode(std::shared_ptr<const DatasetNode> input, int64_t count)
+      : input_(std::move(input)), count_(count) {
+    if (count_ < -1) {
+      throw std::invalid_argument("take: count must be -1 (all) or >= 0, got " + std::to_string(count_));
+    }
+  }
+  std::unique_ptr<IteratorNode> make_iterator(uint64_t iteration) const override;
+  int64_t cardinality() const override {
+    const int64_t n = input_->cardinality();
+    if (count_ < 0) return n;
+    if (n == kInfiniteCardinality) return count_;
+    if (n == kUnknownCardinality) return n;
+    return std::min(n, count_);
+  }
+  std::string describe() const override {
+    return input_->describe() + " -> take(" + std::to_string(count_) + ")";
+  }
+  json state_json(const Position& words, size_t& at) const override {
+    const int64_t taken = take_int(words, at);
+    return {{"op", "take"}, {"taken", taken}, {"input", input_->state_json(words, at)}};
+  }
+
+  std::shared_ptr<const DatasetNode> input_;
+  int64_t count_;
+};
+
+class TakeIterator final : public IteratorNode {
+ public:
+  TakeIterator(const TakeNode& node, uint64_t iteration)
+      : node_(node), input_(node.input_->make_iterator(iteration)) {}
+  std::optional<Element> next() override {
+    if (node_.count_ >= 0 && taken_ >= node_.count_) return std::nullopt;
+    std::optional<Element> e = input_->next();
+    if (e) ++taken_;
+    return e;
+  }
+  void save(Position& out) const override {
+    out.push_back(static_cast<uint64_t>(taken_));
+    input_->save(out);
+  }
+  void restore(const json& state) override {
+    const int64_t max_taken = node_.count_ >= 0 ? node_.count_ : std::numeric_limits<int64_t>::max();
+    taken_ = int_field(state, "take", "taken", 0, max_taken);
+    input_->restore(state_field(state, "take", "input"));
+  }
+
+ private:
+  const TakeNode& node_;
+  std::unique_ptr<IteratorNode> input_;
+  int64_t taken_ = 0;
+};
+
+std::unique_ptr<IteratorNode> TakeNode::make_iterator(uint64_t iteration) const {
+  return std::make_unique<TakeIterator>(*this, iteration);
+}
+
+// ---- prefetch -------------------------------------------------------------------------------------
+
+class PrefetchNode final : public DatasetNode {
+ public:
+  PrefetchNode(std::shared_ptr<const DatasetNode> input, int64_t buffer_size)
+      : input_(std::move(input)), buffer_size_(buffer_size == AUTOTUNE ? kAutotunePrefetch : buffer_size) {
+    if (buffer_size_ < 1) {
+      throw std::invalid_argument("prefetch: buffer_size must be AUTOTUNE or at least 1, got " +
+                                  std::to_string(buffer_size));
+    }
+  }
+  std::unique_ptr<IteratorNode> make_iterator(uint64_t iteration) const override;
+  int64_t cardinality() const override { return input_->cardinality(); }
+  // The buffer size changes no element, so it is left out: a state resumes with another size.
+  std::string describe() const override { return input_->describe() + " -> prefetch"; }
+  json state_json(const Position& words, size_t& at) const override {
+    return {{"op", "prefetch"}, {"input", input_->state_json(words, at)}};
+  }
+
+  std::shared_ptr<const DatasetNode> input_;
+  int64_t buffer_size_;
+};
+
+// The producer thread starts on the first next() and owns input_ until it is stopped; the consumer
+// touches input_ only while no producer runs (before the first next(), in restore()).
+class PrefetchIterator final : public IteratorNode {
+ public:
+  PrefetchIterator(const PrefetchNode& node, uint64_t iteration)
+      : capacity_(static_cast<size_t>(node.buffer_size_)), input_(node.input_->make_iterator(iteration)) {}
+  ~PrefetchIterator() override { stop(); }
+
+  std::optional<Element> next() override {
+    if (done_) {
+      if (error_) std::rethrow_exception(error_);
+      return std::nullopt;
+    }
+    if (!thread_.joinable()) start();
+    Slot slot;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return !queue_.empty(); });
+      slot = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    cv_.notify_all();
+    if (slot.error || !slot.element) {
+      // The producer has exited after queueing its last slot.
+      done_ = true;
+      error_ = slot.error;
+      thread_.join();
+      if (error_) std::rethrow_exception(error_);
+    }
+    if (!slot.error) consumed_ = std::move(slot.snapshot);
+    return std::move(slot.element);
+  }
+
+  void save(Position& out) const override {
+    if (started_) {
+      out.insert(out.end(), consumed_.begin(), consumed_.end());
+    } else {
+      input_->save(out);
+    }
+  }
+
+  void restore(const json& state) override {
+    const json& input_state = state_field(state, "prefetch", "input");
+    stop();
+    input_->restore(input_state);
+    started_ = false;
+    done_ = false;
+    error_ = nullptr;
+  }
+
+ private:
+  struct Slot {
+    std::optional<Element> element;  // nullopt with no error: the end of the input
+    Position snapshot;               // input_'s position right after producing `element`
+    std::exception_ptr error;
+  };
+
+  void start() {
+    consumed_.clear();
+    input_->save(consumed_);
+    started_ = true;
+    stop_ = false;
+    thread_ = std::thread([this] { produce(); });
+  }
+
+  void produce() {
+    HostScope host;
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || queue_.size() < capacity_; });
+        if (stop_) return;
+      }
+      Slot slot;
+      try {
+        slot.element = input_->next();
+        input_->save(slot.snapshot);
+      } catch (...) {
+        slot.element.reset();
+        slot.error = std::current_exception();
+      }
+      const bool last = !slot.element;
+      {
+        std::lock_guard lock(mu_);
+        if (stop_) return;
+        queue_.push_back(std::move(slot));
+      }
+      cv_.notify_all();
+      if (last) return;
+    }
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    queue_.clear();
+  }
+
+  const size_t capacity_;
+  std::unique_ptr<IteratorNode> input_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Slot> queue_;  // guarded by mu_
+  bool stop_ = false;       // guarded by mu_
+  std::thread thread_;
+  // Consumer-side only:
+  bool started_ = false;
+  bool done_ = false;
+  std::exception_ptr error_;
+  Position consumed_;  // input_'s position right after the last element the consumer took
+};
+
+std::unique_ptr<IteratorNode> PrefetchNode::make_iterator(uint64_t iteration) const {
+  return std::make_unique<PrefetchIterator>(*this, iteration);
+}
+
+}  // namespace
+
+// ---- Dataset ---------------------------------------------------------------------------------------
+
+Dataset Dataset::from_tensor_slices(std::vector<Tensor> components) {
+  return Dataset(std::make_shared<SlicesNode>(std::move(components)));
+}
+Dataset Dataset::map(std::function<Element(const Element&)> fn) const {
+  return Dataset(std::make_shared<MapNode>(node_, std::move(fn)));
+}
+Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
+  return Dataset(std::make_shared<ShuffleNode>(node_, buffer_size, seed, reshuffle_each_iteration));
+}
+Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
+  return Dataset(std::make_shared<BatchNode>(node_, batch_size, drop_remainder));
+}
+Dataset Dataset::repeat(int64_t count) const { return Dataset(std::make_shared<RepeatNode>(node_, count)); }
+Dataset Dataset::take(int64_t count) const { return Dataset(std::make_shared<TakeNode>(node_, count)); }
+Dataset Dataset::prefetch(int64_t buffer_size) const {
+  return Dataset(std::make_shared<PrefetchNode>(node_, buffer_size));
+}
+int64_t Dataset::cardinality() const { return node_->cardinality(); }
+std::string Dataset::describe() const { return node_->describe(); }
+Iterator Dataset::make_iterator(uint64_t iteration) const { return Iterator(node_, iteration); }
+
+// ---- Iterator --------------------------------------------------------------------------------------
+
+Iterator::Iterator(std::shared_ptr<const DatasetNode> root, uint64_t iteration)
+    : root_(std::move(root)), node_(root_->make_iterator(iteration)), iteration_(iteration) {}
+Iterator::Iterator(Iterator&&) noexcept = default;
+Iterator& Iterator::operator=(Iterator&& other) noexcept {
+  // node_ points into root_: release the old tree before the graph that backs it.
+  node_ = std::move(other.node_);
+  root_ = std::move(other.root_);
+  iteration_ = other.iteration_;
+  produced_ = other.produced_;
+  return *this;
+}
+Iterator::~Iterator() { node_.reset(); }
+
+std::optional<Element> Iterator::next() {
+  std::optional<Element> e = node_->next();
+  if (e) ++produced_;
+  return e;
+}
+
+json Iterator::save() const {
+  return {{"format", kStateFormat},  {"version", kStateVersion}, {"pipeline", root_->describe()},
+          {"iteration", iteration_}, {"produced", produced_},    {"state", current_state(*root_, *node_)}};
+}
+
+void Iterator::restore(const json& state) {
+  if (!state.is_object() || state.value("format", json()) != kStateFormat) {
+    state_mismatch("not a keel dataset iterator state (no \"format\": \"" + std::string(kStateFormat) +
+                   "\")");
+  }
+  if (state.value("version", json()) != kStateVersion) {
+    state_mismatch("state version " + state.value("version", json()).dump() + ", this build reads version " +
+                   std::to_string(kStateVersion));
+  }
+  const std::string pipeline = root_->describe();
+  const json saved_pipeline = state.value("pipeline", json());
+  if (saved_pipeline != pipeline) {
+    state_mismatch("it was saved from pipeline " + saved_pipeline.dump() + " but this dataset is \"" +
+                   pipeline + "\"");
+  }
+  const uint64_t saved_iteration = uint_field(state.value("iteration", json()), "iteration");
+  if (saved_iteration != iteration_) {
+    state_mismatch("it was saved at iteration " + std::to_string(saved_iteration) +
+                   " but this iterator was made for iteration " + std::to_string(iteration_));
+  }
+  const uint64_t produced = uint_field(state.value("produced", json()), "produced");
+  if (!state.contains("state")) state_mismatch("it has no \"state\"");
+  // Restore into a new tree so that a state that fails half-way leaves this iterator untouched.
+  std::unique_ptr<IteratorNode> fresh = root_->make_iterator(iteration_);
+  fresh->restore(state["state"]);
+  node_ = std::move(fresh);
+  produced_ = static_cast<int64_t>(produced);
+}
+
+}  // namespace keel

@@ -1,0 +1,137 @@
+// A tf.data-style input pipeline on host memory, with exactly resumable iterators.
+//
+//   Dataset ds = Dataset::from_tensor_slices({images, labels})   // images (N, 28, 28), labels (N,)
+//                    .shuffle(1024, /*seed=*/7)
+//                    .batch(128, /*drop_remainder=*/true)          // elements {(128, 28, 28), (128,)}
+//                    .prefetch(AUTOTUNE);
+//   for (int64_t epoch = 0; ...) {
+//     Iterator it = ds.make_iterator(epoch);                     // a new shuffle order per epoch
+//     while (auto batch = it.next()) { ... }
+//   }
+//
+// A Dataset is an immutable description (a chain of nodes shared by copies); an Iterator walks it.
+// All tensors the pipeline creates live in host memory (HostScope), whatever the caller's context.
+//
+// Determinism: an iterator's element sequence depends only on the pipeline and the `iteration` given
+// to make_iterator, never on timing, threads or the platform (the shuffle RNG is SplitMix64 with
+// Lemire's bounded integers, written out in dataset.cc). Map functions must be deterministic and free
+// of side effects that matter: restore() replays them.
+//
+// Resume: Iterator::save() returns a small JSON state (positions, counts, seeds — never tensor data);
+// make_iterator(same iteration) + restore(state) continues with exactly the elements the saved
+// iterator would have produced next. Costs: a shuffle regenerates its buffer by replaying its input
+// from the start of the iteration up to the saved position (about as costly as producing that many
+// elements again, map functions included); everything else restores in O(1) (plus the cost of
+// restoring its input).
+//
+// An Iterator is used from one thread at a time; prefetch() runs its own producer thread internally.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/core/tensor.h"
+
+namespace keel {
+
+// One element of a dataset: its components, e.g. {image (28, 28), label ()}.
+using Element = std::vector<Tensor>;
+
+// prefetch(AUTOTUNE) picks a small buffer (2 elements).
+inline constexpr int64_t AUTOTUNE = -1;
+// cardinality() values, as tf.data.INFINITE_CARDINALITY / UNKNOWN_CARDINALITY.
+inline constexpr int64_t kInfiniteCardinality = -1;
+inline constexpr int64_t kUnknownCardinality = -2;
+
+class DatasetNode;
+class IteratorNode;
+
+class Iterator {
+ public:
+  Iterator(Iterator&&) noexcept;
+  Iterator& operator=(Iterator&&) noexcept;
+  ~Iterator();  // stops and joins any prefetch threads
+
+  // The next element, or nullopt at the end (and on every call after it). An exception thrown
+  // upstream (a map function, a prefetch producer) is re-thrown here.
+  std::optional<Element> next();
+
+  // The position as seen by the caller (elements prefetched but not yet returned are not counted):
+  //   {"format": "keel.dataset_iterator", "version": 1, "pipeline": "<describe()>",
+  //    "iteration": k, "produced": n, "state": {"op": ..., "input": {...}, ...}}
+  nlohmann::json save() const;
+  // Moves this iterator to a saved position; works before or after next() calls. Throws DataError
+  // ("iterator state does not match this dataset pipeline ...") if the state was saved from another
+  // pipeline or iteration, or is malformed.
+  void restore(const nlohmann::json& state);
+
+  int64_t produced() const { return produced_; }  // elements returned so far
+  uint64_t iteration() const { return iteration_; }
+
+ private:
+  friend class Dataset;
+  Iterator(std::shared_ptr<const DatasetNode> root, uint64_t iteration);
+
+  std::shared_ptr<const DatasetNode> root_;  // declared first: outlives node_, which points into it
+  std::unique_ptr<IteratorNode> node_;
+  uint64_t iteration_ = 0;
+  int64_t produced_ = 0;
+};
+
+class Dataset {
+ public:
+  // Elements are the rows of `components` (sliced along dim 0, which all components must share);
+  // element i has component c of shape components[c].shape() without dim 0. Elements are views of
+  // the given tensors (no copy), which must not be modified while the dataset is in use.
+  static Dataset from_tensor_slices(std::vector<Tensor> components);
+
+  // `fn` runs in a HostScope on the thread that pulls the element (a prefetch thread if one is
+  // downstream). It must be deterministic: iterator restore replays it.
+  Dataset map(std::function<Element(const Element&)> fn) const;
+
+  // tf.data's shuffle: keeps a buffer of `buffer_size` elements, emits a uniformly random one and
+  // refills its slot from the input. The order of iteration k is a function of (seed, k) when
+  // reshuffle_each_iteration, of seed alone otherwise. buffer_size >= cardinality gives a uniform
+  // permutation.
+  Dataset shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration = true) const;
+
+  // Stacks `batch_size` consecutive elements along a new dim 0 into new host tensors: component
+  // shape S becomes (batch_size, S...). The last batch is smaller unless drop_remainder. All elements
+  // of a batch must have equal component shapes (DataError otherwise).
+  Dataset batch(int64_t batch_size, bool drop_remainder = false) const;
+
+  // count = -1 repeats forever. Repetition r of iteration k iterates its input as sub-iteration
+  // k * count + r (finite count) or k * 2^32 + r (forever), so every repetition is shuffled anew
+  // and reproducibly. Repeating an empty dataset forever yields nothing (it does not hang).
+  Dataset repeat(int64_t count = -1) const;
+
+  // At most `count` elements; -1 takes all.
+  Dataset take(int64_t count) const;
+
+  // Produces up to `buffer_size` elements ahead on a background thread (AUTOTUNE = 2). The element
+  // sequence is unchanged. Each element costs a thread hand-off and a snapshot of the upstream
+  // position (a few words), so prefetch batches rather than single examples where possible.
+  Dataset prefetch(int64_t buffer_size) const;
+
+  // Number of elements, or kInfiniteCardinality (-1) / kUnknownCardinality (-2).
+  int64_t cardinality() const;
+
+  // The pipeline, e.g. "from_tensor_slices(n=60000, shapes=[(28, 28), ()]) -> shuffle(buffer=64,
+  // seed=7, reshuffle=true) -> batch(8, drop_remainder=true) -> prefetch". Saved states carry it.
+  std::string describe() const;
+
+  // `iteration` is the epoch index (see shuffle and repeat).
+  Iterator make_iterator(uint64_t iteration = 0) const;
+
+ private:
+  explicit Dataset(std::shared_ptr<const DatasetNode> node) : node_(std::move(node)) {}
+  std::shared_ptr<const DatasetNode> node_;
+};
+
+}  // namespace keel
