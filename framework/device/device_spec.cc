@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace keel {
@@ -57,16 +58,18 @@ DeviceSpec DeviceSpec::custom(int cores, int64_t hbm_bytes_per_core) {
 }
 
 int64_t parse_bytes(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  if (i == 0) throw std::invalid_argument("not a size: '" + text + "' (examples: 512MiB, 16GiB, 95GB)");
-  double value = 0;
-  try {
-    value = std::stod(text.substr(0, i));
-  } catch (const std::exception&) {
-    throw std::invalid_argument("not a size: '" + text + "'");
+  // A decimal number (digits, at most one '.'), then an optional unit.
+  size_t i = 0, dots = 0, digits = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    dots += text[i] == '.';
+    digits += text[i] != '.';
+    ++i;
   }
-  std::string unit = text.substr(i);
+  if (digits == 0 || dots > 1) {
+    throw std::invalid_argument("not a size: '" + text + "' (examples: 512MiB, 16GiB, 95GB)");
+  }
+  const double value = std::strtod(text.substr(0, i).c_str(), nullptr);
+  const std::string unit = text.substr(i);
   double scale = 0;
   if (unit.empty() || unit == "B") scale = 1;
   else if (unit == "KiB") scale = 1024.0;
@@ -78,7 +81,10 @@ int64_t parse_bytes(const std::string& text) {
   else if (unit == "GB") scale = 1e9;
   else if (unit == "TB") scale = 1e12;
   else throw std::invalid_argument("unknown size unit '" + unit + "' in '" + text + "' (use B, KiB, MiB, GiB, KB, MB, GB)");
-  return static_cast<int64_t>(std::llround(value * scale));
+  const double bytes = value * scale;
+  // 2^63 is exactly representable; anything at or above it does not fit.
+  if (!(bytes < 9223372036854775808.0)) throw std::invalid_argument("size '" + text + "' is too large");
+  return static_cast<int64_t>(std::llround(bytes));
 }
 
 std::string format_bytes(int64_t bytes) {

@@ -257,7 +257,8 @@ void ReplicatedStrategy::all_reduce_mean(std::vector<Tensor>& grads) {
 }
 
 void ReplicatedStrategy::all_reduce_mean_and_apply(std::vector<Tensor>& grads,
-                                                   const std::function<void(size_t, const Tensor&)>& apply) {
+                                                   const std::function<void(size_t, const Tensor&)>& apply,
+                                                   const std::function<void()>& once) {
   const ReplicaContext* rc = current_replica_context();
   if (rc == nullptr || rc->strategy != this) throw std::logic_error("all_reduce_mean called outside strategy.run");
   const int n = rc->num_replicas;
@@ -265,6 +266,7 @@ void ReplicatedStrategy::all_reduce_mean_and_apply(std::vector<Tensor>& grads,
     for (size_t i = 0; i < grads.size(); ++i) {
       if (grads[i].defined()) apply(i, grads[i]);
     }
+    if (once) once();
     return;
   }
   reduce_inputs_[static_cast<size_t>(rc->replica_id)] = &grads;
@@ -288,6 +290,7 @@ void ReplicatedStrategy::all_reduce_mean_and_apply(std::vector<Tensor>& grads,
     }
     apply(i, out[i]);
   }
+  if (rc->replica_id == 0 && once) once();
   // After this barrier replica 0 may return and free its vector: nothing here reads it again.
   barrier_wait(rc->replica_id);
 }

@@ -119,8 +119,10 @@ class ReplicatedStrategy {
   // all_reduce_mean fused with what consumes it: once every replica has contributed, each replica
   // reduces a strided share of the tensors into replica 0's buffers and calls apply(i, mean_i) on
   // each of them; returns when all are applied. Two barriers instead of four, and the update runs
-  // in parallel. `apply` must only touch state belonging to tensor i.
-  void all_reduce_mean_and_apply(std::vector<Tensor>& grads, const std::function<void(size_t, const Tensor&)>& apply);
+  // in parallel. `apply` must only touch state belonging to tensor i. `once` runs on replica 0
+  // between the two barriers (after every replica has read shared state, before any continues).
+  void all_reduce_mean_and_apply(std::vector<Tensor>& grads, const std::function<void(size_t, const Tensor&)>& apply,
+                                 const std::function<void()>& once = nullptr);
 
   // Low level: runs body(replica) on every replica thread and waits.
   void run_replicas(const std::function<void(int)>& body);

@@ -127,6 +127,7 @@ void Model::compile(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Loss> 
 
 StepTotals Model::train_step(const Batch& global) {
   if (!compiled()) throw std::logic_error("train_step: call compile() first");
+  build(Shape(global.images.shape().begin() + 1, global.images.shape().end()));
   const std::vector<Variable*> vars = trainable_variables();
   const int64_t step = optimizer_->iterations();
   const bool sparse = loss_->sparse_labels();
@@ -157,6 +158,7 @@ StepTotals Model::train_step(const Batch& global) {
 
 StepTotals Model::test_step(const Batch& global) {
   if (!loss_) throw std::logic_error("test_step: call compile() first");
+  build(Shape(global.images.shape().begin() + 1, global.images.shape().end()));
   const bool sparse = loss_->sparse_labels();
   std::vector<StepTotals> per_replica = strategy_->run_distributed(
       [&](const Batch& b) {
@@ -286,10 +288,10 @@ std::vector<Layer*> Sequential::layers() const {
 
 void Sequential::build(const Shape& input_shape) {
   if (built_) return;
-  input_shape_ = input_shape;
   // Weights are created mirrored under the model's strategy, whichever thread builds them.
   std::lock_guard<std::mutex> lock(build_mu_);
   if (built_) return;
+  input_shape_ = input_shape;
   ContextScope scope(strategy().mirrored_context());
   Shape shape = input_shape;
   for (const LayerPtr& l : layers_) {

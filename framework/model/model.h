@@ -89,6 +89,8 @@ class Model {
   virtual Shape input_shape() const = 0;   // without the batch dimension
   virtual Shape output_shape() const = 0;
   virtual Tensor call(const Tensor& x, bool training) = 0;
+  // Creates the weights for inputs of this shape (without batch) if not done yet.
+  virtual void build(const Shape& input_shape) = 0;
   Tensor operator()(const Tensor& x, bool training = false) { return call(x, training); }
   // Keras's get_config()/to_json: {"class_name": ..., "config": {...}}.
   virtual nlohmann::json to_config() const = 0;
@@ -139,7 +141,7 @@ class Sequential : public Model {
   std::vector<Layer*> layers() const override;
   Shape input_shape() const override { return input_shape_; }
   Shape output_shape() const override;
-  void build(const Shape& input_shape);
+  void build(const Shape& input_shape) override;
   bool built() const { return built_; }
   Tensor call(const Tensor& x, bool training) override;
   nlohmann::json to_config() const override;

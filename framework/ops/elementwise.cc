@@ -12,7 +12,7 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
   }
   const int64_t channels = bias.dim(0);
   Tensor y = Tensor::empty(x.shape());
-  if (detail::compute(y, {&x, &bias})) {
+  if (detail::compute(y, {&x, &bias}) && channels > 0) {
     // Rows of C channels: works for (N, C) and NHWC alike.
     ConstMatrixMap xm(x.data(), x.size() / channels, channels);
     MatrixMap ym(y.data(), x.size() / channels, channels);
@@ -27,7 +27,7 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
       if (needs[1]) {
         const int64_t channels = bias_shape[0];
         grads[1] = detail::grad_buffer(bias_shape, bias_is_variable);
-        if (detail::compute(grads[1], {&dy[0]})) {
+        if (detail::compute(grads[1], {&dy[0]}) && channels > 0) {
           ConstMatrixMap dym(dy[0].data(), dy[0].size() / channels, channels);
           Eigen::Map<Eigen::RowVectorXf>(grads[1].data(), channels) = dym.colwise().sum();
         }

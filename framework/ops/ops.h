@@ -29,7 +29,8 @@ Tensor reduce_mean(const Tensor& x);
 
 // Per-example cross-entropy (N,) from logits (N, C). `labels` are probabilities (N, C)
 // (tf.nn.softmax_cross_entropy_with_logits) or class ids (N,) as floats (the sparse form).
-// Saves the softmax of the logits. Gradient flows to the logits only.
+// Saves the softmax of the logits. Gradient flows to the logits only, and is softmax - labels, which
+// assumes (as TensorFlow does) that each row of `labels` sums to 1.
 Tensor softmax_cross_entropy_with_logits(const Tensor& labels, const Tensor& logits);
 Tensor sparse_softmax_cross_entropy_with_logits(const Tensor& labels, const Tensor& logits);
 // Keras's categorical_crossentropy on probabilities: p normalised per row, clipped to

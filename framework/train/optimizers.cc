@@ -24,11 +24,12 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
   // Slots are created once, mirrored, by one replica (TensorFlow's merge_call).
   if (!built()) rc->strategy->merge_call([&] { build(vars); });
   check(grads, vars);
-  // Every replica reads the same step: the increment happens after the last barrier.
+  // Every replica reads the step before the first barrier; replica 0 advances it between the two
+  // barriers, so a following apply_gradients in the same run reads the new value.
   const int64_t step = iterations_ + 1;
   std::vector<Tensor> reduced = grads;  // handles: replica 0's buffers receive the mean
-  rc->strategy->all_reduce_mean_and_apply(reduced, [&](size_t i, const Tensor& mean) { apply_one(vars[i], mean, step); });
-  if (rc->replica_id == 0) iterations_ = step;
+  rc->strategy->all_reduce_mean_and_apply(
+      reduced, [&](size_t i, const Tensor& mean) { apply_one(vars[i], mean, step); }, [&] { iterations_ = step; });
 }
 
 void Optimizer::check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) const {
@@ -52,6 +53,7 @@ void Optimizer::apply_one(Variable* var, const Tensor& grad, int64_t step) {
 void Optimizer::build(const std::vector<Variable*>& vars) {
   if (built()) return;
   // Keras's creation order: every variable's first slot, then every variable's second slot.
+  for (Variable* v : vars) slots_[v->name()];  // every variable is known, even with no slots (plain SGD)
   for (const std::string& slot : slot_names()) {
     for (Variable* v : vars) {
       const std::string name = name_ + "/" + v->name() + "/" + slot;
@@ -60,7 +62,7 @@ void Optimizer::build(const std::vector<Variable*>& vars) {
       slots_[v->name()].push_back(slot_order_.back().get());
     }
   }
-  built_empty_ = slot_order_.empty();
+  built_ = true;
 }
 
 void Optimizer::apply_once(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) {

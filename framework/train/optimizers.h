@@ -34,7 +34,7 @@ class Optimizer {
   void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars);
   // Creates the slots for `vars` now (before restoring a checkpoint); no-op if already built.
   void build(const std::vector<Variable*>& vars);
-  bool built() const { return !slot_order_.empty() || built_empty_; }
+  bool built() const { return built_; }
 
   // Keras's order: slots in creation order (for Adam, every m, then every v).
   std::vector<Variable*> slot_variables() const;
@@ -53,7 +53,7 @@ class Optimizer {
   std::string name_;
   float learning_rate_;
   int64_t iterations_ = 0;
-  bool built_empty_ = false;
+  bool built_ = false;
   std::map<std::string, std::vector<Variable*>> slots_;  // by variable name
   std::vector<std::unique_ptr<Variable>> slot_order_;
 };
