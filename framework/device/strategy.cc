@@ -128,6 +128,7 @@ ReplicatedStrategy::ReplicatedStrategy(DeviceSpec spec, Options options)
     : options_(options), ledger_(std::move(spec)) {
   int hw = options_.host_threads > 0 ? options_.host_threads : static_cast<int>(std::thread::hardware_concurrency());
   hw = std::max(hw, 1);
+  host_threads_ = hw;
   const int n = num_replicas();
   slots_ = std::make_unique<ComputeSlots>(std::min(hw, n));
   barrier_ = std::make_unique<Barrier>(n);
@@ -238,6 +239,68 @@ void ReplicatedStrategy::run_replicas(const std::function<void(int)>& body) {
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+}
+
+void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) {
+  const int n = num_replicas();
+  const int threads = std::min(host_threads_, n);
+  std::atomic<int> next{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  for (int t = 0; t < threads; ++t) {
+    workers_[static_cast<size_t>(t)]->post([&] {
+      for (int r = next++; r < n && !failed; r = next++) {
+        ReplicaContext rc{this, r, n};
+        tls_replica_context = &rc;
+        DeviceContext ctx;
+        ctx.ledger = &ledger_;
+        ctx.strategy = this;
+        ctx.core = r;
+        ctx.abstract = options_.abstract;
+        ctx.category = Category::activations;
+        ContextScope on_core(std::move(ctx));
+        try {
+          body(r);
+        } catch (...) {
+          errors[static_cast<size_t>(r)] = std::current_exception();
+          failed = true;
+        }
+        tls_replica_context = nullptr;
+      }
+    });
+  }
+  for (int t = 0; t < threads; ++t) workers_[static_cast<size_t>(t)]->wait();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+void ReplicatedStrategy::reduce_mean_and_apply(std::vector<std::vector<Tensor>>& per_replica,
+                                               const std::function<void(size_t, const Tensor&)>& apply) {
+  const int n = num_replicas();
+  if (static_cast<int>(per_replica.size()) != n) throw std::logic_error("reduce_mean_and_apply: one list per replica");
+  std::vector<Tensor>& out = per_replica[0];
+  for (int r = 1; r < n; ++r) {
+    if (per_replica[static_cast<size_t>(r)].size() != out.size()) {
+      throw std::logic_error("reduce_mean_and_apply: replicas contributed different gradients");
+    }
+  }
+  const float inv = 1.0f / static_cast<float>(n);
+  for_each_replica([&](int shard) {
+    for (size_t i = static_cast<size_t>(shard); i < out.size(); i += static_cast<size_t>(n)) {
+      if (!out[i].defined()) continue;
+      if (n > 1 && !out[i].is_abstract()) {
+        auto acc = out[i].array();
+        for (int r = 1; r < n; ++r) {
+          const Tensor& other = per_replica[static_cast<size_t>(r)][i];
+          if (other.size() != out[i].size()) throw std::logic_error("reduce_mean_and_apply: gradient sizes differ");
+          acc += other.array();
+        }
+        acc *= inv;
+      }
+      apply(i, out[i]);
+    }
+  });
 }
 
 void ReplicatedStrategy::barrier_wait(int replica) {

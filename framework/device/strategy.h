@@ -127,6 +127,16 @@ class ReplicatedStrategy {
   // Low level: runs body(replica) on every replica thread and waits.
   void run_replicas(const std::function<void(int)>& body);
 
+  // Runs body(replica) for every replica, each with its core's context, spread over at most
+  // hardware_concurrency threads with no more threads than cores busy at once. Bodies must not
+  // wait for each other (no cross-replica calls inside): this is how fit() runs the phases of a
+  // step without oversubscribing the host. The first error is rethrown after all bodies finished.
+  void for_each_replica(const std::function<void(int)>& body);
+  // Mean over replicas of per_replica[r][i] for each i, into per_replica[0][i] (summed in replica
+  // order), then apply(i, mean); the tensors are shared out over for_each_replica.
+  void reduce_mean_and_apply(std::vector<std::vector<Tensor>>& per_replica,
+                             const std::function<void(size_t, const Tensor&)>& apply);
+
  private:
   class Worker;
   class ComputeSlots;
@@ -135,6 +145,7 @@ class ReplicatedStrategy {
 
   Options options_;
   Ledger ledger_;
+  int host_threads_ = 1;
   std::unique_ptr<ComputeSlots> slots_;
   std::unique_ptr<Barrier> barrier_;
   std::vector<std::vector<Tensor>*> reduce_inputs_;

@@ -131,26 +131,25 @@ StepTotals Model::train_step(const Batch& global) {
   const std::vector<Variable*> vars = trainable_variables();
   const int64_t step = optimizer_->iterations();
   const bool sparse = loss_->sparse_labels();
-  std::vector<StepTotals> per_replica = strategy_->run_distributed(
-      [&](const Batch& b) {
-        const ReplicaContext* rc = current_replica_context();
-        random_step() = RandomStep{step, rc ? rc->replica_id : 0};
-        StepTotals t;
-        std::vector<Tensor> grads;
-        {
-          GradientTape tape;
-          Tensor y = call(b.images, /*training=*/true);
-          Tensor loss = (*loss_)(b.labels, y);
-          grads = tape.gradient(loss, vars);
-          t.loss_sum = static_cast<double>(loss.item()) * static_cast<double>(b.size());
-          t.correct = count_correct(b.labels, y, sparse);
-          t.samples = b.size();
-          if (rc) strategy_->ledger().core(rc->replica_id).record_core_to_host(2 * sizeof(float));
-        }  // the forward pass's tensors are released before the update, as on a device
-        optimizer_->apply_gradients(grads, vars);
-        return t;
-      },
-      global);
+  const int n = strategy_->num_replicas();
+  // Two phases, neither waiting on another replica inside: forward and backward per replica, then
+  // the all-reduce (mean) and the update, sharded. Between them each core holds its gradients.
+  std::vector<std::vector<Tensor>> grads(static_cast<size_t>(n));
+  std::vector<StepTotals> per_replica(static_cast<size_t>(n));
+  strategy_->for_each_replica([&](int r) {
+    random_step() = RandomStep{step, r};
+    StepTotals& t = per_replica[static_cast<size_t>(r)];
+    const Batch b = strategy_->infeed(global, r);
+    GradientTape tape;
+    Tensor y = call(b.images, /*training=*/true);
+    Tensor loss = (*loss_)(b.labels, y);
+    grads[static_cast<size_t>(r)] = tape.gradient(loss, vars);
+    t.loss_sum = static_cast<double>(loss.item()) * static_cast<double>(b.size());
+    t.correct = count_correct(b.labels, y, sparse);
+    t.samples = b.size();
+    strategy_->ledger().core(r).record_core_to_host(2 * sizeof(float));
+  });  // the forward pass's tensors are released before the update, as on a device
+  optimizer_->apply_gradients(grads, vars, *strategy_);
   StepTotals total;
   for (const StepTotals& t : per_replica) total += t;
   return total;
@@ -160,9 +159,10 @@ StepTotals Model::test_step(const Batch& global) {
   if (!loss_) throw std::logic_error("test_step: call compile() first");
   build(Shape(global.images.shape().begin() + 1, global.images.shape().end()));
   const bool sparse = loss_->sparse_labels();
-  std::vector<StepTotals> per_replica = strategy_->run_distributed(
-      [&](const Batch& b) {
-        StepTotals t;
+  std::vector<StepTotals> per_replica(static_cast<size_t>(strategy_->num_replicas()));
+  strategy_->for_each_replica([&](int r) {
+        const Batch b = strategy_->infeed(global, r);
+        StepTotals& t = per_replica[static_cast<size_t>(r)];
         Tensor y = call(b.images, /*training=*/false);
         if (b.size() > 0) {
           Tensor loss = loss_->per_example(b.labels, y);
@@ -170,12 +170,8 @@ StepTotals Model::test_step(const Batch& global) {
           t.correct = count_correct(b.labels, y, sparse);
         }
         t.samples = b.size();
-        if (const ReplicaContext* rc = current_replica_context()) {
-          strategy_->ledger().core(rc->replica_id).record_core_to_host(2 * sizeof(float));
-        }
-        return t;
-      },
-      global);
+        strategy_->ledger().core(r).record_core_to_host(2 * sizeof(float));
+      });
   StepTotals total;
   for (const StepTotals& t : per_replica) total += t;
   return total;

@@ -32,6 +32,24 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
       reduced, [&](size_t i, const Tensor& mean) { apply_one(vars[i], mean, step); }, [&] { iterations_ = step; });
 }
 
+void Optimizer::apply_gradients(std::vector<std::vector<Tensor>>& per_replica_grads, const std::vector<Variable*>& vars,
+                                ReplicatedStrategy& strategy) {
+  for (const auto& grads : per_replica_grads) {
+    if (grads.size() != vars.size()) {
+      throw std::invalid_argument("apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
+                                  std::to_string(vars.size()) + " variables");
+    }
+  }
+  if (!built()) {
+    ContextScope mirrored(strategy.mirrored_context());
+    build(vars);
+  }
+  check(per_replica_grads.at(0), vars);
+  const int64_t step = iterations_ + 1;
+  strategy.reduce_mean_and_apply(per_replica_grads, [&](size_t i, const Tensor& mean) { apply_one(vars[i], mean, step); });
+  iterations_ = step;
+}
+
 void Optimizer::check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) const {
   for (size_t i = 0; i < vars.size(); ++i) {
     if (!grads[i].defined()) continue;

@@ -17,6 +17,8 @@
 
 namespace keel {
 
+class ReplicatedStrategy;
+
 class Optimizer {
  public:
   Optimizer(std::string name, float learning_rate) : name_(std::move(name)), learning_rate_(learning_rate) {}
@@ -32,6 +34,10 @@ class Optimizer {
 
   // Undefined gradients (variables the loss does not depend on) are skipped.
   void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars);
+  // The same update from per-replica gradients outside strategy.run (how fit() applies a step):
+  // mean over replicas, then the update, sharded over the strategy's threads.
+  void apply_gradients(std::vector<std::vector<Tensor>>& per_replica_grads, const std::vector<Variable*>& vars,
+                       ReplicatedStrategy& strategy);
   // Creates the slots for `vars` now (before restoring a checkpoint); no-op if already built.
   void build(const std::vector<Variable*>& vars);
   bool built() const { return built_; }
