@@ -5,6 +5,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "framework/core/host_allocator.h"
 #include "framework/device/context.h"
 #include "framework/device/ledger.h"
 
@@ -32,18 +33,13 @@ std::shared_ptr<Storage> Storage::allocate(int64_t elements, const Shape& shape,
       }
     }
   }
-  if (!ctx.abstract && elements > 0) {
-    // 64-byte alignment for AVX-512 loads; size rounded up as aligned_alloc requires.
-    const size_t size = (static_cast<size_t>(bytes) + 63) & ~size_t{63};
-    s->data_ = static_cast<float*>(std::aligned_alloc(64, size));
-    if (s->data_ == nullptr) throw std::bad_alloc();
-  }
+  if (!ctx.abstract && elements > 0) s->data_ = static_cast<float*>(host_allocate(static_cast<size_t>(bytes)));
   return s;
 }
 
 Storage::~Storage() {
   for (const Charge& c : charges_) c.ledger->release(c.handle);
-  std::free(data_);
+  host_free(data_, static_cast<size_t>(elements_) * sizeof(float));
 }
 
 void Storage::retag(Category category, const std::string& owner) {

@@ -247,8 +247,7 @@ void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) 
   std::atomic<int> next{0};
   std::atomic<bool> failed{false};
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  for (int t = 0; t < threads; ++t) {
-    workers_[static_cast<size_t>(t)]->post([&] {
+  auto drain = [&] {
       for (int r = next++; r < n && !failed; r = next++) {
         ReplicaContext rc{this, r, n};
         tls_replica_context = &rc;
@@ -267,9 +266,13 @@ void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) 
         }
         tls_replica_context = nullptr;
       }
-    });
+  };
+  if (threads == 1 && tls_replica_context == nullptr) {
+    drain();  // one thread's worth of work: no hand-off to a worker
+  } else {
+    for (int t = 0; t < threads; ++t) workers_[static_cast<size_t>(t)]->post(drain);
+    for (int t = 0; t < threads; ++t) workers_[static_cast<size_t>(t)]->wait();
   }
-  for (int t = 0; t < threads; ++t) workers_[static_cast<size_t>(t)]->wait();
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }

@@ -1,0 +1,83 @@
+#include "framework/core/host_allocator.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+namespace keel {
+namespace {
+
+// Blocks up to this size are cached; the cache holds at most kMaxCachedBytes, beyond which frees go
+// straight back to the system.
+constexpr size_t kMaxCachedBlock = size_t{256} << 20;
+constexpr int64_t kMaxCachedBytes = int64_t{1} << 30;
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void*>> free_blocks;  // by rounded size
+  HostCacheStats stats;
+};
+
+Cache& cache() {
+  static Cache* c = new Cache();  // never destroyed: tensors may be freed during static destruction
+  return *c;
+}
+
+size_t rounded(size_t bytes) { return (bytes + 63) & ~size_t{63}; }
+
+}  // namespace
+
+void* host_allocate(size_t bytes) {
+  const size_t size = rounded(bytes == 0 ? 1 : bytes);
+  if (size <= kMaxCachedBlock) {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.free_blocks.find(size);
+    if (it != c.free_blocks.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      c.stats.cached_bytes -= static_cast<int64_t>(size);
+      ++c.stats.hits;
+      return p;
+    }
+    ++c.stats.misses;
+  }
+  void* p = std::aligned_alloc(64, size);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+void host_free(void* ptr, size_t bytes) {
+  if (ptr == nullptr) return;
+  const size_t size = rounded(bytes == 0 ? 1 : bytes);
+  if (size <= kMaxCachedBlock) {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.stats.cached_bytes + static_cast<int64_t>(size) <= kMaxCachedBytes) {
+      c.free_blocks[size].push_back(ptr);
+      c.stats.cached_bytes += static_cast<int64_t>(size);
+      return;
+    }
+  }
+  std::free(ptr);
+}
+
+HostCacheStats host_cache_stats() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.stats;
+}
+
+void host_cache_release() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  for (auto& [size, blocks] : c.free_blocks) {
+    for (void* p : blocks) std::free(p);
+  }
+  c.free_blocks.clear();
+  c.stats.cached_bytes = 0;
+}
+
+}  // namespace keel

@@ -1,0 +1,25 @@
+// Host memory for tensor storage, with a cache of freed blocks (as PyTorch's caching allocator):
+// a training step allocates the same sizes every step, and reusing blocks avoids a malloc, and for
+// large blocks an mmap/munmap and a page fault per page, on every step. The cache only affects host
+// memory; the HBM ledger charges tensors independently of it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace keel {
+
+// 64-byte aligned (AVX-512 loads). Never returns nullptr: throws std::bad_alloc.
+void* host_allocate(size_t bytes);
+void host_free(void* ptr, size_t bytes);
+
+struct HostCacheStats {
+  int64_t cached_bytes = 0;  // held in the cache, free for reuse
+  int64_t hits = 0;
+  int64_t misses = 0;
+};
+HostCacheStats host_cache_stats();
+// Returns every cached block to the system.
+void host_cache_release();
+
+}  // namespace keel
