@@ -1,0 +1,204 @@
+// max_pool2d, avg_pool2d and global_avg_pool2d on NHWC images. Every inner loop runs over the C
+// contiguous channels of one pixel.
+#include "framework/ops/pooling.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "framework/autodiff/tape.h"
+#include "framework/ops/op_util.h"
+
+namespace keel::ops {
+namespace {
+
+struct PoolGeometry {
+  int64_t batch = 0, channels = 0;
+  WindowAxis h, w;
+};
+
+PoolGeometry pool_geometry(const std::string& op, const Shape& x, std::array<int, 2> pool, std::array<int, 2> strides,
+                           Padding padding) {
+  if (x.size() != 4) detail::shape_error(op, "input must be NHWC (rank 4), got " + shape_string(x));
+  PoolGeometry g;
+  g.batch = x[0];
+  g.channels = x[3];
+  g.h = window_axis(op, x[1], pool[0], strides[0], 1, padding);
+  g.w = window_axis(op, x[2], pool[1], strides[1], 1, padding);
+  return g;
+}
+
+// The in-input part of the window of output (oh, ow): rows [h_lo, h_hi) x columns [w_lo, w_hi).
+// Never empty: SAME pads less than a window on each side.
+struct WindowRange {
+  int64_t h_lo, h_hi, w_lo, w_hi;
+  int64_t count() const { return (h_hi - h_lo) * (w_hi - w_lo); }
+};
+
+inline WindowRange window_range(const PoolGeometry& g, int64_t oh, int64_t ow) {
+  const int64_t top = oh * g.h.stride - g.h.pad_before, left = ow * g.w.stride - g.w.pad_before;
+  return {std::max<int64_t>(top, 0), std::min(top + g.h.kernel, g.h.input), std::max<int64_t>(left, 0),
+          std::min(left + g.w.kernel, g.w.input)};
+}
+
+// Calls f(window, output pixel index n*OH*OW + oh*OW + ow, image index n) for every output pixel.
+template <typename F>
+void for_each_window(const PoolGeometry& g, F&& f) {
+  int64_t out = 0;
+  for (int64_t n = 0; n < g.batch; ++n) {
+    for (int64_t oh = 0; oh < g.h.output; ++oh) {
+      for (int64_t ow = 0; ow < g.w.output; ++ow, ++out) f(window_range(g, oh, ow), out, n);
+    }
+  }
+}
+
+}  // namespace
+
+Shape pool2d_output_shape(const Shape& x, std::array<int, 2> pool, std::array<int, 2> strides, Padding padding) {
+  const PoolGeometry g = pool_geometry("pool2d", x, pool, strides, padding);
+  return {g.batch, g.h.output, g.w.output, g.channels};
+}
+
+Tensor max_pool2d(const Tensor& x, std::array<int, 2> pool, std::array<int, 2> strides, Padding padding) {
+  const PoolGeometry g = pool_geometry("max_pool2d", x.shape(), pool, strides, padding);
+  const int64_t C = g.channels, H = g.h.input, W = g.w.input;
+  if (H * W > std::numeric_limits<int32_t>::max()) detail::shape_error("max_pool2d", "image too large: " + shape_string(x.shape()));
+  Tensor y = Tensor::empty({g.batch, g.h.output, g.w.output, C});
+  if (detail::compute(y, {&x}) && y.size() > 0) {
+    const float* xd = x.data();
+    float* yd = y.data();
+    for_each_window(g, [&](const WindowRange& r, int64_t out, int64_t n) {
+      float* __restrict__ o = yd + out * C;
+      const float* image = xd + n * H * W * C;
+      std::memcpy(o, image + (r.h_lo * W + r.w_lo) * C, static_cast<size_t>(C) * sizeof(float));
+      for (int64_t h = r.h_lo; h < r.h_hi; ++h) {
+        for (int64_t w = r.w_lo; w < r.w_hi; ++w) {
+          const float* __restrict__ s = image + (h * W + w) * C;
+          for (int64_t c = 0; c < C; ++c) o[c] = s[c] > o[c] ? s[c] : o[c];
+        }
+      }
+    });
+  }
+  if (GradientTape::is_recording({&x})) {
+    GradientTape::record({x}, {y}, [x, g](const std::vector<Tensor>& dy, const std::vector<bool>&) {
+      const int64_t C = g.channels, H = g.h.input, W = g.w.input;
+      Tensor dx = detail::grad_buffer(x);
+      if (detail::compute(dx, {&dy[0], &x}) && dx.size() > 0) {
+        dx.fill(0.0f);
+        const float* xd = x.data();
+        const float* dyd = dy[0].data();
+        float* dxd = dx.data();
+        // Per channel, the window's running max and the flat pixel index (h * W + w) holding it.
+        std::vector<float> best(static_cast<size_t>(C));
+        // int32 like the floats, so the select vectorises (H * W < 2^31 is checked on entry).
+        std::vector<int32_t> where(static_cast<size_t>(C));
+        float* __restrict__ bp = best.data();
+        int32_t* __restrict__ wp = where.data();
+        for_each_window(g, [&](const WindowRange& r, int64_t out, int64_t n) {
+          const float* image = xd + n * H * W * C;
+          const int32_t first = static_cast<int32_t>(r.h_lo * W + r.w_lo);
+          std::memcpy(bp, image + first * C, static_cast<size_t>(C) * sizeof(float));
+          std::fill(wp, wp + C, first);
+          for (int64_t h = r.h_lo; h < r.h_hi; ++h) {
+            for (int64_t w = r.w_lo; w < r.w_hi; ++w) {
+              const int32_t pixel = static_cast<int32_t>(h * W + w);
+              const float* __restrict__ s = image + pixel * C;
+              for (int64_t c = 0; c < C; ++c) {
+                const bool greater = s[c] > bp[c];  // strict: ties keep the first max
+                bp[c] = greater ? s[c] : bp[c];
+                wp[c] = greater ? pixel : wp[c];
+              }
+            }
+          }
+          float* dimage = dxd + n * H * W * C;
+          const float* g_out = dyd + out * C;
+          for (int64_t c = 0; c < C; ++c) dimage[wp[c] * C + c] += g_out[c];
+        });
+      }
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return y;
+}
+
+Tensor avg_pool2d(const Tensor& x, std::array<int, 2> pool, std::array<int, 2> strides, Padding padding) {
+  const PoolGeometry g = pool_geometry("avg_pool2d", x.shape(), pool, strides, padding);
+  const int64_t C = g.channels, H = g.h.input, W = g.w.input;
+  Tensor y = Tensor::empty({g.batch, g.h.output, g.w.output, C});
+  if (detail::compute(y, {&x}) && y.size() > 0) {
+    const float* xd = x.data();
+    float* yd = y.data();
+    for_each_window(g, [&](const WindowRange& r, int64_t out, int64_t n) {
+      float* __restrict__ o = yd + out * C;
+      const float* image = xd + n * H * W * C;
+      std::fill(o, o + C, 0.0f);
+      for (int64_t h = r.h_lo; h < r.h_hi; ++h) {
+        for (int64_t w = r.w_lo; w < r.w_hi; ++w) {
+          const float* __restrict__ s = image + (h * W + w) * C;
+          for (int64_t c = 0; c < C; ++c) o[c] += s[c];
+        }
+      }
+      const float inv = 1.0f / static_cast<float>(r.count());
+      for (int64_t c = 0; c < C; ++c) o[c] *= inv;
+    });
+  }
+  if (GradientTape::is_recording({&x})) {
+    const Shape in_shape = x.shape();
+    const bool is_variable = x.is_trainable_variable();
+    GradientTape::record({x}, {y}, [g, in_shape, is_variable](const std::vector<Tensor>& dy, const std::vector<bool>&) {
+      const int64_t C = g.channels, H = g.h.input, W = g.w.input;
+      Tensor dx = detail::grad_buffer(in_shape, is_variable);
+      if (detail::compute(dx, {&dy[0]}) && dx.size() > 0) {
+        dx.fill(0.0f);
+        const float* dyd = dy[0].data();
+        float* dxd = dx.data();
+        for_each_window(g, [&](const WindowRange& r, int64_t out, int64_t n) {
+          const float inv = 1.0f / static_cast<float>(r.count());
+          const float* __restrict__ g_out = dyd + out * C;
+          float* dimage = dxd + n * H * W * C;
+          for (int64_t h = r.h_lo; h < r.h_hi; ++h) {
+            for (int64_t w = r.w_lo; w < r.w_hi; ++w) {
+              float* __restrict__ d = dimage + (h * W + w) * C;
+              for (int64_t c = 0; c < C; ++c) d[c] += g_out[c] * inv;
+            }
+          }
+        });
+      }
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return y;
+}
+
+Tensor global_avg_pool2d(const Tensor& x) {
+  if (x.rank() != 4) detail::shape_error("global_avg_pool2d", "input must be NHWC (rank 4), got " + shape_string(x.shape()));
+  const int64_t N = x.dim(0), HW = x.dim(1) * x.dim(2), C = x.dim(3);
+  if (HW == 0) detail::shape_error("global_avg_pool2d", "input " + shape_string(x.shape()) + " has no pixels to average");
+  const float inv = 1.0f / static_cast<float>(HW);
+  Tensor y = Tensor::empty({N, C});
+  if (detail::compute(y, {&x}) && y.size() > 0) {
+    for (int64_t n = 0; n < N; ++n) {
+      Eigen::Map<Eigen::RowVectorXf>(y.data() + n * C, C) = ConstMatrixMap(x.data() + n * HW * C, HW, C).colwise().sum() * inv;
+    }
+  }
+  if (GradientTape::is_recording({&x})) {
+    const Shape in_shape = x.shape();
+    const bool is_variable = x.is_trainable_variable();
+    GradientTape::record({x}, {y}, [in_shape, is_variable, inv](const std::vector<Tensor>& dy, const std::vector<bool>&) {
+      // dx[n, h, w, :] = dy[n, :] / (H * W)
+      Tensor dx = detail::grad_buffer(in_shape, is_variable);
+      const int64_t N = in_shape[0], HW = in_shape[1] * in_shape[2], C = in_shape[3];
+      if (detail::compute(dx, {&dy[0]}) && dx.size() > 0) {
+        for (int64_t n = 0; n < N; ++n) {
+          MatrixMap(dx.data() + n * HW * C, HW, C).rowwise() =
+              Eigen::Map<const Eigen::RowVectorXf>(dy[0].data() + n * C, C) * inv;
+        }
+      }
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return y;
+}
+
+}  // namespace keel::ops

@@ -1,0 +1,432 @@
+// conv2d and zero_pad2d: hand-computed forward values (TensorFlow's asymmetric SAME padding, dilation,
+// channel layout), a direct-loop reference on inputs large enough to be processed in several im2col
+// chunks, central-difference gradients, abstract-vs-real ledger equality, shape errors, and PyTorch
+// golden values (tests/golden/conv_small.json, from bench/golden_conv.py).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "framework/autodiff/tape.h"
+#include "framework/device/context.h"
+#include "framework/device/device_spec.h"
+#include "framework/device/ledger.h"
+#include "framework/ops/conv.h"
+#include "framework/ops/ops.h"
+#include "tests/support/grad_check.h"
+
+namespace keel {
+namespace {
+
+using ops::Padding;
+using testing::expect_abstract_matches_real;
+using testing::expect_gradients_match;
+using testing::host;
+using testing::random_host;
+
+// conv2d is bilinear: central differences are exact up to float rounding.
+const testing::GradCheckOptions kConvTol = testing::tolerances("conv2d", 1e-2, 1e-4, 1e-3);
+
+std::vector<float> iota(int64_t n, float start = 1) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = start + static_cast<float>(i);
+  return v;
+}
+
+// The gradients of sum(y * dy) w.r.t. (x, kernel), through the tape.
+std::vector<Tensor> conv_grads(const Tensor& x, const Tensor& kernel, const Tensor& dy, std::array<int, 2> strides,
+                               Padding padding, std::array<int, 2> dilation) {
+  GradientTape tape;
+  tape.watch(x);
+  tape.watch(kernel);
+  Tensor y = ops::conv2d(x, kernel, strides, padding, dilation);
+  Tensor target = ops::matmul(ops::reshape(y, {1, y.size()}), ops::reshape(dy, {dy.size(), 1}));
+  return tape.gradient(target, {x, kernel});
+}
+
+// --- forward by hand ---
+
+TEST(Conv2dTest, ValidStride1ByHand) {
+  // x 3x3 = [1 2 3; 4 5 6; 7 8 9], kernel 2x2 = [1 2; 3 4]:
+  // y00 = 1*1 + 2*2 + 4*3 + 5*4 = 37, y01 = 2 + 6 + 15 + 24 = 47, y10 = 67, y11 = 77.
+  Tensor y = ops::conv2d(host({1, 3, 3, 1}, iota(9)), host({2, 2, 1, 1}, {1, 2, 3, 4}), {1, 1}, Padding::valid);
+  EXPECT_EQ(y.shape(), (Shape{1, 2, 2, 1}));
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{37, 47, 67, 77}));
+}
+
+TEST(Conv2dTest, SameStride2EvenWidthPadsOnlyOnTheRight) {
+  // W 6, k 3, s 2: out 3, total pad max(2*2 + 3 - 6, 0) = 1 -> left 0, right 1 (TensorFlow).
+  // Windows start at 0, 2, 4: [1 2 3]·[1 10 100] = 321, [3 4 5] -> 543, [5 6 0] -> 65.
+  Tensor y = ops::conv2d(host({1, 1, 6, 1}, iota(6)), host({1, 3, 1, 1}, {1, 10, 100}), {1, 2}, Padding::same);
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 3, 1}));
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{321, 543, 65}));
+}
+
+TEST(Conv2dTest, SameStride2OddWidthPadsSymmetrically) {
+  // W 5, k 3, s 2: out 3, total pad 2 -> 1 and 1. Windows start at -1, 1, 3.
+  Tensor y = ops::conv2d(host({1, 1, 5, 1}, iota(5)), host({1, 3, 1, 1}, {1, 10, 100}), {1, 2}, Padding::same);
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{0 + 10 + 200, 2 + 30 + 400, 4 + 50 + 0}));
+}
+
+TEST(Conv2dTest, SameStride2OddTotalPutsTheExtraColumnOnTheRight) {
+  // W 5, k 4, s 2: out 3, total pad max(2*2 + 4 - 5, 0) = 3 -> left 1, right 2. Windows start at -1, 1, 3.
+  Tensor y = ops::conv2d(host({1, 1, 5, 1}, iota(5)), host({1, 4, 1, 1}, {1, 10, 100, 1000}), {1, 2}, Padding::same);
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{3210, 5432, 54}));
+}
+
+TEST(Conv2dTest, SameStride2AlongHeightPadsOnlyAtTheBottom) {
+  // x 4x4 = 1..16, 3x3 ones, stride 2 SAME: out 2x2, pad top 0 / bottom 1, left 0 / right 1.
+  // y00 = sum rows 0-2 x cols 0-2 = 54; y01 = rows 0-2 x cols 2-3 = 45; y10 = rows 2-3 x cols 0-2 = 72;
+  // y11 = rows 2-3 x cols 2-3 = 54. (Padding on top/left instead would give 24, 39, 66, 99.)
+  Tensor y = ops::conv2d(host({1, 4, 4, 1}, iota(16)), Tensor::full({3, 3, 1, 1}, 1.0f), {2, 2}, Padding::same);
+  EXPECT_EQ(y.shape(), (Shape{1, 2, 2, 1}));
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{54, 45, 72, 54}));
+}
+
+TEST(Conv2dTest, Dilation2ValidAndSame) {
+  // Taps 2 apart: y[j] = x[j] + 10 x[j+2] + 100 x[j+4] (VALID, extent 5: 7 -> 3).
+  Tensor k = host({1, 3, 1, 1}, {1, 10, 100});
+  Tensor valid = ops::conv2d(host({1, 1, 7, 1}, iota(7)), k, {1, 1}, Padding::valid, {1, 2});
+  EXPECT_EQ(valid.to_vector(), (std::vector<float>{531, 642, 753}));
+  // SAME: total pad 4 -> 2 and 2: y[j] = x[j-2] + 10 x[j] + 100 x[j+2].
+  Tensor same = ops::conv2d(host({1, 1, 7, 1}, iota(7)), k, {1, 1}, Padding::same, {1, 2});
+  EXPECT_EQ(same.to_vector(), (std::vector<float>{310, 420, 531, 642, 753, 64, 75}));
+  // Along the height too.
+  Tensor tall = ops::conv2d(host({1, 7, 1, 1}, iota(7)), host({3, 1, 1, 1}, {1, 10, 100}), {1, 1}, Padding::valid, {2, 1});
+  EXPECT_EQ(tall.to_vector(), (std::vector<float>{531, 642, 753}));
+}
+
+TEST(Conv2dTest, ChannelsFollowHwioLayout) {
+  // 1x1: y[o] = sum_c x[c] * kernel[0, 0, c, o]; kernel (1, 1, 2, 3) = [[1 2 3], [4 5 6]].
+  Tensor y = ops::conv2d(host({1, 1, 1, 2}, {1, 2}), host({1, 1, 2, 3}, {1, 2, 3, 4, 5, 6}), {1, 1}, Padding::valid);
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 1, 3}));
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{9, 12, 15}));
+  // 2x2 kernel over a 2x2x2 input: a dot product in (h, w, c) order; x = 1..8, kernel = 8..1.
+  // 1*8 + 2*7 + ... + 8*1 = 120 (a mirrored order would give 1*1 + ... + 8*8 = 204).
+  Tensor z = ops::conv2d(host({1, 2, 2, 2}, iota(8)), host({2, 2, 2, 1}, {8, 7, 6, 5, 4, 3, 2, 1}), {1, 1}, Padding::valid);
+  EXPECT_EQ(z.to_vector(), (std::vector<float>{120}));
+}
+
+TEST(Conv2dTest, OutputShapeRule) {
+  EXPECT_EQ(ops::conv2d_output_shape({8, 28, 28, 3}, {5, 5, 3, 16}, {1, 1}, Padding::valid), (Shape{8, 24, 24, 16}));
+  EXPECT_EQ(ops::conv2d_output_shape({8, 28, 27, 3}, {3, 3, 3, 16}, {2, 2}, Padding::same), (Shape{8, 14, 14, 16}));
+  EXPECT_EQ(ops::conv2d_output_shape({-1, 10, 10, 3}, {3, 3, 3, 4}, {3, 3}, Padding::valid), (Shape{-1, 3, 3, 4}));
+  EXPECT_EQ(ops::conv2d_output_shape({1, 10, 10, 3}, {3, 3, 3, 4}, {1, 1}, Padding::valid, {2, 2}), (Shape{1, 6, 6, 4}));
+  const ops::WindowAxis a = ops::window_axis("t", 6, 3, 2, 1, Padding::same);
+  EXPECT_EQ(a.output, 3);
+  EXPECT_EQ(a.pad_before, 0);
+  EXPECT_EQ(a.pad_after, 1);
+}
+
+// --- against a direct-loop reference, including several im2col chunks ---
+
+struct ConvConfig {
+  Shape x, kernel;
+  std::array<int, 2> strides;
+  Padding padding;
+  std::array<int, 2> dilation;
+};
+
+// y, dx and dkernel of sum(y * dy) by the textbook formula, in double.
+struct Reference {
+  std::vector<double> y, dx, dk;
+};
+Reference direct_conv(const std::vector<float>& x, const std::vector<float>& k, const std::vector<float>& dy,
+                      const ConvConfig& c) {
+  const int64_t N = c.x[0], H = c.x[1], W = c.x[2], CI = c.x[3], KH = c.kernel[0], KW = c.kernel[1], CO = c.kernel[3];
+  const ops::WindowAxis ah = ops::window_axis("ref", H, KH, c.strides[0], c.dilation[0], c.padding);
+  const ops::WindowAxis aw = ops::window_axis("ref", W, KW, c.strides[1], c.dilation[1], c.padding);
+  const int64_t OH = ah.output, OW = aw.output;
+  Reference r{std::vector<double>(static_cast<size_t>(N * OH * OW * CO)), std::vector<double>(x.size()),
+              std::vector<double>(k.size())};
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < OH; ++i)
+      for (int64_t j = 0; j < OW; ++j)
+        for (int64_t a = 0; a < KH; ++a)
+          for (int64_t b = 0; b < KW; ++b) {
+            const int64_t h = i * ah.stride - ah.pad_before + a * ah.dilation;
+            const int64_t w = j * aw.stride - aw.pad_before + b * aw.dilation;
+            if (h < 0 || h >= H || w < 0 || w >= W) continue;
+            for (int64_t ci = 0; ci < CI; ++ci)
+              for (int64_t co = 0; co < CO; ++co) {
+                const size_t xi = static_cast<size_t>(((n * H + h) * W + w) * CI + ci);
+                const size_t ki = static_cast<size_t>(((a * KW + b) * CI + ci) * CO + co);
+                const size_t yi = static_cast<size_t>(((n * OH + i) * OW + j) * CO + co);
+                r.y[yi] += static_cast<double>(x[xi]) * k[ki];
+                r.dx[xi] += static_cast<double>(dy[yi]) * k[ki];
+                r.dk[ki] += static_cast<double>(dy[yi]) * x[xi];
+              }
+          }
+  return r;
+}
+
+void expect_near_reference(const Tensor& got, const std::vector<double>& want, double tol, const std::string& what) {
+  const std::vector<float> g = got.to_vector();
+  ASSERT_EQ(g.size(), want.size()) << what;
+  int64_t bad = 0, worst = 0;
+  double worst_err = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double err = std::fabs(g[i] - want[i]) / (tol * (1 + std::fabs(want[i])));
+    if (!(err <= 1)) ++bad;
+    if (!(err <= worst_err)) worst_err = err, worst = static_cast<int64_t>(i);
+  }
+  EXPECT_EQ(bad, 0) << what << ": worst at " << testing::index_string(got.shape(), worst) << ": got "
+                    << g[static_cast<size_t>(worst)] << ", want " << want[static_cast<size_t>(worst)];
+}
+
+void check_against_direct(const ConvConfig& c, uint64_t seed, const std::string& what) {
+  Tensor x = random_host(c.x, -1, 1, seed), k = random_host(c.kernel, -1, 1, seed + 1);
+  const Shape out = ops::conv2d_output_shape(c.x, c.kernel, c.strides, c.padding, c.dilation);
+  Tensor dy = random_host(out, -1, 1, seed + 2);
+  const Reference r = direct_conv(x.to_vector(), k.to_vector(), dy.to_vector(), c);
+  Tensor y = ops::conv2d(x, k, c.strides, c.padding, c.dilation);
+  ASSERT_EQ(y.shape(), out) << what;
+  expect_near_reference(y, r.y, 1e-5, what + " y");
+  std::vector<Tensor> g = conv_grads(x, k, dy, c.strides, c.padding, c.dilation);
+  expect_near_reference(g[0], r.dx, 1e-5, what + " dx");
+  // dkernel sums over every output pixel (thousands of terms): float accumulation error grows.
+  expect_near_reference(g[1], r.dk, 1e-4, what + " dkernel");
+}
+
+TEST(Conv2dTest, MatchesDirectLoopsOnSmallConfigs) {
+  const std::vector<ConvConfig> configs = {
+      {{2, 7, 6, 3}, {3, 3, 3, 4}, {1, 1}, Padding::valid, {1, 1}},
+      {{2, 7, 6, 3}, {3, 3, 3, 4}, {2, 2}, Padding::same, {1, 1}},
+      {{1, 8, 9, 2}, {2, 4, 2, 3}, {3, 2}, Padding::same, {1, 1}},
+      {{1, 9, 9, 2}, {3, 3, 2, 2}, {1, 1}, Padding::same, {2, 3}},
+      {{2, 9, 8, 2}, {3, 2, 2, 2}, {2, 1}, Padding::valid, {2, 2}},
+      {{3, 4, 5, 6}, {1, 1, 6, 2}, {1, 1}, Padding::same, {1, 1}},
+      {{3, 5, 5, 6}, {1, 1, 6, 2}, {2, 2}, Padding::same, {1, 1}},
+      {{1, 2, 3, 1}, {5, 5, 1, 2}, {1, 1}, Padding::same, {1, 1}},  // kernel larger than the image
+  };
+  for (size_t i = 0; i < configs.size(); ++i) check_against_direct(configs[i], 100 + 10 * i, "config " + std::to_string(i));
+}
+
+TEST(Conv2dTest, MatchesDirectLoopsAcrossIm2colChunks) {
+  // 8 * 40 * 40 output pixels x 144-wide patches = 1.8M floats: several chunks, the last one partial.
+  check_against_direct({{8, 40, 40, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}}, 200, "chunked");
+}
+
+// --- gradients by central differences ---
+
+void check_conv_gradients(const ConvConfig& c, uint64_t seed) {
+  auto f = [c](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], c.strides, c.padding, c.dilation); };
+  expect_gradients_match(f, {random_host(c.x, -1, 1, seed), random_host(c.kernel, -1, 1, seed + 1)}, kConvTol);
+}
+
+TEST(Conv2dTest, GradientValidStride1) { check_conv_gradients({{2, 5, 5, 3}, {3, 3, 3, 2}, {1, 1}, Padding::valid, {1, 1}}, 1); }
+TEST(Conv2dTest, GradientSameStride2Even) { check_conv_gradients({{1, 6, 6, 2}, {3, 3, 2, 2}, {2, 2}, Padding::same, {1, 1}}, 3); }
+TEST(Conv2dTest, GradientSameStride2OddNonSquareKernel) {
+  check_conv_gradients({{1, 5, 7, 2}, {2, 3, 2, 3}, {2, 2}, Padding::same, {1, 1}}, 5);
+}
+TEST(Conv2dTest, GradientNonSquareStrides) { check_conv_gradients({{1, 6, 5, 2}, {3, 2, 2, 2}, {1, 2}, Padding::same, {1, 1}}, 7); }
+TEST(Conv2dTest, GradientDilation2) { check_conv_gradients({{1, 6, 6, 2}, {3, 2, 2, 2}, {1, 1}, Padding::same, {2, 2}}, 9); }
+TEST(Conv2dTest, GradientDilationValid) { check_conv_gradients({{1, 7, 6, 2}, {2, 2, 2, 2}, {1, 1}, Padding::valid, {3, 2}}, 11); }
+TEST(Conv2dTest, GradientPointwise) { check_conv_gradients({{2, 3, 4, 3}, {1, 1, 3, 2}, {1, 1}, Padding::valid, {1, 1}}, 13); }
+TEST(Conv2dTest, GradientPointwiseStride2) { check_conv_gradients({{1, 5, 4, 3}, {1, 1, 3, 2}, {2, 2}, Padding::same, {1, 1}}, 15); }
+
+TEST(Conv2dTest, GradientOfEachInputAlone) {
+  const ConvConfig c{{1, 5, 5, 2}, {3, 3, 2, 2}, {2, 2}, Padding::same, {1, 1}};
+  auto f = [c](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], c.strides, c.padding, c.dilation); };
+  Tensor x = random_host(c.x, -1, 1, 17), k = random_host(c.kernel, -1, 1, 18);
+  auto opts = kConvTol;
+  opts.check_inputs = {0};
+  expect_gradients_match(f, {x, k}, opts);
+  opts.check_inputs = {1};
+  expect_gradients_match(f, {x, k}, opts);
+}
+
+TEST(Conv2dTest, GradientThroughBiasAndAChain) {
+  // conv -> bias_add -> conv: dx of the second conv feeds the first.
+  auto f = [](const std::vector<Tensor>& in) {
+    Tensor h = ops::bias_add(ops::conv2d(in[0], in[1], {1, 1}, Padding::same), in[2]);
+    return ops::conv2d(h, in[3], {2, 2}, Padding::valid);
+  };
+  expect_gradients_match(f,
+                         {random_host({1, 5, 5, 2}, -1, 1, 19), random_host({3, 3, 2, 3}, -1, 1, 20),
+                          random_host({3}, -1, 1, 21), random_host({2, 2, 3, 2}, -1, 1, 22)},
+                         testing::tolerances("conv chain", 1e-2, 1e-3, 2e-3));
+}
+
+TEST(Conv2dTest, KernelGradientOfATrainableVariableIsChargedAsGradients) {
+  Ledger ledger(DeviceSpec::custom(1, 0));
+  DeviceContext ctx;
+  ctx.ledger = &ledger;
+  ctx.core = 0;
+  ContextScope scope(ctx);
+  Tensor x = Tensor::empty({1, 4, 4, 2}, Category::inputs, "infeed:x");
+  x.copy_from(random_host({1, 4, 4, 2}, -1, 1, 23));
+  Tensor k = Tensor::empty({3, 3, 2, 2}, Category::parameters, "conv/kernel");
+  k.copy_from(random_host({3, 3, 2, 2}, -1, 1, 24));
+  k.mark_trainable_variable(true);
+  GradientTape tape;
+  Tensor loss = ops::reduce_sum(ops::conv2d(x, k, {1, 1}, Padding::same));
+  const MemoryStat ws_before = ledger.core(0).stat(Category::workspace);
+  std::vector<Tensor> g = tape.gradient(loss, {k});
+  ASSERT_TRUE(g[0].defined());
+  EXPECT_EQ(ledger.core(0).stat(Category::gradients).current, g[0].bytes());
+  // The im2col buffers (forward and backward) were charged as workspace and released.
+  EXPECT_GT(ledger.core(0).stat(Category::workspace).peak, 0);
+  EXPECT_GT(ws_before.allocated, 0);
+  EXPECT_EQ(ws_before.current, 0);
+}
+
+// --- planning ---
+
+TEST(Conv2dTest, AbstractRunChargesLikeRealRun) {
+  const std::vector<ConvConfig> configs = {
+      {{2, 6, 5, 3}, {3, 3, 3, 4}, {2, 1}, Padding::same, {1, 1}},
+      {{2, 4, 4, 3}, {1, 1, 3, 2}, {1, 1}, Padding::valid, {1, 1}},
+      {{8, 40, 40, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}},  // several chunks
+  };
+  for (const ConvConfig& c : configs) {
+    expect_abstract_matches_real(
+        [c](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], c.strides, c.padding, c.dilation); },
+        {random_host(c.x, -1, 1, 30), random_host(c.kernel, -1, 1, 31)});
+  }
+}
+
+// --- errors ---
+
+TEST(Conv2dTest, ShapeErrorsThrowInvalidArgument) {
+  Tensor x = Tensor::zeros({1, 5, 5, 2}), k = Tensor::zeros({3, 3, 2, 4});
+  EXPECT_NO_THROW(ops::conv2d(x, k, {1, 1}, Padding::valid));
+  EXPECT_THROW(ops::conv2d(Tensor::zeros({5, 5, 2}), k, {1, 1}, Padding::valid), std::invalid_argument);     // rank 3 input
+  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({3, 3, 2}), {1, 1}, Padding::valid), std::invalid_argument);     // rank 3 kernel
+  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({3, 3, 3, 4}), {1, 1}, Padding::valid), std::invalid_argument);  // Cin
+  EXPECT_THROW(ops::conv2d(x, k, {0, 1}, Padding::valid), std::invalid_argument);
+  EXPECT_THROW(ops::conv2d(x, k, {1, -1}, Padding::same), std::invalid_argument);
+  EXPECT_THROW(ops::conv2d(x, k, {1, 1}, Padding::valid, {0, 1}), std::invalid_argument);
+  EXPECT_THROW(ops::conv2d(x, Tensor::zeros({6, 3, 2, 4}), {1, 1}, Padding::valid), std::invalid_argument);  // too tall
+  EXPECT_THROW(ops::conv2d(x, k, {1, 1}, Padding::valid, {3, 1}), std::invalid_argument);  // extent 7 > 5
+  EXPECT_NO_THROW(ops::conv2d(x, Tensor::zeros({6, 3, 2, 4}), {1, 1}, Padding::same));     // SAME always fits
+  EXPECT_EQ(ops::conv2d(Tensor::zeros({0, 5, 5, 2}), k, {1, 1}, Padding::valid).shape(), (Shape{0, 3, 3, 4}));  // empty batch
+  try {
+    ops::conv2d(x, Tensor::zeros({3, 3, 3, 4}), {1, 1}, Padding::valid);
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("conv2d"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("channels"), std::string::npos) << e.what();
+  }
+}
+
+// --- zero_pad2d ---
+
+TEST(ZeroPad2dTest, ForwardByHand) {
+  // 1x2x2x1 [1 2; 3 4] padded top 1, bottom 0, left 2, right 1 -> 3x5.
+  Tensor y = ops::zero_pad2d(host({1, 2, 2, 1}, {1, 2, 3, 4}), {1, 0, 2, 1});
+  EXPECT_EQ(y.shape(), (Shape{1, 3, 5, 1}));
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{0, 0, 0, 0, 0, 0, 0, 1, 2, 0, 0, 0, 3, 4, 0}));
+  // Channels stay together.
+  Tensor z = ops::zero_pad2d(host({1, 1, 1, 2}, {5, 6}), {0, 1, 1, 0});
+  EXPECT_EQ(z.shape(), (Shape{1, 2, 2, 2}));
+  EXPECT_EQ(z.to_vector(), (std::vector<float>{0, 0, 5, 6, 0, 0, 0, 0}));
+  EXPECT_EQ(ops::zero_pad2d_output_shape({-1, 3, 4, 5}, {1, 2, 3, 4}), (Shape{-1, 6, 11, 5}));
+}
+
+TEST(ZeroPad2dTest, GradientCropsAndMatchesCentralDifferences) {
+  expect_gradients_match([](const std::vector<Tensor>& in) { return ops::zero_pad2d(in[0], {2, 1, 0, 3}); },
+                         {random_host({2, 3, 2, 3}, -1, 1, 40)}, testing::tolerances("zero_pad2d", 1e-2, 1e-4, 1e-3));
+  // Padding then a VALID conv equals a SAME conv when the pads are TensorFlow's.
+  Tensor x = random_host({1, 6, 6, 2}, -1, 1, 41), k = random_host({3, 3, 2, 2}, -1, 1, 42);
+  const std::vector<float> same = ops::conv2d(x, k, {2, 2}, Padding::same).to_vector();
+  const std::vector<float> padded = ops::conv2d(ops::zero_pad2d(x, {0, 1, 0, 1}), k, {2, 2}, Padding::valid).to_vector();
+  ASSERT_EQ(same.size(), padded.size());
+  for (size_t i = 0; i < same.size(); ++i) EXPECT_FLOAT_EQ(same[i], padded[i]) << i;
+}
+
+TEST(ZeroPad2dTest, AbstractRunChargesLikeRealRun) {
+  expect_abstract_matches_real([](const std::vector<Tensor>& in) { return ops::zero_pad2d(in[0], {1, 2, 3, 0}); },
+                               {random_host({2, 3, 4, 2}, -1, 1, 43)});
+}
+
+TEST(ZeroPad2dTest, ErrorsThrowInvalidArgument) {
+  EXPECT_THROW(ops::zero_pad2d(Tensor::zeros({3, 4, 2}), {1, 1, 1, 1}), std::invalid_argument);
+  EXPECT_THROW(ops::zero_pad2d(Tensor::zeros({1, 3, 4, 2}), {1, -1, 1, 1}), std::invalid_argument);
+}
+
+// --- PyTorch golden values ---
+
+using nlohmann::json;
+
+const json& golden() {
+  static const json doc = [] {
+    const std::string path = std::string(KEEL_TESTS_DIR) + "/golden/conv_small.json";
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error("cannot open " + path);
+    return json::parse(in);
+  }();
+  return doc;
+}
+
+Tensor tensor_of(const json& t) {
+  std::vector<float> v;
+  for (double d : t.at("values")) v.push_back(static_cast<float>(d));
+  return Tensor::from_vector(t.at("shape").get<Shape>(), v);
+}
+
+// Every element within 1e-5 relative, with an absolute floor of 1e-5 of the tensor's largest value
+// (for elements that are sums cancelling to near 0).
+void expect_matches_golden(const Tensor& got, const json& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.at("shape").get<Shape>()) << what;
+  const std::vector<float> g = got.to_vector();
+  const std::vector<double> w = want.at("values").get<std::vector<double>>();
+  double scale = 0;
+  for (double v : w) scale = std::max(scale, std::fabs(v));
+  int64_t bad = 0, worst = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const double ratio = std::fabs(g[i] - w[i]) / (1e-5 * (std::fabs(w[i]) + scale));
+    if (!(ratio <= 1)) ++bad;
+    if (!(ratio <= worst_ratio)) worst_ratio = ratio, worst = static_cast<int64_t>(i);
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << w.size() << " elements differ from PyTorch; worst at "
+                    << testing::index_string(got.shape(), worst) << ": keel " << g[static_cast<size_t>(worst)]
+                    << ", torch " << w[static_cast<size_t>(worst)];
+}
+
+Padding padding_of(const json& c) { return c.at("padding").get<std::string>() == "same" ? Padding::same : Padding::valid; }
+
+TEST(Conv2dGoldenTest, MatchesPyTorch) {
+  ASSERT_NO_THROW(golden());
+  ASSERT_GE(golden().at("conv2d").size(), 5u);
+  for (const json& c : golden().at("conv2d")) {
+    const std::string name = "conv2d " + c.at("name").get<std::string>();
+    const auto strides = c.at("strides").get<std::array<int, 2>>();
+    const auto dilation = c.at("dilation").get<std::array<int, 2>>();
+    Tensor x = tensor_of(c.at("x")), k = tensor_of(c.at("kernel")), dy = tensor_of(c.at("dy"));
+    expect_matches_golden(ops::conv2d(x, k, strides, padding_of(c), dilation), c.at("y"), name + " y");
+    std::vector<Tensor> g = conv_grads(x, k, dy, strides, padding_of(c), dilation);
+    expect_matches_golden(g[0], c.at("dx"), name + " dx");
+    expect_matches_golden(g[1], c.at("dkernel"), name + " dkernel");
+  }
+}
+
+// --- speed (printed, not asserted) ---
+
+TEST(Conv2dSpeed, PrintsThroughput) {
+  // A mid-sized 3x3 layer: (32, 32, 32, 32) -> 64 channels, forward and backward.
+  Tensor x = random_host({32, 32, 32, 32}, -1, 1, 50), k = random_host({3, 3, 32, 64}, -1, 1, 51);
+  Tensor dy = random_host({32, 32, 32, 64}, -1, 1, 52);
+  const double flops = 2.0 * 32 * 32 * 32 * (3 * 3 * 32) * 64;
+  auto time_ms = [](auto&& fn) {
+    fn();  // warm up
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double fwd = time_ms([&] { ops::conv2d(x, k, {1, 1}, Padding::same); });
+  const double both = time_ms([&] { conv_grads(x, k, dy, {1, 1}, Padding::same, {1, 1}); });
+  std::printf("[ speed    ] conv2d 3x3 (32,32,32,32)->64: forward %.1f ms (%.1f GFLOP/s), forward+backward %.1f ms (%.1f GFLOP/s)\n",
+              fwd, flops / fwd * 1e-6, both, 3 * flops / both * 1e-6);
+  SUCCEED();
+}
+
+}  // namespace
+}  // namespace keel
