@@ -1,0 +1,183 @@
+#include "framework/layers/normalization.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "framework/device/strategy.h"
+#include "framework/layers/initializers.h"
+#include "framework/ops/batch_norm.h"
+
+namespace keel {
+namespace layers {
+namespace {
+
+// The double a Keras user wrote for a float option: 0.99f -> 0.99 (its shortest decimal form), so
+// configs print 0.99 rather than 0.9900000095367432, and 1 - momentum is Keras's 0.01.
+double decimal_value(float f) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf) - 1, f);
+  if (ec != std::errc()) return static_cast<double>(f);
+  *end = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+}  // namespace
+
+BatchNormalization::BatchNormalization(Options options)
+    : Layer("batch_normalization", options.name), options_(std::move(options)) {
+  // Unknown initializer names fail here rather than at build.
+  for (const std::string* init : {&options_.beta_initializer, &options_.gamma_initializer,
+                                  &options_.moving_mean_initializer, &options_.moving_variance_initializer}) {
+    initializer_config(*init);
+  }
+  if (options_.axis < -1) {
+    throw std::invalid_argument("BatchNormalization: only the last (channels) axis is supported, got axis " +
+                                std::to_string(options_.axis));
+  }
+  if (options_.input_shape) set_declared_input_shape(*options_.input_shape);
+}
+
+void BatchNormalization::build_weights(const Shape& input_shape) {
+  if (input_shape.empty()) {
+    throw std::invalid_argument("BatchNormalization '" + name() + "' needs inputs with a channels axis");
+  }
+  const int last = static_cast<int>(input_shape.size());  // Keras's index of the last axis (batch is 0)
+  if (options_.axis != -1 && options_.axis != last) {
+    throw std::invalid_argument("BatchNormalization '" + name() + "': only the last (channels) axis is supported; axis " +
+                                std::to_string(options_.axis) + " for inputs of shape " + shape_string(input_shape));
+  }
+  const int64_t channels = input_shape.back();
+  // Keras's creation order; weights() then lists trainable first, which is the same order.
+  if (options_.scale) gamma_ = &add_weight("gamma", {channels}, options_.gamma_initializer);
+  if (options_.center) beta_ = &add_weight("beta", {channels}, options_.beta_initializer);
+  moving_mean_ = &add_weight("moving_mean", {channels}, options_.moving_mean_initializer, /*trainable=*/false);
+  moving_variance_ =
+      &add_weight("moving_variance", {channels}, options_.moving_variance_initializer, /*trainable=*/false);
+}
+
+Tensor BatchNormalization::gamma_or_ones(int64_t channels) const {
+  return gamma_ ? gamma_->value() : Tensor::full({channels}, 1.0f);
+}
+
+Tensor BatchNormalization::beta_or_zeros(int64_t channels) const {
+  return beta_ ? beta_->value() : Tensor::zeros({channels});
+}
+
+Tensor BatchNormalization::call(const Tensor& x, bool training) {
+  const int64_t channels = moving_mean_->shape()[0];
+  if (x.rank() < 2 || x.dim(-1) != channels) {
+    throw std::invalid_argument("BatchNormalization '" + name() + "' expects inputs (batch, ..., " +
+                                std::to_string(channels) + "), got " + shape_string(x.shape()));
+  }
+  const Tensor gamma = gamma_or_ones(channels), beta = beta_or_zeros(channels);
+  const float epsilon = options_.epsilon;
+  if (!training) {
+    return ops::batch_norm_inference(x, gamma, beta, moving_mean_->value(), moving_variance_->value(), epsilon);
+  }
+  ops::BatchNormResult r = ops::batch_norm_training(x, gamma, beta, epsilon);
+  // An empty shard has no statistics (Keras leaves that replica's copy unchanged); an abstract one
+  // has no values to record.
+  if (x.size() > 0 && !r.mean.is_abstract()) record_batch_stats(r.mean, r.variance);
+  return r.y;
+}
+
+void BatchNormalization::record_batch_stats(const Tensor& mean, const Tensor& variance) {
+  const ReplicaContext* rc = current_replica_context();
+  const int replica = rc ? rc->replica_id : 0;
+  const int replicas = rc ? rc->num_replicas : 1;
+  BatchStats stats{mean.to_vector(), variance.to_vector()};
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  if (pending_replicas_ == 0) {
+    pending_replicas_ = replicas;
+    pending_.assign(static_cast<size_t>(replicas), {});
+  } else if (pending_replicas_ != replicas) {
+    throw std::logic_error("BatchNormalization '" + name() + "': statistics recorded over " +
+                           std::to_string(pending_replicas_) + " and " + std::to_string(replicas) +
+                           " replicas without apply_moving_average_update() in between");
+  }
+  pending_[static_cast<size_t>(replica)].push_back(std::move(stats));
+}
+
+bool BatchNormalization::has_pending_moving_average_update() const {
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  return pending_replicas_ != 0;
+}
+
+void BatchNormalization::apply_moving_average_update() {
+  std::vector<std::vector<BatchStats>> pending;
+  int replicas = 0;
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    pending.swap(pending_);
+    std::swap(replicas, pending_replicas_);
+  }
+  if (replicas == 0) return;
+  const double decay = 1.0 - decimal_value(options_.momentum);
+  auto update = [&](Variable* variable, std::vector<float> BatchStats::*stat) {
+    Tensor& moving = variable->mutable_value();
+    if (moving.is_abstract()) return;
+    const size_t channels = static_cast<size_t>(moving.size());
+    float* m = moving.data();
+    std::vector<double> sum(channels, 0.0), copy(channels);
+    for (const std::vector<BatchStats>& calls : pending) {
+      for (size_t c = 0; c < channels; ++c) copy[c] = static_cast<double>(m[c]);
+      for (const BatchStats& s : calls) {
+        const std::vector<float>& value = s.*stat;
+        for (size_t c = 0; c < channels; ++c) copy[c] -= (copy[c] - static_cast<double>(value[c])) * decay;
+      }
+      for (size_t c = 0; c < channels; ++c) sum[c] += copy[c];
+    }
+    for (size_t c = 0; c < channels; ++c) m[c] = static_cast<float>(sum[c] / static_cast<double>(replicas));
+  };
+  update(moving_mean_, &BatchStats::mean);
+  update(moving_variance_, &BatchStats::variance);
+}
+
+nlohmann::json BatchNormalization::get_config() const {
+  nlohmann::json config = Layer::get_config();
+  // tf.keras stores the axis as given until build, then as a list of non-negative axes.
+  config["axis"] = built() ? nlohmann::json::array({static_cast<int64_t>(input_shape().size())})
+                           : nlohmann::json(options_.axis);
+  config["momentum"] = decimal_value(options_.momentum);
+  config["epsilon"] = decimal_value(options_.epsilon);
+  config["center"] = options_.center;
+  config["scale"] = options_.scale;
+  config["beta_initializer"] = initializer_config(options_.beta_initializer);
+  config["gamma_initializer"] = initializer_config(options_.gamma_initializer);
+  config["moving_mean_initializer"] = initializer_config(options_.moving_mean_initializer);
+  config["moving_variance_initializer"] = initializer_config(options_.moving_variance_initializer);
+  config["beta_regularizer"] = nullptr;
+  config["gamma_regularizer"] = nullptr;
+  config["beta_constraint"] = nullptr;
+  config["gamma_constraint"] = nullptr;
+  return config;
+}
+
+std::vector<BatchNormalization*> batch_normalization_layers(const std::vector<Layer*>& layers) {
+  std::vector<BatchNormalization*> out;
+  for (Layer* l : layers) {
+    if (auto* bn = dynamic_cast<BatchNormalization*>(l)) out.push_back(bn);
+  }
+  return out;
+}
+
+void apply_moving_average_updates(const std::vector<Layer*>& layers) {
+  for (BatchNormalization* bn : batch_normalization_layers(layers)) bn->apply_moving_average_update();
+}
+
+}  // namespace layers
+
+std::shared_ptr<layers::BatchNormalization> BatchNormalization(float momentum, float epsilon, std::string name) {
+  layers::BatchNormalization::Options options;
+  options.momentum = momentum;
+  options.epsilon = epsilon;
+  options.name = std::move(name);
+  return std::make_shared<layers::BatchNormalization>(std::move(options));
+}
+
+std::shared_ptr<layers::BatchNormalization> BatchNormalization(layers::BatchNormalization::Options options) {
+  return std::make_shared<layers::BatchNormalization>(std::move(options));
+}
+
+}  // namespace keel
