@@ -5,6 +5,7 @@
 namespace keel::zoo {
 
 std::unique_ptr<Model> build_mlp(const ModelOptions& options, int64_t hidden);
+std::unique_ptr<Model> build_resnet(const std::string& name, const ModelOptions& options);
 
 const std::vector<ZooEntry>& models() {
   static const std::vector<ZooEntry> entries = {
@@ -12,6 +13,16 @@ const std::vector<ZooEntry>& models() {
        [](const ModelOptions& o) { return build_mlp(o, 128); }},
       {"mlp-wide", "784 -> Dense(1024, relu) -> Dense(classes, softmax)", {784},
        [](const ModelOptions& o) { return build_mlp(o, 1024); }},
+      {"resnet18", "ResNet18 (basic blocks, Keras naming), for fast CPU work", {32, 32, 1},
+       [](const ModelOptions& o) { return build_resnet("resnet18", o); }},
+      {"resnet34", "ResNet34 (basic blocks, Keras naming)", {32, 32, 1},
+       [](const ModelOptions& o) { return build_resnet("resnet34", o); }},
+      {"resnet50", "keras.applications.ResNet50 (v1), 25,636,712 params at 1000 classes", {224, 224, 3},
+       [](const ModelOptions& o) { return build_resnet("resnet50", o); }},
+      {"resnet101", "keras.applications.ResNet101 (v1)", {224, 224, 3},
+       [](const ModelOptions& o) { return build_resnet("resnet101", o); }},
+      {"resnet152", "keras.applications.ResNet152 (v1)", {224, 224, 3},
+       [](const ModelOptions& o) { return build_resnet("resnet152", o); }},
   };
   return entries;
 }

@@ -13,6 +13,8 @@ namespace keel::zoo {
 struct ModelOptions {
   Shape input_shape;  // without batch; empty: the model's default
   int64_t classes = 10;
+  bool include_top = true;   // ResNets: the avg_pool + predictions head
+  std::string pooling;       // ResNets without top: "" or "avg"
 };
 
 struct ZooEntry {

@@ -1,6 +1,7 @@
 #include "framework/layers/layer.h"
 
 #include <map>
+#include <stdexcept>
 #include <mutex>
 
 #include "framework/device/context.h"
@@ -33,11 +34,49 @@ std::string unique_layer_name(const std::string& prefix) {
 Layer::Layer(const std::string& prefix, const std::string& name)
     : name_(name.empty() ? unique_layer_name(prefix) : name) {}
 
-void Layer::build(const Shape& input_shape) {
+void Layer::build(const Shape& input_shape) { build_multi({input_shape}); }
+
+void Layer::build_multi(const std::vector<Shape>& input_shapes) {
   if (built_) return;
-  input_shape_ = input_shape;
-  build_weights(input_shape);
+  if (input_shapes.empty()) throw std::invalid_argument("layer '" + name_ + "' called with no inputs");
+  input_shapes_ = input_shapes;
+  input_shape_ = input_shapes.front();
+  build_weights_multi(input_shapes);
   built_ = true;
+}
+
+void Layer::build_weights_multi(const std::vector<Shape>& input_shapes) {
+  if (input_shapes.size() != 1) {
+    throw std::invalid_argument("layer '" + name_ + "' (" + class_name() + ") takes one input, got " +
+                                std::to_string(input_shapes.size()));
+  }
+  build_weights(input_shapes[0]);
+}
+
+Tensor Layer::apply(const std::vector<Tensor>& inputs, bool training) {
+  if (!built_) {
+    std::vector<Shape> shapes;
+    for (const Tensor& t : inputs) shapes.emplace_back(t.shape().begin() + 1, t.shape().end());
+    build_multi(shapes);
+  }
+  OwnerScope owner("activation:" + name_);
+  return call_multi(inputs, training);
+}
+
+Tensor Layer::call_multi(const std::vector<Tensor>& inputs, bool training) {
+  if (inputs.size() != 1) {
+    throw std::invalid_argument("layer '" + name_ + "' (" + class_name() + ") takes one input, got " +
+                                std::to_string(inputs.size()));
+  }
+  return call(inputs[0], training);
+}
+
+Shape Layer::compute_output_shape_multi(const std::vector<Shape>& input_shapes) const {
+  if (input_shapes.size() != 1) {
+    throw std::invalid_argument("layer '" + name_ + "' (" + class_name() + ") takes one input, got " +
+                                std::to_string(input_shapes.size()));
+  }
+  return compute_output_shape(input_shapes[0]);
 }
 
 Tensor Layer::operator()(const Tensor& x, bool training) {

@@ -15,12 +15,14 @@
 
 namespace keel {
 
+class KerasTensor;
+
 // Resets the per-class layer name counters (Keras's clear_session): the next Dense is "dense" again.
 void clear_session();
 // "dense", then "dense_1", "dense_2"... per prefix, for this process (or since clear_session()).
 std::string unique_layer_name(const std::string& prefix);
 
-class Layer {
+class Layer : public std::enable_shared_from_this<Layer> {
  public:
   // `name` empty: a unique name from the class's snake_case prefix.
   Layer(const std::string& prefix, const std::string& name);
@@ -43,6 +45,20 @@ class Layer {
   Tensor operator()(const Tensor& x, bool training = false);
   virtual Tensor call(const Tensor& x, bool training) = 0;
 
+  // Layers with several inputs (Add, Concatenate) override the *_multi forms; the defaults take
+  // exactly one input and forward to the single-input forms.
+  Tensor apply(const std::vector<Tensor>& inputs, bool training);
+  virtual Tensor call_multi(const std::vector<Tensor>& inputs, bool training);
+  virtual Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const;
+  void build_multi(const std::vector<Shape>& input_shapes);
+
+  // Functional API: calling a layer on symbolic tensors records a node of the graph and builds the
+  // layer for their shapes. The layer must be owned by a shared_ptr (the factories return one).
+  KerasTensor operator()(const KerasTensor& x);
+  KerasTensor operator()(const std::vector<KerasTensor>& xs);
+  int num_inbound_nodes() const { return inbound_nodes_; }
+  const std::vector<Shape>& input_shapes() const { return input_shapes_; }
+
   // Keras's layer config (the keys a Keras user recognises).
   virtual nlohmann::json get_config() const;
 
@@ -53,6 +69,9 @@ class Layer {
 
  protected:
   virtual void build_weights(const Shape& input_shape) {}
+  virtual void build_weights_multi(const std::vector<Shape>& input_shapes);
+  // A layer that takes several inputs says so (it is then checked at call time).
+  virtual bool multi_input() const { return false; }
   // A variable "<layer>/<name>" in the current context, charged as `parameters`.
   Variable& add_weight(const std::string& name, const Shape& shape, const std::string& initializer,
                        bool trainable = true);
@@ -62,6 +81,8 @@ class Layer {
   std::string name_;
   bool built_ = false;
   Shape input_shape_;
+  std::vector<Shape> input_shapes_;
+  int inbound_nodes_ = 0;
   std::optional<Shape> declared_input_shape_;
   std::vector<std::unique_ptr<Variable>> variables_;
 };

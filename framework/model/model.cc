@@ -7,6 +7,7 @@
 #include "framework/autodiff/tape.h"
 #include "framework/device/context.h"
 #include "framework/layers/core_layers.h"
+#include "framework/layers/normalization.h"
 
 namespace keel {
 namespace {
@@ -150,6 +151,9 @@ StepTotals Model::train_step(const Batch& global) {
     strategy_->ledger().core(r).record_core_to_host(2 * sizeof(float));
   });  // the forward pass's tensors are released before the update, as on a device
   optimizer_->apply_gradients(grads, vars, *strategy_);
+  // BatchNormalization's moving statistics: each replica recorded its own batch statistics; they are
+  // averaged in replica order and applied once (Keras's ON_READ / MEAN variables).
+  layers::apply_moving_average_updates(layers());
   StepTotals total;
   for (const StepTotals& t : per_replica) total += t;
   return total;

@@ -94,7 +94,7 @@ class Model {
   Tensor operator()(const Tensor& x, bool training = false) { return call(x, training); }
   // Keras's get_config()/to_json: {"class_name": ..., "config": {...}}.
   virtual nlohmann::json to_config() const = 0;
-  std::string summary() const;
+  virtual std::string summary() const;
 
   std::vector<Variable*> variables() const;  // per layer: trainable, then non-trainable
   std::vector<Variable*> trainable_variables() const;

@@ -12,7 +12,9 @@ namespace keel::ops::detail {
 
 // True if the op must compute `out`; abstract outputs (planning) skip the arithmetic.
 inline bool compute(const Tensor& out, std::initializer_list<const Tensor*> inputs) {
-  if (out.is_abstract()) return false;
+  // Abstract (planning) or empty: nothing to compute. An empty tensor is never abstract, so an empty
+  // output must not go on to check its inputs, which may be.
+  if (out.is_abstract() || out.size() == 0) return false;
   for (const Tensor* t : inputs) {
     if (t->defined() && t->is_abstract()) {
       throw std::logic_error("op on an abstract input must run in an abstract (planning) context");

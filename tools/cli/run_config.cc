@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "datasets/fashion_mnist.h"
+#include "datasets/image_ops.h"
 #include "framework/device/context.h"
 #include "framework/train/losses.h"
 #include "framework/train/optimizers.h"
@@ -168,18 +169,25 @@ Shape label_shape(const RunConfig& config) {
 
 namespace {
 
-// Images reshaped to the model's input; labels one-hot for a categorical loss (as the seed does).
+Shape model_input(const RunConfig& config) {
+  return config.input_shape.empty() ? zoo::find(config.model).default_input_shape : config.input_shape;
+}
+
+// Images and labels as slices; labels one-hot for a categorical loss (as the seed does).
 Dataset labeled_slices(const RunConfig& config, const std::string& split) {
   LabeledImages data = load_fashion_mnist(split, config.data_dir);
   HostScope host;
   const int64_t n = data.images.dim(0);
-  Shape input = config.input_shape.empty() ? zoo::find(config.model).default_input_shape : config.input_shape;
-  if (num_elements(input) != data.images.size() / std::max<int64_t>(n, 1)) {
-    throw UsageError("model input " + shape_string(input) + " does not fit Fashion-MNIST's 28x28 images; use --input-shape 784 or 28x28x1");
+  const Shape input = model_input(config);
+  Tensor x = data.images;  // (N, 28, 28)
+  if (input.size() == 1) {
+    if (input[0] != 28 * 28) {
+      throw UsageError("model input " + shape_string(input) + " does not fit Fashion-MNIST's 28x28 images; use --input-shape 784");
+    }
+    x = x.reshape({n, 784});
+  } else if (input.size() != 3) {
+    throw UsageError("--input-shape must be N (flat) or HxWxC for images, got " + shape_string(input));
   }
-  Shape batched = input;
-  batched.insert(batched.begin(), n);
-  Tensor x = data.images.reshape(batched);
   Tensor y = data.labels;
   if (!label_shape(config).empty()) {
     if (config.classes < 10) throw UsageError("Fashion-MNIST has 10 classes; --classes must be at least 10");
@@ -190,17 +198,26 @@ Dataset labeled_slices(const RunConfig& config, const std::string& split) {
   return Dataset::from_tensor_slices({x, y});
 }
 
+// Image models get each batch resized to their input (bilinear, half-pixel centres) and the gray
+// channel repeated to C, in the pipeline (so on the prefetch thread), never the whole set at once.
+Dataset adapted(const RunConfig& config, Dataset batched) {
+  const Shape input = model_input(config);
+  if (input.size() != 3) return batched;
+  return batched.map([input](const Element& e) { return Element{adapt_images(e[0], input), e[1]}; });
+}
+
 }  // namespace
 
 Dataset training_dataset(const RunConfig& config) {
-  return labeled_slices(config, "train")
-      .shuffle(config.shuffle_buffer, config.seed)
-      .batch(config.global_batch(), /*drop_remainder=*/true)
+  return adapted(config, labeled_slices(config, "train")
+                             .shuffle(config.shuffle_buffer, config.seed)
+                             .batch(config.global_batch(), /*drop_remainder=*/true))
       .prefetch(AUTOTUNE);
 }
 
 Dataset evaluation_dataset(const RunConfig& config, const std::string& split) {
-  return labeled_slices(config, split).batch(config.global_batch(), /*drop_remainder=*/false).prefetch(AUTOTUNE);
+  return adapted(config, labeled_slices(config, split).batch(config.global_batch(), /*drop_remainder=*/false))
+      .prefetch(AUTOTUNE);
 }
 
 }  // namespace keel::cli

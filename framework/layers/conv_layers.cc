@@ -1,0 +1,249 @@
+#include "framework/layers/conv_layers.h"
+
+#include <stdexcept>
+
+#include "framework/layers/core_layers.h"
+#include "framework/layers/initializers.h"
+#include "framework/ops/concat.h"
+#include "framework/ops/conv.h"
+#include "framework/ops/ops.h"
+#include "framework/ops/pooling.h"
+
+namespace keel {
+namespace layers {
+namespace {
+
+ops::Padding parse_padding(const std::string& layer, const std::string& padding) {
+  if (padding == "valid") return ops::Padding::valid;
+  if (padding == "same") return ops::Padding::same;
+  throw std::invalid_argument(layer + ": padding must be \"valid\" or \"same\", got \"" + padding + "\"");
+}
+
+void check_image(const std::string& layer, const Shape& s) {
+  if (s.size() != 3) {
+    throw std::invalid_argument(layer + " expects images (height, width, channels), got " + shape_string(s));
+  }
+}
+
+nlohmann::json pair(const std::array<int, 2>& v) { return nlohmann::json::array({v[0], v[1]}); }
+
+}  // namespace
+
+int64_t conv_output_size(int64_t in, int kernel, int stride, int dilation, const std::string& padding) {
+  const int64_t effective = static_cast<int64_t>(kernel - 1) * dilation + 1;
+  if (padding == "same") return (in + stride - 1) / stride;
+  return in >= effective ? (in - effective) / stride + 1 : 0;
+}
+
+Conv2D::Conv2D(int64_t filters, std::array<int, 2> kernel_size, Options options)
+    : Layer("conv2d", options.name), filters_(filters), kernel_size_(kernel_size), options_(std::move(options)) {
+  if (filters_ <= 0) throw std::invalid_argument("Conv2D: filters must be positive");
+  for (int i = 0; i < 2; ++i) {
+    if (kernel_size_[i] <= 0 || options_.strides[i] <= 0 || options_.dilation_rate[i] <= 0) {
+      throw std::invalid_argument("Conv2D: kernel size, strides and dilation must be positive");
+    }
+  }
+  parse_padding("Conv2D", options_.padding);
+  check_activation(options_.activation);
+}
+
+Shape Conv2D::compute_output_shape(const Shape& s) const {
+  check_image("Conv2D '" + name() + "'", s);
+  return {conv_output_size(s[0], kernel_size_[0], options_.strides[0], options_.dilation_rate[0], options_.padding),
+          conv_output_size(s[1], kernel_size_[1], options_.strides[1], options_.dilation_rate[1], options_.padding), filters_};
+}
+
+void Conv2D::build_weights(const Shape& s) {
+  check_image("Conv2D '" + name() + "'", s);
+  const Shape out = compute_output_shape(s);
+  if (out[0] <= 0 || out[1] <= 0) {
+    throw std::invalid_argument("Conv2D '" + name() + "': input " + shape_string(s) + " is smaller than its kernel");
+  }
+  kernel_ = &add_weight("kernel", {kernel_size_[0], kernel_size_[1], s[2], filters_}, options_.kernel_initializer);
+  if (options_.use_bias) bias_ = &add_weight("bias", {filters_}, options_.bias_initializer);
+}
+
+Tensor Conv2D::call(const Tensor& x, bool training) {
+  Tensor y = ops::conv2d(x, kernel_->value(), options_.strides, parse_padding("Conv2D", options_.padding),
+                         options_.dilation_rate);
+  if (bias_) y = ops::bias_add(y, bias_->value());
+  return apply_activation(options_.activation, y);
+}
+
+nlohmann::json Conv2D::get_config() const {
+  nlohmann::json c = Layer::get_config();
+  c["filters"] = filters_;
+  c["kernel_size"] = pair(kernel_size_);
+  c["strides"] = pair(options_.strides);
+  c["padding"] = options_.padding;
+  c["data_format"] = "channels_last";
+  c["dilation_rate"] = pair(options_.dilation_rate);
+  c["groups"] = 1;
+  c["activation"] = options_.activation;
+  c["use_bias"] = options_.use_bias;
+  c["kernel_initializer"] = initializer_config(options_.kernel_initializer);
+  c["bias_initializer"] = initializer_config(options_.bias_initializer);
+  c["kernel_regularizer"] = nullptr;
+  c["bias_regularizer"] = nullptr;
+  c["activity_regularizer"] = nullptr;
+  c["kernel_constraint"] = nullptr;
+  c["bias_constraint"] = nullptr;
+  return c;
+}
+
+ZeroPadding2D::ZeroPadding2D(std::array<std::array<int, 2>, 2> padding, std::string name)
+    : Layer("zero_padding2d", name), padding_(padding) {
+  for (const auto& p : padding_) {
+    if (p[0] < 0 || p[1] < 0) throw std::invalid_argument("ZeroPadding2D: padding must not be negative");
+  }
+}
+
+Shape ZeroPadding2D::compute_output_shape(const Shape& s) const {
+  check_image("ZeroPadding2D '" + name() + "'", s);
+  return {s[0] + padding_[0][0] + padding_[0][1], s[1] + padding_[1][0] + padding_[1][1], s[2]};
+}
+
+Tensor ZeroPadding2D::call(const Tensor& x, bool training) {
+  return ops::zero_pad2d(x, {padding_[0][0], padding_[0][1], padding_[1][0], padding_[1][1]});
+}
+
+nlohmann::json ZeroPadding2D::get_config() const {
+  nlohmann::json c = Layer::get_config();
+  c["padding"] = {pair(padding_[0]), pair(padding_[1])};
+  c["data_format"] = "channels_last";
+  return c;
+}
+
+Pooling2D::Pooling2D(Kind kind, std::array<int, 2> pool_size, std::array<int, 2> strides, std::string padding, std::string name)
+    : Layer(kind == Kind::max ? "max_pooling2d" : "average_pooling2d", name),
+      kind_(kind), pool_size_(pool_size), strides_(strides), padding_(std::move(padding)) {
+  for (int i = 0; i < 2; ++i) {
+    if (pool_size_[i] <= 0 || strides_[i] <= 0) throw std::invalid_argument("pooling: pool size and strides must be positive");
+  }
+  parse_padding(class_name(), padding_);
+}
+
+Shape Pooling2D::compute_output_shape(const Shape& s) const {
+  check_image(class_name() + " '" + name() + "'", s);
+  return {conv_output_size(s[0], pool_size_[0], strides_[0], 1, padding_),
+          conv_output_size(s[1], pool_size_[1], strides_[1], 1, padding_), s[2]};
+}
+
+Tensor Pooling2D::call(const Tensor& x, bool training) {
+  const ops::Padding p = parse_padding(class_name(), padding_);
+  return kind_ == Kind::max ? ops::max_pool2d(x, pool_size_, strides_, p) : ops::avg_pool2d(x, pool_size_, strides_, p);
+}
+
+nlohmann::json Pooling2D::get_config() const {
+  nlohmann::json c = Layer::get_config();
+  c["pool_size"] = pair(pool_size_);
+  c["padding"] = padding_;
+  c["strides"] = pair(strides_);
+  c["data_format"] = "channels_last";
+  return c;
+}
+
+GlobalAveragePooling2D::GlobalAveragePooling2D(std::string name) : Layer("global_average_pooling2d", name) {}
+
+Shape GlobalAveragePooling2D::compute_output_shape(const Shape& s) const {
+  check_image("GlobalAveragePooling2D '" + name() + "'", s);
+  return {s[2]};
+}
+
+Tensor GlobalAveragePooling2D::call(const Tensor& x, bool training) { return ops::global_avg_pool2d(x); }
+
+nlohmann::json GlobalAveragePooling2D::get_config() const {
+  nlohmann::json c = Layer::get_config();
+  c["data_format"] = "channels_last";
+  c["keepdims"] = false;
+  return c;
+}
+
+Add::Add(std::string name) : Layer("add", name) {}
+
+void Add::build_weights_multi(const std::vector<Shape>& shapes) { compute_output_shape_multi(shapes); }
+
+Shape Add::compute_output_shape_multi(const std::vector<Shape>& shapes) const {
+  if (shapes.size() < 2) throw std::invalid_argument("Add '" + name() + "' needs at least two inputs");
+  for (const Shape& s : shapes) {
+    if (s != shapes[0]) {
+      throw std::invalid_argument("Add '" + name() + "': inputs " + shape_string(shapes[0]) + " and " + shape_string(s) +
+                                  " differ");
+    }
+  }
+  return shapes[0];
+}
+
+Tensor Add::call_multi(const std::vector<Tensor>& inputs, bool training) {
+  Tensor y = inputs.at(0);
+  for (size_t i = 1; i < inputs.size(); ++i) y = ops::add(y, inputs[i]);
+  return y;
+}
+
+Concatenate::Concatenate(int axis, std::string name) : Layer("concatenate", name), axis_(axis) {}
+
+void Concatenate::build_weights_multi(const std::vector<Shape>& shapes) { compute_output_shape_multi(shapes); }
+
+Shape Concatenate::compute_output_shape_multi(const std::vector<Shape>& shapes) const {
+  if (shapes.size() < 2) throw std::invalid_argument("Concatenate '" + name() + "' needs at least two inputs");
+  const int rank = static_cast<int>(shapes[0].size()) + 1;  // with the batch axis
+  int axis = axis_ < 0 ? axis_ + rank : axis_;
+  if (axis <= 0 || axis >= rank) throw std::invalid_argument("Concatenate '" + name() + "': bad axis " + std::to_string(axis_));
+  Shape out = shapes[0];
+  const size_t a = static_cast<size_t>(axis - 1);
+  out[a] = 0;
+  for (const Shape& s : shapes) {
+    if (s.size() != out.size()) throw std::invalid_argument("Concatenate '" + name() + "': inputs differ in rank");
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (i != a && s[i] != shapes[0][i]) {
+        throw std::invalid_argument("Concatenate '" + name() + "': inputs " + shape_string(shapes[0]) + " and " +
+                                    shape_string(s) + " differ off the concatenation axis");
+      }
+    }
+    out[a] += s[a];
+  }
+  return out;
+}
+
+Tensor Concatenate::call_multi(const std::vector<Tensor>& inputs, bool training) { return ops::concat(inputs, axis_); }
+
+nlohmann::json Concatenate::get_config() const {
+  nlohmann::json c = Layer::get_config();
+  c["axis"] = axis_;
+  return c;
+}
+
+}  // namespace layers
+
+std::shared_ptr<layers::Conv2D> Conv2D(int64_t filters, int kernel_size, layers::Conv2D::Options options) {
+  return std::make_shared<layers::Conv2D>(filters, std::array<int, 2>{kernel_size, kernel_size}, std::move(options));
+}
+std::shared_ptr<layers::Conv2D> Conv2D(int64_t filters, std::array<int, 2> kernel_size, layers::Conv2D::Options options) {
+  return std::make_shared<layers::Conv2D>(filters, kernel_size, std::move(options));
+}
+std::shared_ptr<layers::ZeroPadding2D> ZeroPadding2D(int padding, std::string name) {
+  return std::make_shared<layers::ZeroPadding2D>(std::array<std::array<int, 2>, 2>{{{padding, padding}, {padding, padding}}},
+                                                 std::move(name));
+}
+std::shared_ptr<layers::ZeroPadding2D> ZeroPadding2D(std::array<std::array<int, 2>, 2> padding, std::string name) {
+  return std::make_shared<layers::ZeroPadding2D>(padding, std::move(name));
+}
+std::shared_ptr<layers::Pooling2D> MaxPooling2D(int pool_size, int strides, std::string padding, std::string name) {
+  const int s = strides > 0 ? strides : pool_size;
+  return std::make_shared<layers::Pooling2D>(layers::Pooling2D::Kind::max, std::array<int, 2>{pool_size, pool_size},
+                                             std::array<int, 2>{s, s}, std::move(padding), std::move(name));
+}
+std::shared_ptr<layers::Pooling2D> AveragePooling2D(int pool_size, int strides, std::string padding, std::string name) {
+  const int s = strides > 0 ? strides : pool_size;
+  return std::make_shared<layers::Pooling2D>(layers::Pooling2D::Kind::average, std::array<int, 2>{pool_size, pool_size},
+                                             std::array<int, 2>{s, s}, std::move(padding), std::move(name));
+}
+std::shared_ptr<layers::GlobalAveragePooling2D> GlobalAveragePooling2D(std::string name) {
+  return std::make_shared<layers::GlobalAveragePooling2D>(std::move(name));
+}
+std::shared_ptr<layers::Add> Add(std::string name) { return std::make_shared<layers::Add>(std::move(name)); }
+std::shared_ptr<layers::Concatenate> Concatenate(int axis, std::string name) {
+  return std::make_shared<layers::Concatenate>(axis, std::move(name));
+}
+
+}  // namespace keel

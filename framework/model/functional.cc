@@ -1,0 +1,298 @@
+#include "framework/model/functional.h"
+
+#include <algorithm>
+#include <atomic>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "framework/device/context.h"
+
+namespace keel {
+namespace {
+
+std::atomic<uint64_t> g_node_ids{1};
+
+std::string inbound_string(const GraphNode& n) {
+  if (n.inputs.empty()) return "[]";
+  std::string s = "[";
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const GraphNode& in = *n.inputs[i].node();
+    s += (i ? ", '" : "'") + in.layer->name() + "[" + std::to_string(in.node_index) + "][0]'";
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+const Shape& KerasTensor::shape() const {
+  if (!node_) throw std::logic_error("an undefined KerasTensor has no shape");
+  return node_->output_shape;
+}
+
+InputLayer::InputLayer(Shape shape, std::string name) : Layer("input", name), shape_(std::move(shape)) {
+  for (int64_t d : shape_) {
+    if (d <= 0) throw std::invalid_argument("Input shape " + shape_string(shape_) + " must be positive");
+  }
+}
+
+nlohmann::json InputLayer::get_config() const {
+  nlohmann::json batch_shape = nlohmann::json::array({nullptr});
+  for (int64_t d : shape_) batch_shape.push_back(d);
+  return {{"batch_input_shape", batch_shape}, {"dtype", "float32"}, {"sparse", false}, {"ragged", false}, {"name", name()}};
+}
+
+KerasTensor Input(const Shape& shape, const std::string& name) {
+  // Keras numbers inputs from 1: input_1, input_2, ...
+  std::string n = name;
+  if (n.empty()) {
+    n = unique_layer_name("input");
+    n = n == "input" ? "input_1" : "input_" + std::to_string(std::stoi(n.substr(6)) + 1);
+  }
+  auto layer = std::make_shared<InputLayer>(shape, n);
+  layer->build(shape);
+  auto node = std::make_shared<GraphNode>();
+  node->layer = layer;
+  node->output_shape = shape;
+  node->id = g_node_ids++;
+  return KerasTensor(std::move(node));
+}
+
+KerasTensor Layer::operator()(const KerasTensor& x) { return (*this)(std::vector<KerasTensor>{x}); }
+
+KerasTensor Layer::operator()(const std::vector<KerasTensor>& xs) {
+  std::vector<Shape> shapes;
+  for (const KerasTensor& x : xs) {
+    if (!x.defined()) throw std::invalid_argument("layer '" + name_ + "' called on an undefined tensor");
+    shapes.push_back(x.shape());
+  }
+  if (built_ && shapes != input_shapes_) {
+    throw std::invalid_argument("layer '" + name_ + "' was built for inputs " + shape_string(input_shapes_.front()) +
+                                " and is now called on " + shape_string(shapes.front()));
+  }
+  // Weights are created in whatever scope the graph is built in (mirrored under a strategy).
+  build_multi(shapes);
+  auto node = std::make_shared<GraphNode>();
+  node->layer = shared_from_this();
+  node->inputs = xs;
+  node->output_shape = compute_output_shape_multi(shapes);
+  node->id = g_node_ids++;
+  node->node_index = inbound_nodes_++;
+  return KerasTensor(std::move(node));
+}
+
+Functional::Functional(const KerasTensor& input, const KerasTensor& output, std::string name)
+    : Functional(std::vector<KerasTensor>{input}, std::vector<KerasTensor>{output}, std::move(name)) {}
+
+Functional::Functional(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs, std::string name)
+    : Model(name.empty() ? unique_layer_name("model") : std::move(name)), inputs_(std::move(inputs)), outputs_(std::move(outputs)) {
+  if (inputs_.empty() || outputs_.empty()) throw std::invalid_argument("a functional model needs inputs and outputs");
+  for (const KerasTensor& t : inputs_) {
+    if (!t.defined() || !dynamic_cast<InputLayer*>(t.node()->layer.get())) {
+      throw std::invalid_argument("functional model inputs must come from keel::Input()");
+    }
+  }
+  // Keras's order (functional.py, _map_graph_network): a post-order walk from the outputs, visiting
+  // each node's inputs in order, gives every node an index; a node's depth is its longest distance to
+  // an output; nodes and layers run and are listed by decreasing depth, ties by walk index. Keras's
+  // legacy load_weights matches layers by this order, so a checkpoint must follow it. Iterative.
+  std::unordered_map<const GraphNode*, size_t> walk_index;
+  std::vector<std::shared_ptr<GraphNode>> post_order;
+  for (const KerasTensor& t : outputs_) {
+    if (!t.defined()) throw std::invalid_argument("functional model output is undefined");
+    std::vector<std::pair<std::shared_ptr<GraphNode>, size_t>> stack = {{t.node(), 0}};
+    while (!stack.empty()) {
+      auto& [n, next] = stack.back();
+      if (walk_index.count(n.get())) {
+        stack.pop_back();
+        continue;
+      }
+      if (next < n->inputs.size()) {
+        std::shared_ptr<GraphNode> in = n->inputs[next++].node();
+        if (!walk_index.count(in.get())) stack.push_back({in, 0});
+        continue;
+      }
+      walk_index[n.get()] = post_order.size();
+      post_order.push_back(n);
+      stack.pop_back();
+    }
+  }
+  std::unordered_map<const GraphNode*, int64_t> depth;
+  std::unordered_map<const Layer*, int64_t> layer_depth;
+  for (auto it = post_order.rbegin(); it != post_order.rend(); ++it) {
+    const GraphNode* n = it->get();
+    int64_t d = std::max(depth[n], layer_depth[n->layer.get()]);  // a shared layer sits at its deepest use
+    depth[n] = d;
+    layer_depth[n->layer.get()] = d;
+    for (const KerasTensor& in : n->inputs) depth[in.node().get()] = std::max(depth[in.node().get()], d + 1);
+  }
+  nodes_ = post_order;
+  std::stable_sort(nodes_.begin(), nodes_.end(), [&](const auto& a, const auto& b) {
+    if (depth[a.get()] != depth[b.get()]) return depth[a.get()] > depth[b.get()];
+    return walk_index[a.get()] < walk_index[b.get()];
+  });
+  for (const auto& n : nodes_) {
+    if (n->inputs.empty()) {
+      const bool is_model_input = std::any_of(inputs_.begin(), inputs_.end(), [&](const KerasTensor& t) { return t.node() == n; });
+      if (!is_model_input) {
+        throw std::invalid_argument("graph disconnected: output depends on input '" + n->layer->name() +
+                                    "', which is not among the model's inputs");
+      }
+    }
+    if (std::find(layers_.begin(), layers_.end(), n->layer.get()) == layers_.end()) layers_.push_back(n->layer.get());
+  }
+  capture_strategy();
+}
+
+std::vector<Layer*> Functional::layers() const { return layers_; }
+
+void Functional::build(const Shape& input_shape) {
+  if (input_shape != inputs_.front().shape()) {
+    throw std::invalid_argument("model '" + name() + "' expects inputs " + shape_string(inputs_.front().shape()) +
+                                ", got " + shape_string(input_shape));
+  }
+}
+
+Tensor Functional::call(const Tensor& x, bool training) { return call_all({x}, training).front(); }
+
+std::vector<Tensor> Functional::call_all(const std::vector<Tensor>& inputs, bool training) {
+  if (inputs.size() != inputs_.size()) {
+    throw std::invalid_argument("model '" + name() + "' takes " + std::to_string(inputs_.size()) + " inputs, got " +
+                                std::to_string(inputs.size()));
+  }
+  // Remaining consumers of each node's output: a tensor is dropped after its last use.
+  std::unordered_map<const GraphNode*, int> uses;
+  for (const auto& n : nodes_) {
+    for (const KerasTensor& in : n->inputs) ++uses[in.node().get()];
+  }
+  for (const KerasTensor& out : outputs_) ++uses[out.node().get()];
+  std::unordered_map<const GraphNode*, Tensor> values;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const Shape& expected = inputs_[i].shape();
+    if (inputs[i].rank() != static_cast<int>(expected.size()) + 1 ||
+        !std::equal(expected.begin(), expected.end(), inputs[i].shape().begin() + 1)) {
+      throw std::invalid_argument("model '" + name() + "' expects inputs (None" +
+                                  shape_string(expected).substr(1) + ", got " + shape_string(inputs[i].shape()));
+    }
+    values[inputs_[i].node().get()] = inputs[i];
+  }
+  std::vector<Tensor> args;
+  for (const auto& n : nodes_) {
+    if (n->inputs.empty()) continue;
+    args.clear();
+    for (const KerasTensor& in : n->inputs) args.push_back(values.at(in.node().get()));
+    Tensor y = n->layer->apply(args, training);
+    args.clear();
+    for (const KerasTensor& in : n->inputs) {
+      if (--uses[in.node().get()] == 0) values.erase(in.node().get());
+    }
+    values[n.get()] = std::move(y);
+  }
+  std::vector<Tensor> outs;
+  for (const KerasTensor& out : outputs_) outs.push_back(values.at(out.node().get()));
+  return outs;
+}
+
+nlohmann::json Functional::to_config() const {
+  nlohmann::json layers = nlohmann::json::array();
+  for (Layer* layer : layers_) {
+    nlohmann::json inbound = nlohmann::json::array();
+    for (const auto& n : nodes_) {
+      if (n->layer.get() != layer || n->inputs.empty()) continue;
+      nlohmann::json call = nlohmann::json::array();
+      for (const KerasTensor& in : n->inputs) {
+        call.push_back({in.node()->layer->name(), in.node()->node_index, 0, nlohmann::json::object()});
+      }
+      inbound.push_back(call);
+    }
+    layers.push_back({{"class_name", layer->class_name()},
+                      {"config", layer->get_config()},
+                      {"name", layer->name()},
+                      {"inbound_nodes", inbound}});
+  }
+  auto refs = [](const std::vector<KerasTensor>& ts) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const KerasTensor& t : ts) out.push_back({t.node()->layer->name(), t.node()->node_index, 0});
+    return out;
+  };
+  return {{"class_name", "Functional"},
+          {"config", {{"name", name()}, {"layers", layers}, {"input_layers", refs(inputs_)}, {"output_layers", refs(outputs_)}}}};
+}
+
+std::string Functional::summary() const {
+  // Keras's functional summary: 98 columns ending at 33/59/71/98, two spaces between columns; a
+  // cell too long for its column continues on the next line, broken after "'," where possible
+  // (layer_utils.print_row).
+  const size_t ends[] = {33, 59, 71, 98};
+  auto row = [&](const std::string& a, const std::string& b, const std::string& c, const std::string& d) {
+    std::string left[] = {a, b, c, d};
+    std::string out;
+    while (!left[0].empty() || !left[1].empty() || !left[2].empty() || !left[3].empty()) {
+      std::string line;
+      for (int col = 0; col < 4; ++col) {
+        const size_t start = col == 0 ? 0 : ends[col - 1];
+        const size_t space = col == 3 ? 0 : 2;
+        size_t cutoff = ends[col] - start - space - (col == 0 ? 1 : 0);
+        std::string fit = left[col].substr(0, cutoff);
+        for (const char* brk : {"),", "},", "],", "',"}) {
+          const size_t at = fit.find(brk);
+          if (at != std::string::npos && at + 2 < cutoff) cutoff = at + 2;
+        }
+        fit = left[col].substr(0, cutoff);
+        if (col == 0) line += " ";
+        line += fit;
+        left[col] = cutoff < left[col].size() ? left[col].substr(cutoff) : "";
+        if (!left[col].empty() && left[col][0] == ' ') left[col].erase(0, 1);
+        if (line.size() < ends[col]) line.resize(ends[col], ' ');
+      }
+      out += line + "\n";
+    }
+    out.pop_back();
+    return out;
+  };
+  std::ostringstream os;
+  os << "Model: \"" << name() << "\"\n" << std::string(98, '_') << "\n";
+  os << row("Layer (type)", "Output Shape", "Param #", "Connected to") << "\n" << std::string(98, '=') << "\n";
+  for (size_t k = 0; k < nodes_.size(); ++k) {
+    const GraphNode& n = *nodes_[k];
+    Shape out = n.output_shape;
+    out.insert(out.begin(), -1);
+    // A layer's parameters are counted at its first call only.
+    const bool first = n.node_index == 0;
+    os << row(n.layer->name() + " (" + n.layer->class_name() + ")", shape_string(out),
+              std::to_string(first ? n.layer->count_params() : 0), inbound_string(n))
+       << "\n";
+    if (k + 1 < nodes_.size()) os << "\n";
+  }
+  int64_t trainable = 0, non_trainable = 0;
+  for (Variable* v : variables()) (v->trainable() ? trainable : non_trainable) += num_elements(v->shape());
+  auto commas = [](int64_t v) {
+    std::string d = std::to_string(v), o;
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (i > 0 && (d.size() - i) % 3 == 0) o += ',';
+      o += d[i];
+    }
+    return o;
+  };
+  auto mem = [](int64_t params) {
+    double b = static_cast<double>(params) * 4.0;
+    const char* units[] = {"Byte", "KB", "MB", "GB"};
+    int u = 0;
+    while (b >= 1024.0 && u < 3) {
+      b /= 1024.0;
+      ++u;
+    }
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.2f %s", b, units[u]);
+    return std::string(buf);
+  };
+  os << std::string(98, '=') << "\n";
+  os << "Total params: " << commas(trainable + non_trainable) << " (" << mem(trainable + non_trainable) << ")\n";
+  os << "Trainable params: " << commas(trainable) << " (" << mem(trainable) << ")\n";
+  os << "Non-trainable params: " << commas(non_trainable) << " (" << mem(non_trainable) << ")\n";
+  os << std::string(98, '_') << "\n";
+  return os.str();
+}
+
+}  // namespace keel

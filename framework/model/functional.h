@@ -1,0 +1,86 @@
+// Keras's functional API: symbolic tensors, Input, calling layers on them, and a Model built from
+// its inputs and outputs.
+//
+//   KerasTensor inputs = Input({224, 224, 3});
+//   KerasTensor x = (*Conv2D(64, 7, {.strides = 2}))(inputs);
+//   x = (*Add())({x, shortcut});
+//   Functional model(inputs, x, "resnet50");
+//
+// The graph is a list of nodes (one per layer call) in creation order, which is a topological order;
+// the model keeps those reachable from its outputs and runs them in that order, without recursion,
+// releasing each intermediate tensor after its last consumer.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/layers/layer.h"
+#include "framework/model/model.h"
+
+namespace keel {
+
+struct GraphNode;
+
+// A symbolic tensor: the output of one layer call, with its shape (without the batch dimension).
+class KerasTensor {
+ public:
+  KerasTensor() = default;
+  const Shape& shape() const;
+  const std::shared_ptr<GraphNode>& node() const { return node_; }
+  bool defined() const { return node_ != nullptr; }
+
+ private:
+  friend class Layer;
+  friend KerasTensor Input(const Shape& shape, const std::string& name);
+  explicit KerasTensor(std::shared_ptr<GraphNode> node) : node_(std::move(node)) {}
+  std::shared_ptr<GraphNode> node_;
+};
+
+struct GraphNode {
+  LayerPtr layer;
+  std::vector<KerasTensor> inputs;  // empty for an InputLayer
+  Shape output_shape;               // without batch
+  uint64_t id = 0;                  // creation order
+  int node_index = 0;               // which call of `layer` this is (Keras's node index)
+};
+
+// Keras's InputLayer: names the model's input and its shape.
+class InputLayer : public Layer {
+ public:
+  InputLayer(Shape shape, std::string name);
+  std::string class_name() const override { return "InputLayer"; }
+  Tensor call(const Tensor& x, bool training) override { return x; }
+  nlohmann::json get_config() const override;
+  const Shape& shape() const { return shape_; }
+
+ private:
+  Shape shape_;
+};
+
+// A symbolic input of the given shape (without batch). Default names: "input_1", "input_2", ...
+KerasTensor Input(const Shape& shape, const std::string& name = "");
+
+class Functional : public Model {
+ public:
+  Functional(const KerasTensor& input, const KerasTensor& output, std::string name = "");
+  Functional(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs, std::string name = "");
+
+  std::string class_name() const override { return "Functional"; }
+  std::vector<Layer*> layers() const override;  // in execution order, input layers first
+  Shape input_shape() const override { return inputs_.front().shape(); }
+  Shape output_shape() const override { return outputs_.front().shape(); }
+  void build(const Shape& input_shape) override;
+  Tensor call(const Tensor& x, bool training) override;
+  // Every output, for several inputs.
+  std::vector<Tensor> call_all(const std::vector<Tensor>& inputs, bool training);
+  nlohmann::json to_config() const override;
+  std::string summary() const override;
+
+ private:
+  std::vector<KerasTensor> inputs_, outputs_;
+  std::vector<std::shared_ptr<GraphNode>> nodes_;  // execution order
+  std::vector<Layer*> layers_;                     // unique, first-use order
+};
+
+}  // namespace keel

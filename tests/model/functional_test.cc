@@ -1,0 +1,109 @@
+// The functional API: graphs of layers on symbolic tensors, executed without recursion, Keras order.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "framework/autodiff/tape.h"
+#include "framework/device/context.h"
+#include "framework/layers/conv_layers.h"
+#include "framework/layers/core_layers.h"
+#include "framework/layers/initializers.h"
+#include "framework/model/functional.h"
+#include "framework/ops/ops.h"
+
+namespace keel {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Functional, DiamondGraphMatchesTheSameOpsByHand) {
+  clear_session();
+  set_random_seed(5);
+  HostScope host;
+  KerasTensor in = Input({6});
+  auto d1 = Dense(4, "relu");
+  auto d2 = Dense(4);
+  auto out_layer = Dense(3, "softmax");
+  KerasTensor a = (*d1)(in);
+  KerasTensor b = (*d2)(in);
+  KerasTensor s = (*Add())({a, b});
+  KerasTensor out = (*out_layer)(s);
+  Functional model(in, out, "diamond");
+  EXPECT_EQ(model.output_shape(), Shape({3}));
+  EXPECT_EQ(model.count_params(), (6 * 4 + 4) * 2 + 4 * 3 + 3);
+
+  Tensor x = Tensor::full({2, 6}, 0.5f);
+  x.data()[3] = -1.0f;
+  Tensor y = model(x);
+  // The same computation by hand.
+  Tensor ha = (*d1)(x), hb = (*d2)(x);
+  Tensor expect = (*out_layer)(ops::add(ha, hb));
+  ASSERT_EQ(y.shape(), expect.shape());
+  for (int64_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(y.data()[i], expect.data()[i]);
+
+  // Gradients flow through both branches.
+  GradientTape tape;
+  Tensor loss = ops::reduce_sum(model(x, true));
+  auto vars = model.trainable_variables();
+  auto grads = tape.gradient(loss, vars);
+  for (size_t i = 0; i < grads.size(); ++i) EXPECT_TRUE(grads[i].defined()) << vars[i]->name();
+}
+
+TEST(Functional, KerasLayerOrderIsByDepthThenWalkOrder) {
+  clear_session();
+  HostScope host;
+  // A residual block shaped like ResNet's: the shortcut is created first but listed after the
+  // deeper main branch, as keras.applications.ResNet50's model.layers are.
+  KerasTensor in = Input({8, 8, 4}, "input_1");
+  KerasTensor shortcut = (*Conv2D(8, 1, {.name = "b_0_conv"}))(in);
+  KerasTensor x = (*Conv2D(8, 1, {.name = "b_1_conv"}))(in);
+  x = (*std::make_shared<layers::Activation>("relu", "b_1_relu"))(x);
+  x = (*Conv2D(8, 3, {.padding = "same", .name = "b_2_conv"}))(x);
+  x = (*Add("b_add"))({shortcut, x});
+  Functional model(in, x);
+  std::vector<std::string> names;
+  for (Layer* l : model.layers()) names.push_back(l->name());
+  EXPECT_EQ(names, (std::vector<std::string>{"input_1", "b_1_conv", "b_1_relu", "b_0_conv", "b_2_conv", "b_add"}));
+  const nlohmann::json cfg = model.to_config();
+  EXPECT_EQ(cfg["class_name"], "Functional");
+  EXPECT_EQ(cfg["config"]["input_layers"], nlohmann::json::parse(R"([["input_1", 0, 0]])"));
+  EXPECT_EQ(cfg["config"]["output_layers"], nlohmann::json::parse(R"([["b_add", 0, 0]])"));
+  const auto& add = cfg["config"]["layers"][5];
+  EXPECT_EQ(add["name"], "b_add");
+  EXPECT_EQ(add["inbound_nodes"], nlohmann::json::parse(R"([[["b_0_conv", 0, 0, {}], ["b_2_conv", 0, 0, {}]]])"));
+  const std::string summary = model.summary();
+  EXPECT_THAT(summary, HasSubstr("Connected to"));
+  // Keras wraps a long "Connected to" cell after each "',".
+  EXPECT_THAT(summary, HasSubstr("['b_0_conv[0][0]',"));
+  EXPECT_THAT(summary, HasSubstr("'b_2_conv[0][0]']"));
+}
+
+TEST(Functional, SharedLayerAndErrors) {
+  clear_session();
+  HostScope host;
+  KerasTensor in = Input({5});
+  auto shared = Dense(5, "relu");
+  KerasTensor y = (*shared)((*shared)(in));  // the same weights twice
+  Functional model(in, y);
+  EXPECT_EQ(model.count_params(), 30);
+  EXPECT_EQ(shared->num_inbound_nodes(), 2);
+  EXPECT_EQ(model(Tensor::full({3, 5}, 1.0f)).shape(), Shape({3, 5}));
+  EXPECT_THROW(model(Tensor::full({3, 4}, 1.0f)), std::invalid_argument);
+  KerasTensor other = Input({5});
+  EXPECT_THROW(Functional(in, (*Add())({in, other})), std::invalid_argument);  // disconnected
+  EXPECT_THROW((*Add())({in, Input({4})}), std::invalid_argument);            // shapes differ
+}
+
+TEST(Functional, DeepChainNeedsNoRecursion) {
+  clear_session();
+  HostScope host;
+  KerasTensor in = Input({2});
+  KerasTensor x = in;
+  for (int i = 0; i < 20000; ++i) x = (*std::make_shared<layers::Activation>("linear", "a" + std::to_string(i)))(x);
+  Functional model(in, x);
+  EXPECT_EQ(model.layers().size(), 20001u);
+  Tensor y = model(Tensor::full({1, 2}, 3.0f));
+  EXPECT_EQ(y.data()[1], 3.0f);
+}
+
+}  // namespace
+}  // namespace keel
