@@ -112,3 +112,43 @@ TEST(Planner, MaxBatchIsTheLargestThatFits) {
 
 }  // namespace
 }  // namespace keel
+
+namespace keel {
+namespace {
+
+// ResNet50 at 64x64, 2 per core on 2 cores: small enough for a real step here.
+TEST(Planner, Resnet50PlanEqualsARealStep) {
+  const DeviceSpec device = DeviceSpec::custom(2, 0);
+  auto factory = [] {
+    std::unique_ptr<Model> m = zoo::build("resnet50", {{64, 64, 3}, 10});
+    m->compile(std::make_shared<Adam>(), std::make_shared<CategoricalCrossentropy>());
+    return m;
+  };
+  clear_session();
+  set_random_seed(3);
+  ReplicatedStrategy strategy(device);
+  std::unique_ptr<Model> model;
+  {
+    auto scope = strategy.scope();
+    model = factory();
+    model->optimizer().build(model->trainable_variables());
+  }
+  Batch batch;
+  {
+    HostScope host;
+    batch.images = Tensor::empty({4, 64, 64, 3});
+    batch.labels = Tensor::zeros({4, 10});
+    Rng rng(9);
+    for (int64_t i = 0; i < batch.images.size(); ++i) batch.images.data()[i] = rng.next_float();
+    for (int64_t i = 0; i < 4; ++i) batch.labels.data()[i * 10 + i] = 1.0f;
+  }
+  model->train_step(batch);
+  const std::vector<CoreMemory> measured = core_memory(strategy.ledger());
+  clear_session();
+  const MemoryPlan plan = plan_training_step(factory, device, 2, {10});
+  expect_equal(plan.per_core, measured);
+  EXPECT_EQ(plan.per_core[0].category_peak[static_cast<size_t>(Category::parameters)], 23608202 * 4);
+}
+
+}  // namespace
+}  // namespace keel
