@@ -48,3 +48,24 @@ TEST(ReadmeExample, FitThenACustomLoopStep) {
 }
 
 }  // namespace
+
+#include "framework/layers/conv_layers.h"
+#include "framework/layers/normalization.h"
+#include "framework/model/functional.h"
+
+namespace {
+
+TEST(ReadmeExample, FunctionalModel) {
+  keel::HostScope host;
+  keel::KerasTensor inputs = keel::Input({32, 32, 3});
+  keel::KerasTensor x = (*keel::Conv2D(64, 3, {.padding = "same"}))(inputs);
+  x = (*keel::BatchNormalization())(x);
+  x = (*keel::Add())({x, (*keel::Conv2D(64, 1))(inputs)});
+  x = (*keel::GlobalAveragePooling2D())(x);
+  keel::Functional model(inputs, (*keel::Dense(10, "softmax"))(x));
+  keel::Tensor y = model(keel::Tensor::full({2, 32, 32, 3}, 0.5f));
+  EXPECT_EQ(y.shape(), keel::Shape({2, 10}));
+  EXPECT_NEAR(y.array().sum(), 2.0f, 1e-5f);  // two softmax rows
+}
+
+}  // namespace
