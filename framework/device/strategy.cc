@@ -155,6 +155,16 @@ DeviceContext ReplicatedStrategy::host_context() const {
   return ctx;
 }
 
+DeviceContext ReplicatedStrategy::core_context(int core, Category category) const {
+  DeviceContext ctx;
+  ctx.ledger = const_cast<Ledger*>(&ledger_);
+  ctx.strategy = const_cast<ReplicatedStrategy*>(this);
+  ctx.core = core;
+  ctx.abstract = options_.abstract;
+  ctx.category = category;
+  return ctx;
+}
+
 ContextScope ReplicatedStrategy::scope() { return ContextScope(mirrored_context()); }
 
 Batch ReplicatedStrategy::infeed(const Batch& global, int replica) {
@@ -179,13 +189,7 @@ std::vector<Batch> ReplicatedStrategy::distribute(const Batch& global) {
   std::vector<Batch> shards;
   shards.reserve(static_cast<size_t>(n));
   for (int c = 0; c < n; ++c) {
-    DeviceContext ctx;
-    ctx.ledger = &ledger_;
-    ctx.strategy = this;
-    ctx.core = c;
-    ctx.abstract = options_.abstract;
-    ctx.category = Category::inputs;
-    ContextScope on_core(std::move(ctx));
+    ContextScope on_core(core_context(c, Category::inputs));
     shards.push_back(infeed(global, c));
   }
   return shards;
@@ -199,13 +203,7 @@ void ReplicatedStrategy::run_replicas(const std::function<void(int)>& body) {
     workers_[static_cast<size_t>(r)]->post([&, r] {
       ReplicaContext rc{this, r, n};
       tls_replica_context = &rc;
-      DeviceContext ctx;
-      ctx.ledger = &ledger_;
-      ctx.strategy = this;
-      ctx.core = r;
-      ctx.abstract = options_.abstract;
-      ctx.category = Category::activations;
-      ContextScope on_core(std::move(ctx));
+      ContextScope on_core(core_context(r));
       slots_->acquire();
       try {
         body(r);
@@ -251,13 +249,7 @@ void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) 
       for (int r = next++; r < n && !failed; r = next++) {
         ReplicaContext rc{this, r, n};
         tls_replica_context = &rc;
-        DeviceContext ctx;
-        ctx.ledger = &ledger_;
-        ctx.strategy = this;
-        ctx.core = r;
-        ctx.abstract = options_.abstract;
-        ctx.category = Category::activations;
-        ContextScope on_core(std::move(ctx));
+        ContextScope on_core(core_context(r));
         try {
           body(r);
         } catch (...) {

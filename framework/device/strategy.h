@@ -69,6 +69,8 @@ class ReplicatedStrategy {
   DeviceContext mirrored_context(Category category = Category::parameters) const;
   // A host context matching this strategy (abstract when planning).
   DeviceContext host_context() const;
+  // The context of code running for `core` (its ledger; new tensors are `category`).
+  DeviceContext core_context(int core, Category category = Category::activations) const;
 
   // Splits a host batch into per-core shards, copied to each core (`inputs`, counted as infeed).
   // Shards are as even as possible; the first cores take one more row when it does not divide.

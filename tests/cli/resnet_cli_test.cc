@@ -11,6 +11,7 @@
 #include "framework/checkpoint/h5_file.h"
 #include "framework/layers/layer.h"
 #include "models/zoo.h"
+#include "tests/support/checkpoint_state.h"
 #include "tests/support/cli_runner.h"
 
 namespace keel::testing {
@@ -48,29 +49,6 @@ TEST(ResnetCli, BadShapesAndClasses) {
   EXPECT_THAT(classes.err, HasSubstr("--classes"));
 }
 
-std::map<std::string, std::vector<float>> weights(const std::string& path) {
-  H5File f = H5File::open_read(path);
-  std::map<std::string, std::vector<float>> out;
-  std::vector<std::string> todo = {"model_weights", "optimizer_weights"};
-  while (!todo.empty()) {
-    const std::string p = todo.back();
-    todo.pop_back();
-    if (p.ends_with("/iterations:0")) {
-      out[p] = {static_cast<float>(f.read_int64(p))};
-      continue;
-    }
-    try {
-      const Shape s = f.dataset_shape(p);
-      std::vector<float>& v = out[p];
-      v.resize(static_cast<size_t>(num_elements(s)));
-      f.read_floats(p, s, v.data());
-    } catch (const CheckpointError&) {
-      for (const std::string& c : f.children(p)) todo.push_back(p + "/" + c);
-    }
-  }
-  return out;
-}
-
 TEST(ResnetCli, Resnet50ResumesBitIdenticallyAtASmallSize) {
   const std::string dir = make_temp_dir("keel-r50");
   const std::string run = "--model resnet50 --input-shape 32x32x3 --cores 2 --hbm-per-core 4GiB --batch-per-core 2 "
@@ -81,8 +59,8 @@ TEST(ResnetCli, Resnet50ResumesBitIdenticallyAtASmallSize) {
   ASSERT_EQ(b1.exit_code, 0) << b1.err;
   CommandResult b2 = run_keel("resume " + dir + "/split --stop-after-steps 2 --quiet");
   ASSERT_EQ(b2.exit_code, 0) << b2.err;
-  const auto sa = weights(dir + "/straight/ckpt-4.h5");
-  const auto sb = weights(dir + "/split/ckpt-4.h5");
+  const auto sa = read_checkpoint_values(dir + "/straight/ckpt-4.h5");
+  const auto sb = read_checkpoint_values(dir + "/split/ckpt-4.h5");
   ASSERT_EQ(sa.size(), sb.size());
   // 318 model weights (incl. BN moving statistics) + iterations + 2 Adam slots per trainable weight.
   EXPECT_GT(sa.size(), 600u);

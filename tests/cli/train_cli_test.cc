@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/checkpoint/h5_file.h"
+#include "tests/support/checkpoint_state.h"
 #include "tests/support/cli_runner.h"
 
 namespace keel::testing {
@@ -17,38 +18,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Every dataset under model_weights/ and optimizer_weights/, as raw values.
-std::map<std::string, std::vector<float>> read_state(const std::string& path) {
-  H5File f = H5File::open_read(path);
-  std::map<std::string, std::vector<float>> out;
-  std::vector<std::string> todo = {"model_weights", "optimizer_weights"};
-  while (!todo.empty()) {
-    const std::string p = todo.back();
-    todo.pop_back();
-    if (p.ends_with("/iterations:0")) {
-      out[p] = {static_cast<float>(f.read_int64(p))};
-      continue;
-    }
-    bool is_dataset = true;
-    Shape shape;
-    try {
-      shape = f.dataset_shape(p);
-    } catch (const CheckpointError&) {
-      is_dataset = false;
-    }
-    if (is_dataset) {
-      std::vector<float>& v = out[p];
-      v.resize(static_cast<size_t>(num_elements(shape)));
-      f.read_floats(p, shape, v.data());
-    } else {
-      for (const std::string& c : f.children(p)) todo.push_back(p + "/" + c);
-    }
-  }
-  return out;
-}
-
 void expect_bit_identical(const std::string& a, const std::string& b) {
-  const auto sa = read_state(a), sb = read_state(b);
+  const auto sa = read_checkpoint_values(a), sb = read_checkpoint_values(b);
   ASSERT_EQ(sa.size(), sb.size());
   ASSERT_GE(sa.size(), 13u);  // 4 weights, iterations, 8 Adam slots
   for (const auto& [name, values] : sa) {

@@ -15,24 +15,6 @@
 namespace keel::cli {
 namespace {
 
-po::variables_map parse(const std::vector<std::string>& args, const po::options_description& d,
-                        const po::positional_options_description* pos = nullptr) {
-  po::variables_map vm;
-  po::command_line_parser parser(args);
-  parser.options(d);
-  if (pos) parser.positional(*pos);
-  po::parsed_options parsed = parser.run();
-  // Words that are neither options nor an expected positional argument are a usage error.
-  for (const po::option& o : parsed.options) {
-    if (o.position_key >= 0 && (!pos || o.string_key.empty())) {
-      throw UsageError("unexpected argument '" + (o.original_tokens.empty() ? std::string() : o.original_tokens[0]) + "'");
-    }
-  }
-  po::store(parsed, vm);
-  po::notify(vm);
-  return vm;
-}
-
 // A run directory (its `latest`) or a checkpoint file.
 std::string checkpoint_file(const std::string& target) {
   if (std::filesystem::is_directory(target)) {
@@ -101,7 +83,7 @@ int evaluate_command(const std::vector<std::string>& args) {
       ("json", po::bool_switch(), "print {\"loss\": x, \"accuracy\": x, \"samples\": n}");
   po::positional_options_description pos;
   pos.add("target", 1);
-  po::variables_map vm = parse(args, d, &pos);
+  po::variables_map vm = parse_args(args, d, &pos);
   if (vm.count("help")) {
     std::cout << d << "\n";
     return kExitOk;
@@ -152,7 +134,7 @@ int memory_command(const std::vector<std::string>& args) {
       ("max-batch", po::bool_switch(), "also find the largest per-core batch that fits")
       ("json", po::bool_switch(), "print one JSON object");
   d.add(model_opts).add(device_opts);
-  po::variables_map vm = parse(args, d);
+  po::variables_map vm = parse_args(args, d);
   if (vm.count("help")) {
     std::cout << d << "\n";
     return kExitOk;
@@ -179,7 +161,7 @@ int summary_command(const std::vector<std::string>& args) {
                             "Keras-style summary table with exact parameter counts.");
   d.add_options()("help,h", "this help");
   d.add(model_opts);
-  po::variables_map vm = parse(args, d);
+  po::variables_map vm = parse_args(args, d);
   if (vm.count("help")) {
     std::cout << d << "\n";
     return kExitOk;

@@ -130,6 +130,23 @@ void apply_training_options(const po::variables_map& vm, RunConfig& c) {
   if (c.save_every_steps < 0) throw UsageError("--save-every-steps must not be negative");
 }
 
+po::variables_map parse_args(const std::vector<std::string>& args, const po::options_description& options,
+                             const po::positional_options_description* positional) {
+  po::command_line_parser parser(args);
+  parser.options(options);
+  if (positional) parser.positional(*positional);
+  po::parsed_options parsed = parser.run();
+  for (const po::option& o : parsed.options) {
+    if (o.position_key >= 0 && (!positional || o.string_key.empty())) {
+      throw UsageError("unexpected argument '" + (o.original_tokens.empty() ? std::string() : o.original_tokens[0]) + "'");
+    }
+  }
+  po::variables_map vm;
+  po::store(parsed, vm);
+  po::notify(vm);
+  return vm;
+}
+
 Shape parse_shape(const std::string& text) {
   Shape shape;
   std::stringstream ss(text);

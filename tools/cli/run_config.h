@@ -61,6 +61,11 @@ void apply_model_options(const po::variables_map& vm, RunConfig& config);
 void apply_device_options(const po::variables_map& vm, RunConfig& config);
 void apply_training_options(const po::variables_map& vm, RunConfig& config);
 
+// Parses a verb's arguments; a word that is neither an option nor an expected positional argument
+// is a UsageError.
+po::variables_map parse_args(const std::vector<std::string>& args, const po::options_description& options,
+                             const po::positional_options_description* positional = nullptr);
+
 // "224x224x3" → {224, 224, 3}.
 Shape parse_shape(const std::string& text);
 

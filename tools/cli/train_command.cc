@@ -156,23 +156,6 @@ int run(const RunConfig& config, RunDirectory& dir, const std::string* resume_fr
   return kExitOk;
 }
 
-po::variables_map parse(const std::vector<std::string>& args, const po::options_description& visible,
-                        const po::positional_options_description* pos = nullptr) {
-  po::variables_map vm;
-  po::command_line_parser parser(args);
-  parser.options(visible);
-  if (pos) parser.positional(*pos);
-  po::parsed_options parsed = parser.run();
-  // Words that are neither options nor an expected positional argument are a usage error.
-  for (const po::option& o : parsed.options) {
-    if (o.position_key >= 0 && (!pos || o.string_key.empty())) {
-      throw UsageError("unexpected argument '" + (o.original_tokens.empty() ? std::string() : o.original_tokens[0]) + "'");
-    }
-  }
-  po::store(parsed, vm);
-  po::notify(vm);
-  return vm;
-}
 
 }  // namespace
 
@@ -187,7 +170,7 @@ int train_command(const std::vector<std::string>& args) {
       ("checkpoint-dir", po::value<std::string>(), "run directory for ckpt-<step>.h5 files and `latest` (required)")
       ("overwrite", po::bool_switch(), "start a new run in a directory that already holds one");
   d.add(model_opts).add(device_opts).add(training_opts).add(run_control_options());
-  po::variables_map vm = parse(args, d);
+  po::variables_map vm = parse_args(args, d);
   if (vm.count("help")) {
     std::cout << d << "\n";
     return kExitOk;
@@ -218,7 +201,7 @@ int resume_command(const std::vector<std::string>& args) {
   d.add(run_control_options());
   po::positional_options_description pos;
   pos.add("run-dir", 1);
-  po::variables_map vm = parse(args, d, &pos);
+  po::variables_map vm = parse_args(args, d, &pos);
   if (vm.count("help")) {
     std::cout << d << "\n";
     return kExitOk;
