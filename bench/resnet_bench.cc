@@ -1,0 +1,222 @@
+// keel's side of the ResNet50 benchmark (bench/run_resnet_bench.sh runs it beside PyTorch).
+//
+//   build/bench/resnet_bench train  --device cpu|custom:N --image 32  --batch 32 [--steps 5]
+//   build/bench/resnet_bench infer  --device cpu|custom:N --image 224 --batch 8  [--steps 3]
+//   build/bench/resnet_bench memory [--image 224] [--batch 8]
+//
+// The model is zoo "resnet50" (keras.applications.ResNet50 v1) with 10 classes, SGD(0.01, momentum
+// 0.9) and sparse categorical cross-entropy on synthetic images and labels; --batch is the global
+// batch, split over the replicas (`cpu`: one replica; `custom:N`: N replicas, one per host thread).
+//
+// train: one warm-up step, then --steps timed calls of Model::train_step on one resident batch.
+// infer: one warm-up, then --steps timed calls of Model::predict on the batch (inference mode).
+// Both print one JSON line with images_per_sec and the achieved GFLOP/s, counted analytically: the
+// multiply-adds of every Conv2D and Dense layer, x2 for FLOPs, x3 for a training step (forward,
+// input gradient, weight gradient; the first convolution's input gradient, which keel skips, is
+// counted too, as is usual).
+//
+// memory: on an abstract one-core strategy (shapes and ledger charges only, identical to a real
+// step's by construction), runs forward and loss under a GradientTape and reads core 0's
+// `activations` bytes just before tape.gradient(): what the tape holds for backward, plus the live
+// output and loss (a few bytes). Also prints the planner's activation peak for a whole step.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "framework/autodiff/tape.h"
+#include "framework/device/context.h"
+#include "framework/device/strategy.h"
+#include "framework/layers/initializers.h"
+#include "framework/model/model.h"
+#include "framework/model/planner.h"
+#include "models/zoo.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string mode;
+  std::string device = "cpu";
+  int64_t image = 224;
+  int64_t batch = 8;
+  int steps = 3;
+};
+
+constexpr int64_t kClasses = 10;
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "resnet_bench: %s\nusage: resnet_bench train|infer|memory [--device cpu|custom:N] [--image 224] "
+               "[--batch 8] [--steps 3]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  if (argc < 2) usage("missing mode");
+  Args a;
+  a.mode = argv[1];
+  if (a.mode != "train" && a.mode != "infer" && a.mode != "memory") usage("unknown mode '" + a.mode + "'");
+  for (int i = 2; i < argc; i += 2) {
+    if (i + 1 >= argc) usage(std::string("missing value for ") + argv[i]);
+    if (!std::strcmp(argv[i], "--device")) a.device = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--image")) a.image = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--batch")) a.batch = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--steps")) a.steps = std::atoi(argv[i + 1]);
+    else usage(std::string("unknown option ") + argv[i]);
+  }
+  if (a.image < 32 || a.batch < 1 || a.steps < 1) usage("--image >= 32, --batch >= 1, --steps >= 1");
+  return a;
+}
+
+// "cpu" (the preset: one replica) or "custom:N" (N replicas, no HBM budget).
+keel::DeviceSpec device_spec(const std::string& name) {
+  if (name.rfind("custom:", 0) == 0) return keel::DeviceSpec::custom(std::atoi(name.c_str() + 7), 0);
+  return keel::DeviceSpec::preset(name);
+}
+
+std::unique_ptr<keel::Model> build_resnet50(int64_t image) {
+  keel::zoo::ModelOptions options;
+  options.input_shape = {image, image, 3};
+  options.classes = kClasses;
+  std::unique_ptr<keel::Model> model = keel::zoo::build("resnet50", options);
+  keel::SGD::Options sgd;
+  sgd.learning_rate = 0.01f;
+  sgd.momentum = 0.9f;
+  model->compile(std::make_shared<keel::SGD>(sgd), std::make_shared<keel::SparseCategoricalCrossentropy>());
+  return model;
+}
+
+// Forward FLOPs for one image: 2 x the multiply-adds of every Conv2D and Dense layer (bias adds,
+// batch norm, activations and pooling are left out, as is usual).
+double forward_flops_per_image(const keel::Model& model) {
+  double macs = 0;
+  for (keel::Layer* layer : model.layers()) {
+    if (layer->class_name() == "Conv2D") {
+      const keel::Shape& k = layer->weights().at(0)->shape();  // (KH, KW, Cin, Cout)
+      const keel::Shape out = layer->compute_output_shape(layer->input_shape());  // (H, W, Cout)
+      macs += static_cast<double>(out[0] * out[1]) * static_cast<double>(k[0] * k[1] * k[2] * k[3]);
+    } else if (layer->class_name() == "Dense") {
+      const keel::Shape& k = layer->weights().at(0)->shape();  // (in, units)
+      macs += static_cast<double>(k[0] * k[1]);
+    }
+  }
+  return 2 * macs;
+}
+
+// Synthetic data in host memory: images uniform in [0, 1), labels class ids (as floats).
+keel::Batch synthetic_batch(const keel::ReplicatedStrategy& strategy, int64_t batch, int64_t image) {
+  keel::ContextScope host(strategy.host_context());
+  keel::Batch b{keel::Tensor::empty({batch, image, image, 3}), keel::Tensor::empty({batch})};
+  if (!strategy.abstract()) {
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    float* x = b.images.data();
+    for (int64_t i = 0; i < b.images.size(); ++i) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+      x[i] = static_cast<float>(s >> 40) * (1.0f / 16777216.0f);
+    }
+    for (int64_t i = 0; i < batch; ++i) b.labels.data()[i] = static_cast<float>(i % kClasses);
+  }
+  return b;
+}
+
+int run_timed(const Args& a) {
+  keel::set_random_seed(0);
+  keel::ReplicatedStrategy strategy(device_spec(a.device));
+  std::unique_ptr<keel::Model> model;
+  {
+    auto scope = strategy.scope();
+    model = build_resnet50(a.image);
+  }
+  const keel::Batch batch = synthetic_batch(strategy, a.batch, a.image);
+  const bool train = a.mode == "train";
+  auto step = [&] {
+    if (train) {
+      model->train_step(batch);
+    } else {
+      model->predict(batch.images, a.batch);
+    }
+  };
+  step();  // warm-up: first-touch of the weights, the optimizer's slots, the allocator's cache
+  std::vector<double> seconds;
+  for (int i = 0; i < a.steps; ++i) {
+    const auto start = Clock::now();
+    step();
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  double total = 0;
+  for (double s : seconds) total += s;
+  const double images_per_sec = static_cast<double>(a.batch) * a.steps / total;
+  const double flops_per_image = forward_flops_per_image(*model) * (train ? 3 : 1);
+  std::printf("{\"framework\": \"keel\", \"mode\": \"%s\", \"device\": \"%s\", \"replicas\": %d, \"image\": %lld, "
+              "\"batch\": %lld, \"steps\": %d, \"images_per_sec\": %.3f, \"mean_step_seconds\": %.4f, "
+              "\"best_step_seconds\": %.4f, \"gflop_per_image\": %.4f, \"gflops\": %.2f}\n",
+              a.mode.c_str(), a.device.c_str(), strategy.num_replicas(), static_cast<long long>(a.image),
+              static_cast<long long>(a.batch), a.steps, images_per_sec, total / a.steps,
+              *std::min_element(seconds.begin(), seconds.end()), flops_per_image * 1e-9,
+              flops_per_image * images_per_sec * 1e-9);
+  return 0;
+}
+
+int run_memory(const Args& a) {
+  keel::ReplicatedStrategy strategy(keel::DeviceSpec::preset("cpu"), keel::ReplicatedStrategy::Options{.abstract = true});
+  std::unique_ptr<keel::Model> model;
+  {
+    auto scope = strategy.scope();
+    model = build_resnet50(a.image);
+  }
+  const keel::Batch global = synthetic_batch(strategy, a.batch, a.image);
+  const std::vector<keel::Variable*> vars = model->trainable_variables();
+  int64_t saved_bytes = 0, saved_tensors = 0;
+  std::map<std::string, int64_t> by_layer_class;  // saved bytes per layer class, for the report
+  std::map<std::string, std::string> class_of;
+  for (keel::Layer* l : model->layers()) class_of["activation:" + l->name()] = l->class_name();
+  strategy.for_each_replica([&](int r) {
+    const keel::Batch b = strategy.infeed(global, r);
+    keel::GradientTape tape;
+    keel::Tensor y = model->call(b.images, /*training=*/true);
+    keel::Tensor loss = model->loss()(b.labels, y);
+    const keel::CoreLedger& core = strategy.ledger().core(r);
+    saved_bytes = core.stat(keel::Category::activations).current;
+    for (const keel::LiveAllocation& l : core.live_allocations()) {
+      if (l.category != keel::Category::activations) continue;
+      ++saved_tensors;
+      auto it = class_of.find(l.owner);
+      const std::string cls = it != class_of.end() ? it->second : l.owner.empty() ? "(no layer: the loss)" : l.owner;
+      by_layer_class[cls] += l.bytes;
+    }
+    tape.gradient(loss, vars);
+  });
+  const keel::MemoryPlan plan = keel::plan_training_step([&] { return build_resnet50(a.image); },
+                                                         keel::DeviceSpec::preset("cpu"), a.batch, {});
+  const keel::CoreMemory& m = plan.per_core.at(0);
+  std::printf("{\"framework\": \"keel\", \"mode\": \"memory\", \"image\": %lld, \"batch\": %lld, "
+              "\"saved_activation_bytes\": %lld, \"saved_activation_tensors\": %lld, "
+              "\"planner_activation_peak_bytes\": %lld, \"planner_peak_bytes\": %lld, \"parameter_bytes\": %lld, "
+              "\"saved_by_layer_class\": {",
+              static_cast<long long>(a.image), static_cast<long long>(a.batch), static_cast<long long>(saved_bytes),
+              static_cast<long long>(saved_tensors),
+              static_cast<long long>(m.category_peak[static_cast<size_t>(keel::Category::activations)]),
+              static_cast<long long>(m.peak),
+              static_cast<long long>(m.category_peak[static_cast<size_t>(keel::Category::parameters)]));
+  const char* sep = "";
+  for (const auto& [cls, bytes] : by_layer_class) {
+    std::printf("%s\"%s\": %lld", sep, cls.c_str(), static_cast<long long>(bytes));
+    sep = ", ";
+  }
+  std::printf("}}\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  return a.mode == "memory" ? run_memory(a) : run_timed(a);
+}
