@@ -10,6 +10,22 @@
 
 namespace keel {
 
+CosineDecay::CosineDecay(float initial_learning_rate, int64_t decay_steps, float alpha)
+    : initial_(initial_learning_rate), decay_steps_(decay_steps), alpha_(alpha) {
+  if (decay_steps_ <= 0) throw std::invalid_argument("CosineDecay: decay_steps must be positive");
+}
+
+float CosineDecay::operator()(int64_t step) const {
+  const double progress = static_cast<double>(std::min(step, decay_steps_)) / static_cast<double>(decay_steps_);
+  const double cosine = 0.5 * (1.0 + std::cos(3.14159265358979323846 * progress));
+  return static_cast<float>(initial_ * ((1.0 - alpha_) * cosine + alpha_));
+}
+
+nlohmann::json CosineDecay::get_config() const {
+  return {{"class_name", "CosineDecay"},
+          {"config", {{"initial_learning_rate", initial_}, {"decay_steps", decay_steps_}, {"alpha", alpha_}}}};
+}
+
 void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) {
   if (grads.size() != vars.size()) {
     throw std::invalid_argument("apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
@@ -99,12 +115,12 @@ std::vector<Variable*> Optimizer::slot_variables() const {
 }
 
 nlohmann::json Optimizer::get_config() const {
-  return {{"name", name_}, {"learning_rate", learning_rate_}};
+  return {{"name", name_}, {"learning_rate", schedule_ ? schedule_->get_config() : nlohmann::json(learning_rate_)}};
 }
 
 void Adam::update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t step) {
   const double b1 = options_.beta_1, b2 = options_.beta_2;
-  const float alpha = static_cast<float>(learning_rate() * std::sqrt(1.0 - std::pow(b2, static_cast<double>(step))) /
+  const float alpha = static_cast<float>(learning_rate_at(step - 1) * std::sqrt(1.0 - std::pow(b2, static_cast<double>(step))) /
                                          (1.0 - std::pow(b1, static_cast<double>(step))));
   const float one_minus_b1 = 1.0f - options_.beta_1, one_minus_b2 = 1.0f - options_.beta_2;
   auto w = var.array();
@@ -131,10 +147,10 @@ std::vector<std::string> SGD::slot_names() const {
   return {};
 }
 
-void SGD::update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t) {
+void SGD::update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t step) {
   auto w = var.array();
   auto g = grad.array();
-  const float lr = learning_rate();
+  const float lr = learning_rate_at(step - 1);
   if (slots.empty()) {
     w -= lr * g;
     return;

@@ -19,6 +19,29 @@ namespace keel {
 
 class ReplicatedStrategy;
 
+// keras.optimizers.schedules: the learning rate as a function of the optimizer's iterations (the
+// number of updates already applied), so a resumed run continues on exactly the same schedule.
+class LearningRateSchedule {
+ public:
+  virtual ~LearningRateSchedule() = default;
+  virtual float operator()(int64_t step) const = 0;
+  virtual nlohmann::json get_config() const = 0;
+};
+
+// CosineDecay(initial_learning_rate, decay_steps, alpha): initial * ((1 - alpha) * 0.5 * (1 +
+// cos(pi * min(step, decay_steps) / decay_steps)) + alpha).
+class CosineDecay : public LearningRateSchedule {
+ public:
+  CosineDecay(float initial_learning_rate, int64_t decay_steps, float alpha = 0.0f);
+  float operator()(int64_t step) const override;
+  nlohmann::json get_config() const override;
+
+ private:
+  float initial_;
+  int64_t decay_steps_;
+  float alpha_;
+};
+
 class Optimizer {
  public:
   Optimizer(std::string name, float learning_rate) : name_(std::move(name)), learning_rate_(learning_rate) {}
@@ -29,6 +52,9 @@ class Optimizer {
   const std::string& name() const { return name_; }  // "Adam"
   float learning_rate() const { return learning_rate_; }
   void set_learning_rate(float lr) { learning_rate_ = lr; }
+  // With a schedule, the rate of an update is schedule(iterations before it), as in Keras.
+  void set_schedule(std::shared_ptr<LearningRateSchedule> schedule) { schedule_ = std::move(schedule); }
+  float learning_rate_at(int64_t iterations) const { return schedule_ ? (*schedule_)(iterations) : learning_rate_; }
   int64_t iterations() const { return iterations_; }
   void set_iterations(int64_t n) { iterations_ = n; }
 
@@ -58,6 +84,7 @@ class Optimizer {
 
   std::string name_;
   float learning_rate_;
+  std::shared_ptr<LearningRateSchedule> schedule_;
   int64_t iterations_ = 0;
   bool built_ = false;
   std::map<std::string, std::vector<Variable*>> slots_;  // by variable name

@@ -66,6 +66,22 @@ TEST_F(TrainCli, ResumeIsBitIdenticalAtEpochBoundaryAndMidEpoch) {
   EXPECT_THAT(again.out, HasSubstr("nothing to do"));
 }
 
+TEST_F(TrainCli, CosineScheduleResumesExactly) {
+  // The schedule spans the run as first configured (decay_steps saved with it).
+  CommandResult a = run_keel("train " + kRun + "--epochs 2 --lr-schedule cosine --checkpoint-dir " + dir_ + "/straight");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  CommandResult b1 = run_keel("train " + kRun + "--epochs 2 --lr-schedule cosine --stop-after-steps 500 --checkpoint-dir " +
+                              dir_ + "/split");
+  ASSERT_EQ(b1.exit_code, 0) << b1.err;
+  CommandResult b2 = run_keel("resume " + dir_ + "/split --quiet");
+  ASSERT_EQ(b2.exit_code, 0) << b2.err;
+  expect_bit_identical(dir_ + "/straight/ckpt-936.h5", dir_ + "/split/ckpt-936.h5");
+  // And it is a different run from the constant rate's.
+  CommandResult c = run_keel("train " + kRun + "--epochs 1 --checkpoint-dir " + dir_ + "/constant");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(read_checkpoint_values(dir_ + "/constant/ckpt-468.h5"), read_checkpoint_values(dir_ + "/straight/ckpt-468.h5"));
+}
+
 TEST_F(TrainCli, SigtermSavesACheckpointAndExitsCleanly) {
   const std::string run = dir_ + "/sig";
   const std::string log = dir_ + "/log";

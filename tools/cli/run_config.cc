@@ -20,6 +20,8 @@ nlohmann::json RunConfig::to_json() const {
           {"epochs", epochs},
           {"optimizer", optimizer},
           {"learning_rate", learning_rate},
+          {"lr_schedule", lr_schedule},
+          {"decay_steps", decay_steps},
           {"momentum", momentum},
           {"nesterov", nesterov},
           {"loss", loss},
@@ -42,6 +44,8 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   c.epochs = j.at("epochs").get<int>();
   c.optimizer = j.at("optimizer").get<std::string>();
   c.learning_rate = j.at("learning_rate").get<float>();
+  c.lr_schedule = j.value("lr_schedule", std::string("constant"));
+  c.decay_steps = j.value("decay_steps", int64_t{0});
   c.momentum = j.at("momentum").get<float>();
   c.nesterov = j.at("nesterov").get<bool>();
   c.loss = j.at("loss").get<std::string>();
@@ -61,6 +65,7 @@ void add_model_options(po::options_description& d) {
       ("classes", po::value<int64_t>(), "number of classes (default 10)")
       ("optimizer", po::value<std::string>(), "adam | sgd (default adam)")
       ("lr", po::value<float>(), "learning rate (default: Keras's, 0.001 for Adam, 0.01 for SGD)")
+      ("lr-schedule", po::value<std::string>(), "constant | cosine (Keras's CosineDecay from --lr to 0 over the run)")
       ("momentum", po::value<float>(), "SGD momentum (default 0)")
       ("nesterov", po::bool_switch(), "SGD with Nesterov momentum")
       ("loss", po::value<std::string>(), "categorical_crossentropy | sparse_categorical_crossentropy");
@@ -93,6 +98,10 @@ void apply_model_options(const po::variables_map& vm, RunConfig& c) {
   if (c.classes <= 0) throw UsageError("--classes must be positive, got " + std::to_string(c.classes));
   if (vm.count("optimizer")) c.optimizer = vm["optimizer"].as<std::string>();
   if (vm.count("lr")) c.learning_rate = vm["lr"].as<float>();
+  if (vm.count("lr-schedule")) c.lr_schedule = vm["lr-schedule"].as<std::string>();
+  if (c.lr_schedule != "constant" && c.lr_schedule != "cosine") {
+    throw UsageError("--lr-schedule must be constant or cosine, got '" + c.lr_schedule + "'");
+  }
   if (vm.count("momentum")) c.momentum = vm["momentum"].as<float>();
   if (vm.count("nesterov") && vm["nesterov"].as<bool>()) c.nesterov = true;
   if (vm.count("loss")) c.loss = vm["loss"].as<std::string>();
@@ -170,8 +179,12 @@ std::unique_ptr<Model> build_model(const RunConfig& config) {
   options.input_shape = config.input_shape;
   options.classes = config.classes;
   std::unique_ptr<Model> model = zoo::build(config.model, options);
-  model->compile(make_optimizer(config.optimizer, config.learning_rate, config.momentum, config.nesterov),
-                 make_loss(config.loss));
+  std::shared_ptr<Optimizer> optimizer = make_optimizer(config.optimizer, config.learning_rate, config.momentum, config.nesterov);
+  // Training always knows its decay steps (run() sets them); planning and summaries do not need them.
+  if (config.lr_schedule == "cosine" && config.decay_steps > 0) {
+    optimizer->set_schedule(std::make_shared<CosineDecay>(optimizer->learning_rate(), config.decay_steps));
+  }
+  model->compile(optimizer, make_loss(config.loss));
   return model;
 }
 

@@ -36,6 +36,8 @@ struct RunConfig {
   int epochs = 10;
   std::string optimizer = "adam";
   float learning_rate = -1.0f;  // negative: the optimizer's Keras default
+  std::string lr_schedule = "constant";  // "constant" | "cosine" (CosineDecay to 0 over decay_steps)
+  int64_t decay_steps = 0;               // cosine: 0 = every step of the run (epochs x steps per epoch)
   float momentum = 0.0f;
   bool nesterov = false;
   std::string loss = "categorical_crossentropy";

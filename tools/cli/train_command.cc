@@ -89,8 +89,12 @@ po::options_description run_control_options() {
 }
 
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
-int run(const RunConfig& config, RunDirectory& dir, const std::string* resume_from, int64_t stop_after_steps, bool quiet) {
+int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int64_t stop_after_steps, bool quiet) {
   Dataset train = training_dataset(config);  // data errors before any model work
+  // A cosine schedule spans the whole run as first configured; resuming keeps its length.
+  if (config.lr_schedule == "cosine" && config.decay_steps == 0) {
+    config.decay_steps = static_cast<int64_t>(config.epochs) * std::max<int64_t>(train.cardinality(), 1);
+  }
 
   clear_session();
   set_random_seed(config.seed);
