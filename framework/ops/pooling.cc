@@ -64,56 +64,64 @@ Tensor max_pool2d(const Tensor& x, std::array<int, 2> pool, std::array<int, 2> s
   const PoolGeometry g = pool_geometry("max_pool2d", x.shape(), pool, strides, padding);
   const int64_t C = g.channels, H = g.h.input, W = g.w.input;
   if (H * W > std::numeric_limits<int32_t>::max()) detail::shape_error("max_pool2d", "image too large: " + shape_string(x.shape()));
+  const bool recording = GradientTape::is_recording({&x});
   Tensor y = Tensor::empty({g.batch, g.h.output, g.w.output, C});
+  // Backward needs only where each maximum came from: its offset in the window (row-major over the
+  // window's in-input part), stored as a float (exact: windows are far below 2^24 elements). It is
+  // the size of y, where saving x would keep the (often padded) input alive: PyTorch keeps indices too.
+  Tensor where = recording ? Tensor::empty(y.shape()) : Tensor();
   if (detail::compute(y, {&x}) && y.size() > 0) {
     const float* xd = x.data();
     float* yd = y.data();
+    float* wd = recording ? where.data() : nullptr;
     for_each_window(g, [&](const WindowRange& r, int64_t out, int64_t n) {
       float* __restrict__ o = yd + out * C;
       const float* image = xd + n * H * W * C;
       std::memcpy(o, image + (r.h_lo * W + r.w_lo) * C, static_cast<size_t>(C) * sizeof(float));
+      if (wd == nullptr) {
+        for (int64_t h = r.h_lo; h < r.h_hi; ++h) {
+          for (int64_t w = r.w_lo; w < r.w_hi; ++w) {
+            const float* __restrict__ s = image + (h * W + w) * C;
+            for (int64_t c = 0; c < C; ++c) o[c] = s[c] > o[c] ? s[c] : o[c];
+          }
+        }
+        return;
+      }
+      float* __restrict__ wo = wd + out * C;
+      std::fill(wo, wo + C, 0.0f);
+      float k = 0.0f;
       for (int64_t h = r.h_lo; h < r.h_hi; ++h) {
-        for (int64_t w = r.w_lo; w < r.w_hi; ++w) {
+        for (int64_t w = r.w_lo; w < r.w_hi; ++w, k += 1.0f) {
           const float* __restrict__ s = image + (h * W + w) * C;
-          for (int64_t c = 0; c < C; ++c) o[c] = s[c] > o[c] ? s[c] : o[c];
+          for (int64_t c = 0; c < C; ++c) {
+            const bool greater = s[c] > o[c];  // strict: ties keep the first max, as TensorFlow
+            o[c] = greater ? s[c] : o[c];
+            wo[c] = greater ? k : wo[c];
+          }
         }
       }
     });
   }
-  if (GradientTape::is_recording({&x})) {
-    GradientTape::record({x}, {y}, [x, g](const std::vector<Tensor>& dy, const std::vector<bool>&) {
+  if (recording) {
+    const Shape x_shape = x.shape();
+    const bool x_is_variable = x.is_trainable_variable();
+    GradientTape::record({x}, {y}, [where, g, x_shape, x_is_variable](const std::vector<Tensor>& dy, const std::vector<bool>&) {
       const int64_t C = g.channels, H = g.h.input, W = g.w.input;
-      Tensor dx = detail::grad_buffer(x);
-      if (detail::compute(dx, {&dy[0], &x}) && dx.size() > 0) {
+      Tensor dx = detail::grad_buffer(x_shape, x_is_variable);
+      if (detail::compute(dx, {&dy[0], &where}) && dx.size() > 0) {
         dx.fill(0.0f);
-        const float* xd = x.data();
+        const float* wd = where.data();
         const float* dyd = dy[0].data();
         float* dxd = dx.data();
-        // Per channel, the window's running max and the flat pixel index (h * W + w) holding it.
-        std::vector<float> best(static_cast<size_t>(C));
-        // int32 like the floats, so the select vectorises (H * W < 2^31 is checked on entry).
-        std::vector<int32_t> where(static_cast<size_t>(C));
-        float* __restrict__ bp = best.data();
-        int32_t* __restrict__ wp = where.data();
         for_each_window(g, [&](const WindowRange& r, int64_t out, int64_t n) {
-          const float* image = xd + n * H * W * C;
-          const int32_t first = static_cast<int32_t>(r.h_lo * W + r.w_lo);
-          std::memcpy(bp, image + first * C, static_cast<size_t>(C) * sizeof(float));
-          std::fill(wp, wp + C, first);
-          for (int64_t h = r.h_lo; h < r.h_hi; ++h) {
-            for (int64_t w = r.w_lo; w < r.w_hi; ++w) {
-              const int32_t pixel = static_cast<int32_t>(h * W + w);
-              const float* __restrict__ s = image + pixel * C;
-              for (int64_t c = 0; c < C; ++c) {
-                const bool greater = s[c] > bp[c];  // strict: ties keep the first max
-                bp[c] = greater ? s[c] : bp[c];
-                wp[c] = greater ? pixel : wp[c];
-              }
-            }
-          }
+          const int64_t width = r.w_hi - r.w_lo;
           float* dimage = dxd + n * H * W * C;
+          const float* w_out = wd + out * C;
           const float* g_out = dyd + out * C;
-          for (int64_t c = 0; c < C; ++c) dimage[wp[c] * C + c] += g_out[c];
+          for (int64_t c = 0; c < C; ++c) {
+            const int64_t k = static_cast<int64_t>(w_out[c]);
+            dimage[((r.h_lo + k / width) * W + r.w_lo + k % width) * C + c] += g_out[c];
+          }
         });
       }
       return std::vector<Tensor>{dx};
