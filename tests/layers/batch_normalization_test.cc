@@ -18,6 +18,7 @@
 #include "framework/device/strategy.h"
 #include "framework/layers/core_layers.h"
 #include "framework/ops/ops.h"
+#include "tests/support/golden.h"
 #include "tests/support/grad_check.h"
 
 namespace keel {
@@ -369,21 +370,9 @@ TEST(BatchNormalizationPlanningTest, AbstractStepChargesLikeRealStep) {
 
 // --- against PyTorch ---
 
-const json& golden() {
-  static const json doc = [] {
-    const std::string path = std::string(KEEL_TESTS_DIR) + "/golden/bn_small.json";
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot open " + path);
-    return json::parse(in);
-  }();
-  return doc;
-}
+const json& golden() { return testing::load_golden("bn_small.json"); }
 
-Tensor tensor_of(const json& t) {
-  std::vector<float> v;
-  for (double d : t.at("values")) v.push_back(static_cast<float>(d));
-  return Tensor::from_vector(t.at("shape").get<Shape>(), v);
-}
+using testing::tensor_of;
 
 void expect_matches(const Tensor& got, const json& want, double rel, const std::string& what) {
   ASSERT_EQ(got.shape(), want.at("shape").get<Shape>()) << what;

@@ -15,6 +15,7 @@
 #include "framework/autodiff/tape.h"
 #include "framework/ops/concat.h"
 #include "framework/ops/ops.h"
+#include "tests/support/golden.h"
 #include "tests/support/grad_check.h"
 
 namespace keel {
@@ -283,21 +284,9 @@ TEST(BatchNormInferenceTest, AbstractRunChargesLikeRealRun) {
 
 using nlohmann::json;
 
-const json& golden() {
-  static const json doc = [] {
-    const std::string path = std::string(KEEL_TESTS_DIR) + "/golden/bn_small.json";
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot open " + path);
-    return json::parse(in);
-  }();
-  return doc;
-}
+const json& golden() { return testing::load_golden("bn_small.json"); }
 
-Tensor tensor_of(const json& t) {
-  std::vector<float> v;
-  for (double d : t.at("values")) v.push_back(static_cast<float>(d));
-  return Tensor::from_vector(t.at("shape").get<Shape>(), v);
-}
+using testing::tensor_of;
 
 // Every element within rel * max(|want|, floor): `floor` keeps elements that are ~0 by cancellation
 // from demanding more than float32 can give.

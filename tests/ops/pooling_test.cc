@@ -20,6 +20,7 @@
 #include "framework/core/random.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/pooling.h"
+#include "tests/support/golden.h"
 #include "tests/support/grad_check.h"
 
 namespace keel {
@@ -235,40 +236,11 @@ TEST(GlobalAvgPool2dTest, ErrorsThrowInvalidArgument) {
 
 using nlohmann::json;
 
-const json& golden() {
-  static const json doc = [] {
-    const std::string path = std::string(KEEL_TESTS_DIR) + "/golden/conv_small.json";
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot open " + path);
-    return json::parse(in);
-  }();
-  return doc;
-}
+const json& golden() { return testing::load_golden("conv_small.json"); }
 
-Tensor tensor_of(const json& t) {
-  std::vector<float> v;
-  for (double d : t.at("values")) v.push_back(static_cast<float>(d));
-  return Tensor::from_vector(t.at("shape").get<Shape>(), v);
-}
+using testing::tensor_of;
 
-// Every element within 1e-5 relative, with an absolute floor of 1e-5 of the tensor's largest value.
-void expect_matches_golden(const Tensor& got, const json& want, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.at("shape").get<Shape>()) << what;
-  const std::vector<float> g = got.to_vector();
-  const std::vector<double> w = want.at("values").get<std::vector<double>>();
-  double scale = 0;
-  for (double v : w) scale = std::max(scale, std::fabs(v));
-  int64_t bad = 0, worst = 0;
-  double worst_ratio = 0;
-  for (size_t i = 0; i < w.size(); ++i) {
-    const double ratio = std::fabs(g[i] - w[i]) / (1e-5 * (std::fabs(w[i]) + scale));
-    if (!(ratio <= 1)) ++bad;
-    if (!(ratio <= worst_ratio)) worst_ratio = ratio, worst = static_cast<int64_t>(i);
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << w.size() << " elements differ from PyTorch; worst at "
-                    << testing::index_string(got.shape(), worst) << ": keel " << g[static_cast<size_t>(worst)]
-                    << ", torch " << w[static_cast<size_t>(worst)];
-}
+using testing::expect_matches_golden;
 
 void check_pool_cases(const char* key, Tensor (*pool)(const Tensor&, std::array<int, 2>, std::array<int, 2>, Padding)) {
   ASSERT_NO_THROW(golden());
