@@ -49,6 +49,7 @@
 
 #include "datasets/data_error.h"
 #include "datasets/dataset.h"
+#include "framework/core/random.h"
 
 namespace keel {
 
@@ -83,39 +84,7 @@ inline int64_t autotune_threads() {
 }
 
 // ---- Deterministic randomness ---------------------------------------------------------------------
-
-// The SplitMix64 output function (Steele, Lea & Flood 2014): a bijective 64-bit mixer.
-inline uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-// SplitMix64: a Weyl sequence passed through mix64. Every step is spelled out here (no <random>
-// distributions, whose algorithms are implementation-defined), so a seed gives the same stream, and
-// the same shuffle order, on every platform and standard library.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next() { return mix64(state_ += 0x9e3779b97f4a7c15ULL); }
-  // Uniform in [0, n), n > 0, without modulo bias: Lemire's multiply-and-reject ("Fast Random
-  // Integer Generation in an Interval", 2019).
-  uint64_t uniform(uint64_t n) {
-    unsigned __int128 m = static_cast<unsigned __int128>(next()) * n;
-    uint64_t low = static_cast<uint64_t>(m);
-    if (low < n) {
-      const uint64_t threshold = (0 - n) % n;  // 2^64 mod n
-      while (low < threshold) {
-        m = static_cast<unsigned __int128>(next()) * n;
-        low = static_cast<uint64_t>(m);
-      }
-    }
-    return static_cast<uint64_t>(m >> 64);
-  }
-
- private:
-  uint64_t state_;
-};
+// mix64 and SplitMix64 live in framework/core/random.h, the one definition every stream uses.
 
 // ---- Saved-state parsing: every malformed or foreign state becomes one DataError ----------------
 
