@@ -177,7 +177,8 @@ int run_memory(const Args& a) {
   std::map<std::string, int64_t> by_layer_class;  // saved bytes per layer class, for the report
   std::map<std::string, std::string> class_of;
   for (keel::Layer* l : model->layers()) class_of["activation:" + l->name()] = l->class_name();
-  strategy.for_each_replica([&](int r) {
+  strategy.run_replicas([&](keel::ReplicaContext& ctx) {
+    const int r = ctx.replica_id();
     const keel::Batch b = strategy.infeed(global, r);
     keel::GradientTape tape;
     keel::Tensor y = model->call(b.images, /*training=*/true);

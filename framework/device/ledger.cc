@@ -72,6 +72,13 @@ void CoreLedger::record_core_to_host(int64_t bytes) {
   transfers_.core_to_host_count += 1;
 }
 
+void CoreLedger::record_collective(int64_t sent_bytes, int64_t received_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  transfers_.sent_bytes += sent_bytes;
+  transfers_.received_bytes += received_bytes;
+  transfers_.collective_count += 1;
+}
+
 MemoryStat CoreLedger::stat(Category category) const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_[static_cast<int>(category)];

@@ -41,6 +41,11 @@ struct TransferStat {
   int64_t host_to_core_count = 0;
   int64_t core_to_host_bytes = 0;
   int64_t core_to_host_count = 0;
+  // Cross-replica traffic of the collectives (framework/device/collectives.h): bytes this core sent
+  // to and received from other cores, and the number of collective operations it took part in.
+  int64_t sent_bytes = 0;
+  int64_t received_bytes = 0;
+  int64_t collective_count = 0;
 };
 
 class ResourceExhausted : public std::runtime_error {
@@ -69,6 +74,7 @@ class CoreLedger {
 
   void record_host_to_core(int64_t bytes);
   void record_core_to_host(int64_t bytes);
+  void record_collective(int64_t sent_bytes, int64_t received_bytes);
 
   int core() const { return core_; }
   int64_t capacity_bytes() const { return capacity_; }

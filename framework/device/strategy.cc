@@ -7,16 +7,12 @@
 namespace keel {
 namespace {
 
-thread_local ReplicaContext* tls_replica_context = nullptr;
-
 // Thrown in replicas woken from a barrier because another replica failed.
 struct ReplicaCancelled : std::runtime_error {
   ReplicaCancelled() : std::runtime_error("replica cancelled because another replica failed") {}
 };
 
 }  // namespace
-
-const ReplicaContext* current_replica_context() { return tls_replica_context; }
 
 // A counting semaphore: at most `count` replicas compute at once.
 class ReplicatedStrategy::ComputeSlots {
@@ -132,7 +128,7 @@ ReplicatedStrategy::ReplicatedStrategy(DeviceSpec spec, Options options)
   const int n = num_replicas();
   slots_ = std::make_unique<ComputeSlots>(std::min(hw, n));
   barrier_ = std::make_unique<Barrier>(n);
-  reduce_inputs_.assign(static_cast<size_t>(n), nullptr);
+  collectives_ = std::make_unique<InProcessCollectives>(ledger_, n, [this](int replica) { barrier_wait(replica); });
   for (int r = 0; r < n; ++r) workers_.push_back(std::make_unique<Worker>(r));
 }
 
@@ -168,17 +164,13 @@ DeviceContext ReplicatedStrategy::core_context(int core, Category category) cons
 ContextScope ReplicatedStrategy::scope() { return ContextScope(mirrored_context()); }
 
 Batch ReplicatedStrategy::infeed(const Batch& global, int replica) {
-  const int n = num_replicas();
-  const int64_t rows = global.size();
-  // Shards as even as possible; the first rows % n cores take one more row.
-  const int64_t count = rows / n + (replica < rows % n ? 1 : 0);
-  const int64_t begin = replica * (rows / n) + std::min<int64_t>(replica, rows % n);
+  const ShardRange rows = shard_range(global.size(), num_replicas(), replica);
   CoreLedger& core = ledger_.core(replica);
   Batch shard;
-  shard.images = global.images.slice_rows(begin, begin + count).clone(Category::inputs, "infeed:images");
+  shard.images = global.images.slice_rows(rows.begin, rows.end).clone(Category::inputs, "infeed:images");
   core.record_host_to_core(shard.images.bytes());
   if (global.labels.defined()) {
-    shard.labels = global.labels.slice_rows(begin, begin + count).clone(Category::inputs, "infeed:labels");
+    shard.labels = global.labels.slice_rows(rows.begin, rows.end).clone(Category::inputs, "infeed:labels");
     core.record_host_to_core(shard.labels.bytes());
   }
   return shard;
@@ -195,18 +187,23 @@ std::vector<Batch> ReplicatedStrategy::distribute(const Batch& global) {
   return shards;
 }
 
-void ReplicatedStrategy::run_replicas(const std::function<void(int)>& body) {
+void ReplicatedStrategy::run_replicas(const std::function<void(ReplicaContext&)>& body) {
   const int n = num_replicas();
+  // Created here, not on the replica threads: a replica still reading another's marks at the end of
+  // the step must not outlive that replica's context.
+  contexts_.clear();
+  for (int r = 0; r < n; ++r) contexts_.push_back(std::make_unique<ReplicaContext>(*this, collectives_.get(), r, n, step_));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   std::atomic<bool> failed{false};
   for (int r = 0; r < n; ++r) {
     workers_[static_cast<size_t>(r)]->post([&, r] {
-      ReplicaContext rc{this, r, n};
-      tls_replica_context = &rc;
+      ReplicaContext& ctx = *contexts_[static_cast<size_t>(r)];
+      ReplicaContextScope in_replica(&ctx);
       ContextScope on_core(core_context(r));
       slots_->acquire();
       try {
-        body(r);
+        body(ctx);
+        sync_replica_local_state(ctx);
       } catch (const ReplicaCancelled&) {
         errors[static_cast<size_t>(r)] = std::current_exception();
       } catch (...) {
@@ -215,12 +212,11 @@ void ReplicatedStrategy::run_replicas(const std::function<void(int)>& body) {
         barrier_->abort();
       }
       slots_->release();
-      tls_replica_context = nullptr;
     });
   }
   for (auto& w : workers_) w->wait();
   barrier_->reset();
-  std::fill(reduce_inputs_.begin(), reduce_inputs_.end(), nullptr);
+  contexts_.clear();
   if (failed) {
     // The first real error, not a cancellation it caused.
     for (auto& e : errors) {
@@ -237,6 +233,18 @@ void ReplicatedStrategy::run_replicas(const std::function<void(int)>& body) {
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+  ++step_;
+}
+
+void ReplicatedStrategy::sync_replica_local_state(ReplicaContext& ctx) {
+  if (ctx.num_replicas() > 1) barrier_wait(ctx.replica_id());  // every replica's marks are in
+  std::vector<ReplicaLocalState*> marked;
+  for (const auto& c : contexts_) marked.insert(marked.end(), c->marked_for_sync().begin(), c->marked_for_sync().end());
+  std::sort(marked.begin(), marked.end(), [](const ReplicaLocalState* a, const ReplicaLocalState* b) {
+    return a->creation_order() < b->creation_order();
+  });
+  marked.erase(std::unique(marked.begin(), marked.end()), marked.end());
+  for (ReplicaLocalState* state : marked) state->sync_replicas(ctx);
 }
 
 void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) {
@@ -247,8 +255,8 @@ void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) 
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   auto drain = [&] {
       for (int r = next++; r < n && !failed; r = next++) {
-        ReplicaContext rc{this, r, n};
-        tls_replica_context = &rc;
+        ReplicaContext rc(*this, /*collectives=*/nullptr, r, n, step_);
+        ReplicaContextScope in_replica(&rc);
         ContextScope on_core(core_context(r));
         try {
           body(r);
@@ -256,10 +264,9 @@ void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) 
           errors[static_cast<size_t>(r)] = std::current_exception();
           failed = true;
         }
-        tls_replica_context = nullptr;
       }
   };
-  if (threads == 1 && tls_replica_context == nullptr) {
+  if (threads == 1 && current_replica_context() == nullptr) {
     drain();  // one thread's worth of work: no hand-off to a worker
   } else {
     for (int t = 0; t < threads; ++t) workers_[static_cast<size_t>(t)]->post(drain);
@@ -268,34 +275,6 @@ void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) 
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
-}
-
-void ReplicatedStrategy::reduce_mean_and_apply(std::vector<std::vector<Tensor>>& per_replica,
-                                               const std::function<void(size_t, const Tensor&)>& apply) {
-  const int n = num_replicas();
-  if (static_cast<int>(per_replica.size()) != n) throw std::logic_error("reduce_mean_and_apply: one list per replica");
-  std::vector<Tensor>& out = per_replica[0];
-  for (int r = 1; r < n; ++r) {
-    if (per_replica[static_cast<size_t>(r)].size() != out.size()) {
-      throw std::logic_error("reduce_mean_and_apply: replicas contributed different gradients");
-    }
-  }
-  const float inv = 1.0f / static_cast<float>(n);
-  for_each_replica([&](int shard) {
-    for (size_t i = static_cast<size_t>(shard); i < out.size(); i += static_cast<size_t>(n)) {
-      if (!out[i].defined()) continue;
-      if (n > 1 && !out[i].is_abstract()) {
-        auto acc = out[i].array();
-        for (int r = 1; r < n; ++r) {
-          const Tensor& other = per_replica[static_cast<size_t>(r)][i];
-          if (other.size() != out[i].size()) throw std::logic_error("reduce_mean_and_apply: gradient sizes differ");
-          acc += other.array();
-        }
-        acc *= inv;
-      }
-      apply(i, out[i]);
-    }
-  });
 }
 
 void ReplicatedStrategy::barrier_wait(int replica) {
@@ -310,75 +289,20 @@ void ReplicatedStrategy::barrier_wait(int replica) {
   slots_->acquire();
 }
 
-void ReplicatedStrategy::all_reduce_mean(std::vector<Tensor>& grads) {
-  all_reduce_mean_and_apply(grads, [](size_t, const Tensor&) {});
-}
-
-void ReplicatedStrategy::all_reduce_mean_and_apply(std::vector<Tensor>& grads,
-                                                   const std::function<void(size_t, const Tensor&)>& apply,
-                                                   const std::function<void()>& once) {
-  const ReplicaContext* rc = current_replica_context();
-  if (rc == nullptr || rc->strategy != this) throw std::logic_error("all_reduce_mean called outside strategy.run");
-  const int n = rc->num_replicas;
-  if (n == 1) {
-    for (size_t i = 0; i < grads.size(); ++i) {
-      if (grads[i].defined()) apply(i, grads[i]);
-    }
-    if (once) once();
-    return;
-  }
-  reduce_inputs_[static_cast<size_t>(rc->replica_id)] = &grads;
-  barrier_wait(rc->replica_id);
-  // Every replica reduces a strided share of the tensors into replica 0's buffers, summing in replica
-  // order so the result does not depend on scheduling, then applies it.
-  std::vector<Tensor>& out = *reduce_inputs_[0];
-  const float inv = 1.0f / static_cast<float>(n);
-  for (size_t i = static_cast<size_t>(rc->replica_id); i < out.size(); i += static_cast<size_t>(n)) {
-    if (!out[i].defined()) continue;
-    if (!out[i].is_abstract()) {
-      auto acc = out[i].array();
-      for (int r = 1; r < n; ++r) {
-        const std::vector<Tensor>& other = *reduce_inputs_[static_cast<size_t>(r)];
-        if (other.size() != out.size() || other[i].size() != out[i].size()) {
-          throw std::logic_error("all_reduce_mean: replicas contributed different gradients");
-        }
-        acc += other[i].array();
-      }
-      acc *= inv;
-    }
-    apply(i, out[i]);
-  }
-  if (rc->replica_id == 0 && once) once();
-  // After this barrier replica 0 may return and free its vector: nothing here reads it again.
-  barrier_wait(rc->replica_id);
-}
-
-void ReplicatedStrategy::merge_call(const std::function<void()>& fn) {
-  const ReplicaContext* rc = current_replica_context();
-  if (rc == nullptr || rc->strategy != this) {
-    ContextScope mirrored(mirrored_context());
-    fn();
-    return;
-  }
-  if (rc->num_replicas > 1) barrier_wait(rc->replica_id);
-  if (rc->replica_id == 0) {
-    ContextScope mirrored(mirrored_context());
-    fn();
-  }
-  if (rc->num_replicas > 1) barrier_wait(rc->replica_id);
-}
-
 Tensor ReplicatedStrategy::reduce(ReduceOp op, const std::vector<Tensor>& per_replica) {
   if (per_replica.empty()) throw std::invalid_argument("reduce: no per-replica values");
   ContextScope host(host_context());
-  Tensor out = Tensor::zeros(per_replica[0].shape());
+  Tensor out = Tensor::empty(per_replica[0].shape());
+  std::vector<const float*> in;
   for (size_t r = 0; r < per_replica.size(); ++r) {
     const Tensor& t = per_replica[r];
     if (t.shape() != out.shape()) throw std::invalid_argument("reduce: per-replica values differ in shape");
     if (r < static_cast<size_t>(num_replicas())) ledger_.core(static_cast<int>(r)).record_core_to_host(t.bytes());
-    if (!out.is_abstract() && !t.is_abstract()) out.array() += t.array();
+    in.push_back(t.data());
   }
-  if (op == ReduceOp::Mean && !out.is_abstract()) out.array() /= static_cast<float>(per_replica.size());
+  if (out.is_abstract() || per_replica[0].is_abstract()) return out;
+  tree_sum(in, out.data(), out.size());
+  if (op == ReduceOp::Mean) out.array() /= static_cast<float>(per_replica.size());
   return out;
 }
 

@@ -2,10 +2,11 @@
 //
 // Variables created inside scope() are mirrored: charged on every core (one host buffer serves all
 // replicas, since they hold identical values). run() executes a step once per core, each on its own
-// thread with its own GradientTape and its own ledger; gradients are all-reduced (mean) inside the
-// step, and the update is applied once to the mirrored variables. With more replicas than hardware
-// threads, replicas take turns on compute slots, so throughput stays that of one replica using every
-// thread.
+// thread with its own GradientTape, its own ledger and its ReplicaContext; everything replicas
+// exchange goes through the context's collectives (framework/device/collectives.h), and state
+// replicas update on their own (ReplicaLocalState) is combined when the run ends. With more replicas
+// than hardware threads, replicas take turns on compute slots, so throughput stays that of one
+// replica using every thread.
 #pragma once
 
 #include <condition_variable>
@@ -22,10 +23,9 @@
 #include "framework/device/context.h"
 #include "framework/device/device_spec.h"
 #include "framework/device/ledger.h"
+#include "framework/device/replica_context.h"
 
 namespace keel {
-
-enum class ReduceOp { Sum, Mean };
 
 // One global batch, or one core's shard of it.
 struct Batch {
@@ -33,17 +33,6 @@ struct Batch {
   Tensor labels;  // y: (batch, ...)
   int64_t size() const { return images.defined() ? images.dim(0) : 0; }
 };
-
-class ReplicatedStrategy;
-
-// What a replica thread knows about itself (TensorFlow's ReplicaContext).
-struct ReplicaContext {
-  ReplicatedStrategy* strategy = nullptr;
-  int replica_id = 0;
-  int num_replicas = 1;
-};
-// This thread's replica context; nullptr outside strategy.run.
-const ReplicaContext* current_replica_context();
 
 class ReplicatedStrategy {
  public:
@@ -80,20 +69,23 @@ class ReplicatedStrategy {
   // run with that core's context (distribute() and run_distributed() arrange it).
   Batch infeed(const Batch& global, int replica);
 
+  // The global step the next run() executes (ReplicaContext::step()). Each completed run() advances
+  // it by one; fit() sets it to the optimizer's iterations before each training step, so a resumed
+  // run and a custom loop draw the same random numbers as a straight fit().
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
+
   // run() over distribute(global), with each shard's infeed done on its replica's thread, in
   // parallel, as each core's infeed queue is fed independently on a real device.
   template <class Fn>
   auto run_distributed(Fn&& fn, const Batch& global) -> std::vector<std::invoke_result_t<Fn&, const Batch&>> {
     using R = std::invoke_result_t<Fn&, const Batch&>;
     std::vector<std::optional<R>> results(static_cast<size_t>(num_replicas()));
-    run_replicas([&](int r) {
-      std::optional<Batch> shard(infeed(global, r));
-      results[static_cast<size_t>(r)].emplace(fn(*shard));
+    run_replicas([&](ReplicaContext& ctx) {
+      std::optional<Batch> shard(infeed(global, ctx.replica_id()));
+      results[static_cast<size_t>(ctx.replica_id())].emplace(fn(*shard));
     });
-    std::vector<R> out;
-    out.reserve(results.size());
-    for (auto& r : results) out.push_back(std::move(*r));
-    return out;
+    return unwrap(results);
   }
 
   // Runs fn(shard) once per replica, in parallel; returns the per-replica results. If any replica
@@ -102,55 +94,50 @@ class ReplicatedStrategy {
   auto run(Fn&& fn, const std::vector<Batch>& shards) -> std::vector<std::invoke_result_t<Fn&, const Batch&>> {
     using R = std::invoke_result_t<Fn&, const Batch&>;
     std::vector<std::optional<R>> results(static_cast<size_t>(num_replicas()));
-    run_replicas([&](int r) { results[static_cast<size_t>(r)].emplace(fn(shards.at(static_cast<size_t>(r)))); });
-    std::vector<R> out;
-    out.reserve(results.size());
-    for (auto& r : results) out.push_back(std::move(*r));
-    return out;
+    run_replicas([&](ReplicaContext& ctx) {
+      const size_t r = static_cast<size_t>(ctx.replica_id());
+      results[r].emplace(fn(shards.at(r)));
+    });
+    return unwrap(results);
   }
 
-  // Combines per-replica tensors of equal shape into one host tensor (counted as outfeed).
+  // Combines per-replica tensors of equal shape into one host tensor (counted as outfeed), summed in
+  // the collectives' tree order.
   Tensor reduce(ReduceOp op, const std::vector<Tensor>& per_replica);
 
-  // --- Cross-replica operations, called from inside run() by every replica. ---
-  // After it returns, replica 0's `grads` hold the mean over replicas (elementwise, summed in
-  // replica order, so the result does not depend on scheduling).
-  void all_reduce_mean(std::vector<Tensor>& grads);
-  // Waits for every replica, runs `fn` once (replica 0's, in the mirrored context), waits again.
-  void merge_call(const std::function<void()>& fn);
-  // all_reduce_mean fused with what consumes it: once every replica has contributed, each replica
-  // reduces a strided share of the tensors into replica 0's buffers and calls apply(i, mean_i) on
-  // each of them; returns when all are applied. Two barriers instead of four, and the update runs
-  // in parallel. `apply` must only touch state belonging to tensor i. `once` runs on replica 0
-  // between the two barriers (after every replica has read shared state, before any continues).
-  void all_reduce_mean_and_apply(std::vector<Tensor>& grads, const std::function<void(size_t, const Tensor&)>& apply,
-                                 const std::function<void()>& once = nullptr);
-
-  // Low level: runs body(replica) on every replica thread and waits.
-  void run_replicas(const std::function<void(int)>& body);
+  // What run() is made of: body(ctx) on every replica's thread, with its core's context and its
+  // ReplicaContext; then the replica-local states marked during the step are synced; then step()
+  // advances. Rethrows the first replica's error (the others are cancelled at their next barrier).
+  void run_replicas(const std::function<void(ReplicaContext&)>& body);
 
   // Runs body(replica) for every replica, each with its core's context, spread over at most
-  // hardware_concurrency threads with no more threads than cores busy at once. Bodies must not
-  // wait for each other (no cross-replica calls inside): this is how fit() runs the phases of a
-  // step without oversubscribing the host. The first error is rethrown after all bodies finished.
+  // hardware_concurrency threads with no more threads than cores busy at once. Bodies must not wait
+  // for each other (collectives throw here): this is for work each core does alone, such as infeed
+  // or an inference step. The first error is rethrown after all bodies finished.
   void for_each_replica(const std::function<void(int)>& body);
-  // Mean over replicas of per_replica[r][i] for each i, into per_replica[0][i] (summed in replica
-  // order), then apply(i, mean); the tensors are shared out over for_each_replica.
-  void reduce_mean_and_apply(std::vector<std::vector<Tensor>>& per_replica,
-                             const std::function<void(size_t, const Tensor&)>& apply);
 
  private:
   class Worker;
   class ComputeSlots;
   struct Barrier;
   void barrier_wait(int replica);
+  void sync_replica_local_state(ReplicaContext& ctx);
+  template <class R>
+  static std::vector<R> unwrap(std::vector<std::optional<R>>& results) {
+    std::vector<R> out;
+    out.reserve(results.size());
+    for (auto& r : results) out.push_back(std::move(*r));
+    return out;
+  }
 
   Options options_;
   Ledger ledger_;
   int host_threads_ = 1;
+  int64_t step_ = 0;
   std::unique_ptr<ComputeSlots> slots_;
   std::unique_ptr<Barrier> barrier_;
-  std::vector<std::vector<Tensor>*> reduce_inputs_;
+  std::unique_ptr<InProcessCollectives> collectives_;
+  std::vector<std::unique_ptr<ReplicaContext>> contexts_;  // the running step's, one per replica
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "framework/core/random.h"
+#include "framework/device/replica_context.h"
 #include "framework/layers/initializers.h"
 #include "framework/ops/ops.h"
 
@@ -119,8 +120,11 @@ Dropout::Dropout(float rate, std::optional<uint64_t> seed, std::string name)
 
 Tensor Dropout::call(const Tensor& x, bool training) {
   if (!training || rate_ == 0.0f) return x;
-  const RandomStep& rs = random_step();
-  const uint64_t key = combine_keys(key_, combine_keys(static_cast<uint64_t>(rs.step), static_cast<uint64_t>(rs.replica)));
+  // The mask is a function of (seed, step, replica) through the replica context, so a custom loop,
+  // fit() and a resumed run draw the same masks at the same step. Outside strategy.run: step 0,
+  // replica 0.
+  const ReplicaContext* ctx = current_replica_context();
+  const uint64_t key = ctx != nullptr ? ctx->random_key(key_) : combine_keys(key_, combine_keys(0, 0));
   return ops::dropout(x, rate_, key);
 }
 
@@ -155,11 +159,6 @@ std::shared_ptr<layers::Flatten> Flatten(std::optional<Shape> input_shape) {
 
 std::shared_ptr<layers::Dropout> Dropout(float rate, std::optional<uint64_t> seed) {
   return std::make_shared<layers::Dropout>(rate, seed);
-}
-
-RandomStep& random_step() {
-  thread_local RandomStep rs;
-  return rs;
 }
 
 }  // namespace keel

@@ -82,12 +82,4 @@ std::shared_ptr<layers::Activation> Activation(const std::string& activation);
 std::shared_ptr<layers::Flatten> Flatten(std::optional<Shape> input_shape = std::nullopt);
 std::shared_ptr<layers::Dropout> Dropout(float rate, std::optional<uint64_t> seed = std::nullopt);
 
-// Per-thread training step and replica, which make dropout masks a pure function of
-// (seed, step, replica) and so reproducible across resume. Set by Model's train step.
-struct RandomStep {
-  int64_t step = 0;
-  int replica = 0;
-};
-RandomStep& random_step();
-
 }  // namespace keel

@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "framework/device/strategy.h"
 #include "framework/layers/initializers.h"
 #include "framework/ops/batch_norm.h"
 
@@ -76,16 +75,27 @@ Tensor BatchNormalization::call(const Tensor& x, bool training) {
     return ops::batch_norm_inference(x, gamma, beta, moving_mean_->value(), moving_variance_->value(), epsilon);
   }
   ops::BatchNormResult r = ops::batch_norm_training(x, gamma, beta, epsilon);
+  ReplicaContext* ctx = current_replica_context();
   // An empty shard has no statistics (Keras leaves that replica's copy unchanged); an abstract one
-  // has no values to record.
-  if (x.size() > 0 && !r.mean.is_abstract()) record_batch_stats(r.mean, r.variance);
+  // has no values, but is marked all the same so that a plan makes the real step's collective calls.
+  const bool has_stats = x.size() > 0 && !r.mean.is_abstract();
+  if (ctx == nullptr) {
+    if (has_stats) record_batch_stats(0, 1, r.mean, r.variance);
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    if (pending_replicas_ == 1) {
+      moving_mean_->mutable_value().copy_from(replica_copy(*moving_mean_, &BatchStats::mean, pending_[0]));
+      moving_variance_->mutable_value().copy_from(replica_copy(*moving_variance_, &BatchStats::variance, pending_[0]));
+      pending_.clear();
+      pending_replicas_ = 0;
+    }
+    return r.y;
+  }
+  if (has_stats) record_batch_stats(ctx->replica_id(), ctx->num_replicas(), r.mean, r.variance);
+  ctx->mark_for_sync(this);
   return r.y;
 }
 
-void BatchNormalization::record_batch_stats(const Tensor& mean, const Tensor& variance) {
-  const ReplicaContext* rc = current_replica_context();
-  const int replica = rc ? rc->replica_id : 0;
-  const int replicas = rc ? rc->num_replicas : 1;
+void BatchNormalization::record_batch_stats(int replica, int replicas, const Tensor& mean, const Tensor& variance) {
   BatchStats stats{mean.to_vector(), variance.to_vector()};
   std::lock_guard<std::mutex> lock(pending_mu_);
   if (pending_replicas_ == 0) {
@@ -94,44 +104,46 @@ void BatchNormalization::record_batch_stats(const Tensor& mean, const Tensor& va
   } else if (pending_replicas_ != replicas) {
     throw std::logic_error("BatchNormalization '" + name() + "': statistics recorded over " +
                            std::to_string(pending_replicas_) + " and " + std::to_string(replicas) +
-                           " replicas without apply_moving_average_update() in between");
+                           " replicas in one step");
   }
   pending_[static_cast<size_t>(replica)].push_back(std::move(stats));
 }
 
-bool BatchNormalization::has_pending_moving_average_update() const {
-  std::lock_guard<std::mutex> lock(pending_mu_);
-  return pending_replicas_ != 0;
+Tensor BatchNormalization::replica_copy(const Variable& moving, std::vector<float> BatchStats::*stat,
+                                        const std::vector<BatchStats>& calls) const {
+  Tensor copy = Tensor::empty(moving.shape(), Category::workspace, moving.name() + ":replica_copy");
+  if (copy.is_abstract() || moving.value().is_abstract()) return copy;
+  const double decay = 1.0 - decimal_value(options_.momentum);
+  const float* m = moving.value().data();
+  float* out = copy.data();
+  for (size_t c = 0; c < static_cast<size_t>(copy.size()); ++c) {
+    double value = static_cast<double>(m[c]);
+    for (const BatchStats& s : calls) value -= (value - static_cast<double>((s.*stat)[c])) * decay;
+    out[c] = static_cast<float>(value);
+  }
+  return copy;
 }
 
-void BatchNormalization::apply_moving_average_update() {
-  std::vector<std::vector<BatchStats>> pending;
-  int replicas = 0;
+void BatchNormalization::sync_replicas(ReplicaContext& ctx) {
+  std::vector<BatchStats> calls;
   {
     std::lock_guard<std::mutex> lock(pending_mu_);
-    pending.swap(pending_);
-    std::swap(replicas, pending_replicas_);
+    const size_t replica = static_cast<size_t>(ctx.replica_id());
+    if (replica < pending_.size()) calls.swap(pending_[replica]);
   }
-  if (replicas == 0) return;
-  const double decay = 1.0 - decimal_value(options_.momentum);
-  auto update = [&](Variable* variable, std::vector<float> BatchStats::*stat) {
-    Tensor& moving = variable->mutable_value();
-    if (moving.is_abstract()) return;
-    const size_t channels = static_cast<size_t>(moving.size());
-    float* m = moving.data();
-    std::vector<double> sum(channels, 0.0), copy(channels);
-    for (const std::vector<BatchStats>& calls : pending) {
-      for (size_t c = 0; c < channels; ++c) copy[c] = static_cast<double>(m[c]);
-      for (const BatchStats& s : calls) {
-        const std::vector<float>& value = s.*stat;
-        for (size_t c = 0; c < channels; ++c) copy[c] -= (copy[c] - static_cast<double>(value[c])) * decay;
-      }
-      for (size_t c = 0; c < channels; ++c) sum[c] += copy[c];
+  std::vector<Tensor> copies = {replica_copy(*moving_mean_, &BatchStats::mean, calls),
+                                replica_copy(*moving_variance_, &BatchStats::variance, calls)};
+  // Every replica has read the moving variables once the all-reduce's first barrier has passed.
+  ctx.all_reduce(ReduceOp::Mean, copies);
+  if (ctx.replica_id() == 0) {
+    if (!moving_mean_->value().is_abstract()) {
+      moving_mean_->mutable_value().copy_from(copies[0]);
+      moving_variance_->mutable_value().copy_from(copies[1]);
     }
-    for (size_t c = 0; c < channels; ++c) m[c] = static_cast<float>(sum[c] / static_cast<double>(replicas));
-  };
-  update(moving_mean_, &BatchStats::mean);
-  update(moving_variance_, &BatchStats::variance);
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    pending_.clear();
+    pending_replicas_ = 0;
+  }
 }
 
 nlohmann::json BatchNormalization::get_config() const {
@@ -152,18 +164,6 @@ nlohmann::json BatchNormalization::get_config() const {
   config["beta_constraint"] = nullptr;
   config["gamma_constraint"] = nullptr;
   return config;
-}
-
-std::vector<BatchNormalization*> batch_normalization_layers(const std::vector<Layer*>& layers) {
-  std::vector<BatchNormalization*> out;
-  for (Layer* l : layers) {
-    if (auto* bn = dynamic_cast<BatchNormalization*>(l)) out.push_back(bn);
-  }
-  return out;
-}
-
-void apply_moving_average_updates(const std::vector<Layer*>& layers) {
-  for (BatchNormalization* bn : batch_normalization_layers(layers)) bn->apply_moving_average_update();
 }
 
 }  // namespace layers

@@ -1,5 +1,4 @@
-// Keras's BatchNormalization (channels on the last axis), and the hook a Model calls to update the
-// moving statistics once per training step.
+// Keras's BatchNormalization (channels on the last axis).
 //
 // Replication. Under ReplicatedStrategy each replica calls the layer on its own shard, on its own
 // thread, and normalises with its own batch statistics (TPUStrategy's default; no cross-replica
@@ -7,13 +6,14 @@
 // aggregation=MEAN: every replica updates its own copy with its own statistics, and reading the
 // variable outside a replica gives the mean of the copies. Because the update is linear and the
 // copies start equal, that mean evolves exactly as one shared variable updated with every
-// replica's result averaged, which is what keel keeps: one mirrored buffer, never written from
-// replica threads. call(x, training=true) only records the batch statistics in a per-replica slot;
-// apply_moving_average_update(), called once after every replica has finished the step, applies
+// replica's result averaged, which is what keel keeps: one mirrored buffer. The layer is a
+// ReplicaLocalState: call(x, training=true) inside strategy.run records the batch statistics for its
+// replica and marks the layer; when the run ends, sync_replicas computes each replica's copy
 //   copy_r   = moving - (moving - stat_r) * (1 - momentum)     (Keras's assign_moving_average)
-//   moving   = mean over replicas r of copy_r, summed in replica order
+// and all-reduces the copies (mean, the collectives' tree order) into the moving variables.
 // A replica whose shard was empty keeps moving unchanged in that mean (Keras skips the update when
 // the input batch is empty); a replica that called the layer twice applies both, in call order.
+// Outside strategy.run (one replica) the update is applied at once, as Keras does in eager mode.
 // Difference from TensorFlow: inference inside a replica reads the averaged value, not a
 // per-replica copy (they would differ only in replica-local drift).
 //
@@ -27,12 +27,13 @@
 #include <string>
 #include <vector>
 
+#include "framework/device/replica_context.h"
 #include "framework/layers/layer.h"
 
 namespace keel {
 namespace layers {
 
-class BatchNormalization : public Layer {
+class BatchNormalization : public Layer, public ReplicaLocalState {
  public:
   struct Options {
     int axis = -1;  // Keras counts the batch axis: for NHWC input, -1 or 3. Only the last axis.
@@ -49,16 +50,12 @@ class BatchNormalization : public Layer {
   };
   explicit BatchNormalization(Options options);
   std::string class_name() const override { return "BatchNormalization"; }
-  // training: batch statistics (recorded for apply_moving_average_update); else the moving ones.
+  // training: batch statistics (and the moving-average update, above); else the moving ones.
   Tensor call(const Tensor& x, bool training) override;
   nlohmann::json get_config() const override;
 
-  // Folds the statistics recorded by training calls since the last update into the moving
-  // variables (formula above), then forgets them. Call from one thread, after every replica has
-  // finished its forward pass of the step and before the next step's forward pass; a no-op when
-  // nothing was recorded (an inference step) and on abstract (planning) variables.
-  void apply_moving_average_update();
-  bool has_pending_moving_average_update() const;
+  // Folds this step's statistics of every replica into the moving variables (formula above).
+  void sync_replicas(ReplicaContext& ctx) override;
 
   float momentum() const { return options_.momentum; }
   float epsilon() const { return options_.epsilon; }
@@ -79,7 +76,10 @@ class BatchNormalization : public Layer {
   // Per-channel gamma or beta: the variable, or a constant when scale/center is off.
   Tensor gamma_or_ones(int64_t channels) const;
   Tensor beta_or_zeros(int64_t channels) const;
-  void record_batch_stats(const Tensor& mean, const Tensor& variance);
+  void record_batch_stats(int replica, int replicas, const Tensor& mean, const Tensor& variance);
+  // This replica's copy of `moving` after its recorded calls, as a new (C,) workspace tensor.
+  Tensor replica_copy(const Variable& moving, std::vector<float> BatchStats::*stat,
+                      const std::vector<BatchStats>& calls) const;
 
   Options options_;
   Variable* gamma_ = nullptr;            // (C,)
@@ -87,15 +87,10 @@ class BatchNormalization : public Layer {
   Variable* moving_mean_ = nullptr;      // (C,) non-trainable
   Variable* moving_variance_ = nullptr;  // (C,) non-trainable
 
-  mutable std::mutex pending_mu_;
+  std::mutex pending_mu_;
   int pending_replicas_ = 0;                    // num_replicas of the step being recorded; 0: none
   std::vector<std::vector<BatchStats>> pending_;  // [replica][call], in call order
 };
-
-// The BatchNormalization layers among `layers`, in order.
-std::vector<BatchNormalization*> batch_normalization_layers(const std::vector<Layer*>& layers);
-// apply_moving_average_update() on each of them: what a Model calls once after a training step.
-void apply_moving_average_updates(const std::vector<Layer*>& layers);
 
 }  // namespace layers
 

@@ -9,7 +9,6 @@
 #include "framework/autodiff/tape.h"
 #include "framework/device/context.h"
 #include "framework/layers/core_layers.h"
-#include "framework/layers/normalization.h"
 
 namespace keel {
 namespace {
@@ -144,29 +143,28 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
   }
   build(Shape(shards[0].images.shape().begin() + 1, shards[0].images.shape().end()));
   const std::vector<Variable*> vars = trainable_variables();
-  const int64_t step = optimizer_->iterations();
   const bool sparse = loss_->sparse_labels();
-  // Two phases, neither waiting on another replica inside: forward and backward per replica, then
-  // the all-reduce (mean) and the update, sharded. Between them each core holds its gradients.
-  std::vector<std::vector<Tensor>> grads(static_cast<size_t>(n));
   std::vector<StepTotals> per_replica(static_cast<size_t>(n));
-  strategy_->for_each_replica([&](int r) {
-    random_step() = RandomStep{step, r};
-    StepTotals& t = per_replica[static_cast<size_t>(r)];
-    const Batch b = std::move(shards[static_cast<size_t>(r)]);
-    GradientTape tape;
-    Tensor y = call(b.images, /*training=*/true);
-    Tensor loss = (*loss_)(b.labels, y);
-    grads[static_cast<size_t>(r)] = tape.gradient(loss, vars);
-    t.loss_sum = static_cast<double>(loss.item()) * static_cast<double>(b.size());
-    t.correct = count_correct(b.labels, y, sparse);
-    t.samples = b.size();
-    strategy_->ledger().core(r).record_core_to_host(2 * sizeof(float));
-  });  // the forward pass's tensors are released before the update, as on a device
-  optimizer_->apply_gradients(grads, vars, *strategy_);
-  // BatchNormalization's moving statistics: each replica recorded its own batch statistics; they are
-  // averaged in replica order and applied once (Keras's ON_READ / MEAN variables).
-  layers::apply_moving_average_updates(layers());
+  // The step's random streams are keyed by the optimizer's iterations, so a resumed run draws what
+  // a straight one would.
+  strategy_->set_step(optimizer_->iterations());
+  strategy_->run_replicas([&](ReplicaContext& ctx) {
+    const size_t r = static_cast<size_t>(ctx.replica_id());
+    StepTotals& t = per_replica[r];
+    std::vector<Tensor> grads;
+    {
+      const Batch b = std::move(shards[r]);
+      GradientTape tape;
+      Tensor y = call(b.images, /*training=*/true);
+      Tensor loss = (*loss_)(b.labels, y);
+      grads = tape.gradient(loss, vars);
+      t.loss_sum = static_cast<double>(loss.item()) * static_cast<double>(b.size());
+      t.correct = count_correct(b.labels, y, sparse);
+      t.samples = b.size();
+      strategy_->ledger().core(ctx.replica_id()).record_core_to_host(2 * sizeof(float));
+    }  // the shard and the forward pass's tensors are released before the update, as on a device
+    optimizer_->apply_gradients(std::move(grads), vars);
+  });  // then BatchNormalization's moving statistics are combined (ReplicaLocalState)
   StepTotals total;
   for (const StepTotals& t : per_replica) total += t;
   return total;

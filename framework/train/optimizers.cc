@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "framework/device/context.h"
-#include "framework/device/strategy.h"
+#include "framework/device/replica_context.h"
 
 namespace keel {
 
@@ -26,44 +26,37 @@ nlohmann::json CosineDecay::get_config() const {
           {"config", {{"initial_learning_rate", initial_}, {"decay_steps", decay_steps_}, {"alpha", alpha_}}}};
 }
 
-void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) {
+void Optimizer::apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars) {
   if (grads.size() != vars.size()) {
     throw std::invalid_argument("apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
                                 std::to_string(vars.size()) + " variables");
   }
-  const ReplicaContext* rc = current_replica_context();
-  if (rc == nullptr) {
-    build(vars);
-    apply_once(grads, vars);
-    return;
-  }
+  ReplicaContext* ctx = current_replica_context();
   // Slots are created once, mirrored, by one replica (TensorFlow's merge_call).
-  if (!built()) rc->strategy->merge_call([&] { build(vars); });
-  check(grads, vars);
-  // Every replica reads the step before the first barrier; replica 0 advances it between the two
-  // barriers, so a following apply_gradients in the same run reads the new value.
-  const int64_t step = iterations_ + 1;
-  std::vector<Tensor> reduced = grads;  // handles: replica 0's buffers receive the mean
-  rc->strategy->all_reduce_mean_and_apply(
-      reduced, [&](size_t i, const Tensor& mean) { apply_one(vars[i], mean, step); }, [&] { iterations_ = step; });
-}
-
-void Optimizer::apply_gradients(std::vector<std::vector<Tensor>>& per_replica_grads, const std::vector<Variable*>& vars,
-                                ReplicatedStrategy& strategy) {
-  for (const auto& grads : per_replica_grads) {
-    if (grads.size() != vars.size()) {
-      throw std::invalid_argument("apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
-                                  std::to_string(vars.size()) + " variables");
+  if (!built()) {
+    if (ctx != nullptr) {
+      ctx->merge_call([&] { build(vars); });
+    } else {
+      build(vars);
     }
   }
-  if (!built()) {
-    ContextScope mirrored(strategy.mirrored_context());
-    build(vars);
-  }
-  check(per_replica_grads.at(0), vars);
+  check(grads, vars);
+  // Every replica reads the step before the all-reduce's first barrier; replica 0 advances it before
+  // the last barrier below, so a following apply_gradients in the same run reads the new value.
   const int64_t step = iterations_ + 1;
-  strategy.reduce_mean_and_apply(per_replica_grads, [&](size_t i, const Tensor& mean) { apply_one(vars[i], mean, step); });
-  iterations_ = step;
+  std::vector<Tensor> defined;
+  for (const Tensor& g : grads) {
+    if (g.defined()) defined.push_back(g);
+  }
+  const int replica = ctx != nullptr ? ctx->replica_id() : 0;
+  const int replicas = ctx != nullptr ? ctx->num_replicas() : 1;
+  if (replicas > 1) ctx->all_reduce(ReduceOp::Mean, defined);
+  // The update is elementwise per variable: each replica updates every replicas-th variable.
+  for (size_t i = static_cast<size_t>(replica); i < vars.size(); i += static_cast<size_t>(replicas)) {
+    if (grads[i].defined()) apply_one(vars[i], grads[i], step);
+  }
+  if (replica == 0) iterations_ = step;
+  if (replicas > 1) ctx->barrier();  // every variable is updated before any replica reads one
 }
 
 void Optimizer::check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) const {
@@ -97,15 +90,6 @@ void Optimizer::build(const std::vector<Variable*>& vars) {
     }
   }
   built_ = true;
-}
-
-void Optimizer::apply_once(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) {
-  check(grads, vars);
-  const int64_t step = iterations_ + 1;
-  for (size_t i = 0; i < vars.size(); ++i) {
-    if (grads[i].defined()) apply_one(vars[i], grads[i], step);
-  }
-  iterations_ = step;
 }
 
 std::vector<Variable*> Optimizer::slot_variables() const {

@@ -1,9 +1,10 @@
 // Keras optimizers: Adam and SGD, with Keras's defaults, update rules and slot names.
 //
-// apply_gradients inside strategy.run all-reduces (mean) the gradients across replicas, then applies
-// the update once to the mirrored variables (TensorFlow's merge_call). Slots are created mirrored
-// on first use, charged as `optimizer`, named "<Optimizer>/<variable>/<slot>". State is keyed by
-// variable name, and `iterations` advances once per step.
+// apply_gradients inside strategy.run all-reduces (mean) the gradients across replicas through the
+// replica context's collectives, then applies the update once to the mirrored variables, each
+// replica updating a share of them. Slots are created mirrored on first use (merge_call), charged as
+// `optimizer`, named "<Optimizer>/<variable>/<slot>". State is keyed by variable name, and
+// `iterations` advances once per step.
 #pragma once
 
 #include <map>
@@ -16,8 +17,6 @@
 #include "framework/autodiff/variable.h"
 
 namespace keel {
-
-class ReplicatedStrategy;
 
 // keras.optimizers.schedules: the learning rate as a function of the optimizer's iterations (the
 // number of updates already applied), so a resumed run continues on exactly the same schedule.
@@ -58,12 +57,11 @@ class Optimizer {
   int64_t iterations() const { return iterations_; }
   void set_iterations(int64_t n) { iterations_ = n; }
 
-  // Undefined gradients (variables the loss does not depend on) are skipped.
-  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars);
-  // The same update from per-replica gradients outside strategy.run (how fit() applies a step):
-  // mean over replicas, then the update, sharded over the strategy's threads.
-  void apply_gradients(std::vector<std::vector<Tensor>>& per_replica_grads, const std::vector<Variable*>& vars,
-                       ReplicatedStrategy& strategy);
+  // Undefined gradients (variables the loss does not depend on) are skipped; every replica must
+  // leave the same ones undefined. Inside strategy.run, called by every replica: the gradients are
+  // all-reduced (mean) in place, so afterwards each replica's `grads` hold the mean. Outside a run
+  // (one replica, TensorFlow's default strategy) they are applied as they are.
+  void apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars);
   // Creates the slots for `vars` now (before restoring a checkpoint); no-op if already built.
   void build(const std::vector<Variable*>& vars);
   bool built() const { return built_; }
@@ -78,7 +76,6 @@ class Optimizer {
   virtual void update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t step) = 0;
 
  private:
-  void apply_once(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars);
   void check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) const;
   void apply_one(Variable* var, const Tensor& grad, int64_t step);
 

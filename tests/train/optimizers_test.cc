@@ -212,7 +212,7 @@ TEST(OptimizerTest, InsideStrategyRunAppliesTheMeanOnce) {
   std::vector<Batch> shards = s.distribute(Batch{Tensor::from_vector({4, 1}, std::vector<float>{0, 1, 2, 3}), Tensor()});
   s.run(
       [&](const Batch&) {
-        const float r = static_cast<float>(current_replica_context()->replica_id);
+        const float r = static_cast<float>(current_replica_context()->replica_id());
         sgd.apply_gradients({Tensor::full({2}, r)}, {w});
         return 0;
       },

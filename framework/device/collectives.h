@@ -1,0 +1,108 @@
+// Collectives: every byte that moves between replicas goes through this interface (TensorFlow's
+// cross-device ops, MPI's collectives): all_reduce, reduce_scatter, all_gather, broadcast, barrier.
+//
+// Contract of every operation: it is called by every replica of one strategy.run, in the same order,
+// with tensors of the same shapes (all_gather: same trailing dims); a replica that does not take
+// part deadlocks the others, a mismatch throws std::logic_error. The order in which values are
+// summed is fixed by the topology (ReductionTree below: global replica ids alone), never by
+// scheduling, thread count or, in a multi-process backend, how replicas are spread over processes,
+// so every result is bit-identical across all of them.
+//
+// Device model: each operation counts, per core, the bytes it sends to and receives from other cores
+// as a tree-shaped exchange would move them (TransferStat::sent_bytes / received_bytes), and charges
+// its temporaries as `workspace`: a core that receives partial sums from children (all_reduce,
+// reduce_scatter) holds a receive buffer of the largest tensor while the operation runs. Outputs that
+// an operation creates (reduce_scatter's shard, all_gather's result) are charged like any tensor the
+// replica creates (its core, the current category).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "framework/core/tensor.h"
+
+namespace keel {
+
+class Ledger;
+
+enum class ReduceOp { Sum, Mean };
+
+// The topology of every reduction: a binomial tree over global replica ids, rooted at 0. Replica
+// r's children are r + 2^k for each k with r mod 2^(k+1) == 0 and r + 2^k < n, in increasing k; its
+// parent is r with its lowest set bit cleared. Each node's sum is own + child_1 + child_2 + ... in
+// that order, so for 8 replicas the result is ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)).
+// A block of 2^k consecutive replicas starting at a multiple of 2^k is a subtree, which is what lets
+// a multi-process backend reduce inside each process first and still produce the same sums.
+struct ReductionTree {
+  static int parent(int replica);  // -1 for the root
+  static std::vector<int> children(int replica, int num_replicas);
+  // The replicas of `replica`'s subtree are [replica, subtree_end).
+  static int subtree_end(int replica, int num_replicas);
+};
+
+// out[i] = the tree-ordered sum of in[0][i], ..., in[n-1][i] for i < count. `out` may alias in[0].
+// Elementwise: splitting [0, count) into ranges computed by different threads gives the same bits.
+void tree_sum(std::span<const float* const> in, float* out, int64_t count);
+
+// Replica r's share [begin, end) of `elements` split over n replicas as evenly as possible, the first
+// (elements mod n) replicas taking one more (the split infeed uses for batches).
+struct ShardRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+};
+ShardRange shard_range(int64_t elements, int num_replicas, int replica);
+
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual int num_replicas() const = 0;
+
+  // Every replica's `values` become the elementwise sum (or mean) over replicas, in place.
+  // Undefined tensors are skipped (every replica must leave the same ones undefined).
+  virtual void all_reduce(int replica, ReduceOp op, std::span<Tensor> values) = 0;
+  // Reduces `value` over replicas and returns this replica's shard of the flattened result: the
+  // elements shard_range(value.size(), n, replica), as a 1-D tensor.
+  virtual Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) = 0;
+  // Every replica's shard, concatenated along dim 0 in replica order (shards may differ in dim 0).
+  virtual Tensor all_gather(int replica, const Tensor& shard) = 0;
+  // `value` on every replica becomes root's.
+  virtual void broadcast(int replica, Tensor& value, int root) = 0;
+  // Returns once every replica has called it.
+  virtual void barrier(int replica) = 0;
+};
+
+// The in-process backend: replicas are threads of this process, exchanging through shared memory.
+// Each operation publishes its arguments, meets the others at a barrier, does its share of the work
+// (an even split of the elements, so every thread takes part), and meets them again before anyone
+// may free or reuse what was published.
+class InProcessCollectives final : public Collectives {
+ public:
+  // `barrier(replica)` blocks until every replica has called it (the strategy's cancellable barrier).
+  InProcessCollectives(Ledger& ledger, int num_replicas, std::function<void(int)> barrier);
+
+  int num_replicas() const override { return num_replicas_; }
+  void all_reduce(int replica, ReduceOp op, std::span<Tensor> values) override;
+  Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) override;
+  Tensor all_gather(int replica, const Tensor& shard) override;
+  void broadcast(int replica, Tensor& value, int root) override;
+  void barrier(int replica) override { barrier_(replica); }
+
+ private:
+  // What each replica published for the operation in progress (valid between its two barriers).
+  struct Posted {
+    std::span<Tensor> values;
+    const Tensor* tensor = nullptr;
+  };
+  void check_same_shapes(int replica, const char* op) const;
+  void reduce_range(ReduceOp op, int64_t begin, int64_t end);
+
+  Ledger& ledger_;
+  const int num_replicas_;
+  std::function<void(int)> barrier_;
+  std::vector<Posted> posted_;
+};
+
+}  // namespace keel

@@ -1,0 +1,59 @@
+#include "framework/device/replica_context.h"
+
+#include <algorithm>
+#include <atomic>
+#include <stdexcept>
+
+#include "framework/core/random.h"
+#include "framework/device/strategy.h"
+
+namespace keel {
+namespace {
+
+thread_local ReplicaContext* tls_replica_context = nullptr;
+std::atomic<uint64_t> g_replica_local_states{0};
+
+}  // namespace
+
+ReplicaLocalState::ReplicaLocalState() : creation_order_(g_replica_local_states.fetch_add(1)) {}
+
+ReplicaContext::ReplicaContext(ReplicatedStrategy& strategy, Collectives* collectives, int replica_id,
+                               int num_replicas, int64_t step)
+    : strategy_(strategy), collectives_(collectives), replica_id_(replica_id), num_replicas_(num_replicas), step_(step) {}
+
+uint64_t ReplicaContext::random_key(uint64_t op_key) const {
+  return combine_keys(op_key, combine_keys(static_cast<uint64_t>(step_), static_cast<uint64_t>(replica_id_)));
+}
+
+Collectives& ReplicaContext::collectives() const {
+  if (collectives_ == nullptr) {
+    throw std::logic_error("a cross-replica operation was called where replicas may not wait for each other "
+                           "(ReplicatedStrategy::for_each_replica); call it inside strategy.run");
+  }
+  return *collectives_;
+}
+
+void ReplicaContext::merge_call(const std::function<void()>& fn) const {
+  if (num_replicas_ > 1) barrier();
+  if (replica_id_ == 0) {
+    ContextScope mirrored(strategy_.mirrored_context());
+    fn();
+  }
+  if (num_replicas_ > 1) barrier();
+}
+
+void ReplicaContext::mark_for_sync(ReplicaLocalState* state) {
+  if (collectives_ == nullptr) {
+    throw std::logic_error("replica-local state was updated where replicas cannot combine it "
+                           "(ReplicatedStrategy::for_each_replica); train inside strategy.run");
+  }
+  if (std::find(marked_.begin(), marked_.end(), state) == marked_.end()) marked_.push_back(state);
+}
+
+ReplicaContext* current_replica_context() { return tls_replica_context; }
+
+ReplicaContextScope::ReplicaContextScope(ReplicaContext* ctx) : saved_(tls_replica_context) { tls_replica_context = ctx; }
+
+ReplicaContextScope::~ReplicaContextScope() { tls_replica_context = saved_; }
+
+}  // namespace keel

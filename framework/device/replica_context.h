@@ -1,0 +1,96 @@
+// ReplicaContext: what a replica knows about itself inside strategy.run (TensorFlow's
+// ReplicaContext) — its id, the number of replicas, the global step it is running — and the one way
+// it talks to the others: the collectives. It owns the step: random ops key their streams by
+// (seed, step, replica, op) through random_key(), and state that replicas update on their own during
+// the step (ReplicaLocalState) is combined when the step ends.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "framework/core/tensor.h"
+#include "framework/device/collectives.h"
+
+namespace keel {
+
+class ReplicatedStrategy;
+class ReplicaContext;
+
+// State that each replica updates on its own during a step and that is combined across replicas
+// when the step ends: Keras's variables with synchronization=ON_READ (BatchNormalization's moving
+// statistics, aggregation=MEAN). A replica that updated it calls ReplicaContext::mark_for_sync; at
+// the end of that strategy.run every replica calls sync_replicas on every state marked by any
+// replica, in creation order, so each implementation makes the same collective calls everywhere.
+class ReplicaLocalState {
+ public:
+  ReplicaLocalState();
+  virtual ~ReplicaLocalState() = default;
+  // Combines the replicas' contributions of this step (through ctx's collectives) into the
+  // variables every replica reads.
+  virtual void sync_replicas(ReplicaContext& ctx) = 0;
+  uint64_t creation_order() const { return creation_order_; }
+
+ private:
+  uint64_t creation_order_;
+};
+
+class ReplicaContext {
+ public:
+  // `collectives` is null where replicas may not wait for each other (for_each_replica).
+  ReplicaContext(ReplicatedStrategy& strategy, Collectives* collectives, int replica_id, int num_replicas, int64_t step);
+  ReplicaContext(const ReplicaContext&) = delete;
+  ReplicaContext& operator=(const ReplicaContext&) = delete;
+
+  ReplicatedStrategy& strategy() const { return strategy_; }
+  int replica_id() const { return replica_id_; }
+  int num_replicas() const { return num_replicas_; }
+  // The global step this run executes (ReplicatedStrategy::step()).
+  int64_t step() const { return step_; }
+
+  // The key of a random op's stream in this step and replica: a function of (op_key, step,
+  // replica) only, so a custom loop and fit draw the same numbers, and every step new ones.
+  uint64_t random_key(uint64_t op_key) const;
+
+  // The collectives (framework/device/collectives.h), called by every replica of the run.
+  void all_reduce(ReduceOp op, std::span<Tensor> values) const { collectives().all_reduce(replica_id_, op, values); }
+  Tensor reduce_scatter(ReduceOp op, const Tensor& value) const {
+    return collectives().reduce_scatter(replica_id_, op, value);
+  }
+  Tensor all_gather(const Tensor& shard) const { return collectives().all_gather(replica_id_, shard); }
+  void broadcast(Tensor& value, int root) const { collectives().broadcast(replica_id_, value, root); }
+  void barrier() const { collectives().barrier(replica_id_); }
+  // Waits for every replica, runs fn once (replica 0's call, with new tensors mirrored), waits again.
+  void merge_call(const std::function<void()>& fn) const;
+
+  // `state` was updated by this replica in this step: it is synced when the run ends.
+  void mark_for_sync(ReplicaLocalState* state);
+  const std::vector<ReplicaLocalState*>& marked_for_sync() const { return marked_; }
+
+ private:
+  Collectives& collectives() const;
+
+  ReplicatedStrategy& strategy_;
+  Collectives* collectives_;
+  int replica_id_;
+  int num_replicas_;
+  int64_t step_;
+  std::vector<ReplicaLocalState*> marked_;
+};
+
+// This thread's replica context; nullptr outside strategy.run / for_each_replica.
+ReplicaContext* current_replica_context();
+
+// RAII: installs `ctx` as this thread's replica context.
+class ReplicaContextScope {
+ public:
+  explicit ReplicaContextScope(ReplicaContext* ctx);
+  ~ReplicaContextScope();
+  ReplicaContextScope(const ReplicaContextScope&) = delete;
+  ReplicaContextScope& operator=(const ReplicaContextScope&) = delete;
+
+ private:
+  ReplicaContext* saved_;
+};
+
+}  // namespace keel
