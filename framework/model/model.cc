@@ -207,6 +207,12 @@ int64_t infeed_bytes(const Ledger& ledger) {
   return total;
 }
 
+int64_t collective_bytes(const Ledger& ledger) {
+  int64_t total = 0;
+  for (int c = 0; c < ledger.num_cores(); ++c) total += ledger.core(c).transfers().sent_bytes;
+  return total;
+}
+
 Batch to_batch(const Element& e) {
   if (e.size() < 2) throw std::invalid_argument("fit/evaluate: dataset elements must be (x, y) pairs");
   return Batch{e[0], e[1]};
@@ -237,6 +243,7 @@ History Model::fit(const Dataset& dataset, const FitOptions& options) {
     st.input_wait_seconds = 0.0;
     st.step_seconds = 0.0;
     st.infeed_bytes = 0;
+    st.collective_bytes = 0;
     for (Callback* cb : options.callbacks) cb->on_epoch_begin(st);
     bool finished = true;
     using Clock = std::chrono::steady_clock;
@@ -261,7 +268,9 @@ History Model::fit(const Dataset& dataset, const FitOptions& options) {
     std::optional<Pulled> current = pull();
     while (current) {
       std::optional<Pulled> next = pull();  // into the slot, while `current` is trained on
+      const int64_t sent_before = collective_bytes(strategy_->ledger());
       st.epoch_totals += train_step_on_cores(std::move(current->shards));
+      st.collective_bytes += collective_bytes(strategy_->ledger()) - sent_before;
       st.position = &current->position;
       st.step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
       ++st.batch;

@@ -64,6 +64,8 @@ struct TrainingState {
   double input_wait_seconds = 0.0;
   double step_seconds = 0.0;
   int64_t infeed_bytes = 0;
+  // Bytes the cores sent each other through the collectives this epoch, summed over cores.
+  int64_t collective_bytes = 0;
   double input_bound_fraction() const { return step_seconds > 0.0 ? input_wait_seconds / step_seconds : 0.0; }
 };
 

@@ -44,12 +44,19 @@ MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& dev
   }
   // fit()'s steady state: the next step's batch waits in each core's prefetch slot meanwhile.
   const std::vector<Batch> slot = strategy.distribute(batch);
+  std::vector<TransferStat> before;
+  for (int c = 0; c < device.cores; ++c) before.push_back(strategy.ledger().core(c).transfers());
   model->train_step(batch);
 
   MemoryPlan plan;
   plan.device = device;
   plan.batch_per_core = batch_per_core;
   plan.per_core = core_memory(strategy.ledger());
+  for (CoreMemory& m : plan.per_core) {
+    const TransferStat after = strategy.ledger().core(m.core).transfers();
+    m.sent_bytes = after.sent_bytes - before[static_cast<size_t>(m.core)].sent_bytes;
+    m.received_bytes = after.received_bytes - before[static_cast<size_t>(m.core)].received_bytes;
+  }
   plan.fits = true;
   for (const CoreMemory& m : plan.per_core) {
     if (device.has_budget() && m.peak > device.hbm_bytes_per_core) plan.fits = false;

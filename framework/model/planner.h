@@ -22,6 +22,10 @@ struct CoreMemory {
   int core = 0;
   std::array<int64_t, kNumCategories> category_peak{};  // high-water mark of each category
   int64_t peak = 0;                                    // high-water mark of the sum
+  // Collectives of one training step (gradients, replica-local state): bytes sent to and received
+  // from other cores.
+  int64_t sent_bytes = 0;
+  int64_t received_bytes = 0;
 };
 
 struct MemoryPlan {

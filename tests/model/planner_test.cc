@@ -186,6 +186,16 @@ TEST(Planner, PlanEqualsThePeaksOfFit) {
   clear_session();
   const MemoryPlan plan = plan_training_step([] { return build_compiled("mlp"); }, device, per_core, {10});
   expect_equal(plan.per_core, measured);
+  // The collectives' traffic of one planned step is that of each of fit's 8 steps.
+  for (int c = 0; c < device.cores; ++c) {
+    const TransferStat t = strategy.ledger().core(c).transfers();
+    EXPECT_EQ(t.sent_bytes, 8 * plan.per_core[static_cast<size_t>(c)].sent_bytes) << c;
+    EXPECT_EQ(t.received_bytes, 8 * plan.per_core[static_cast<size_t>(c)].received_bytes) << c;
+  }
+  // Core 0 of v3-8's tree has children 1, 2 and 4: the gradients (407,080 bytes) go up and down
+  // each link once; core 7 is a leaf.
+  EXPECT_EQ(plan.per_core[0].sent_bytes, 3 * 407080);
+  EXPECT_EQ(plan.per_core[7].sent_bytes, 407080);
   // Two batches of inputs: the step's and the slot's.
   EXPECT_EQ(plan.per_core[0].category_peak[static_cast<size_t>(Category::inputs)], 2 * per_core * (784 + 10) * 4);
 }

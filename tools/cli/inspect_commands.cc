@@ -1,4 +1,5 @@
 // `keel evaluate`, `keel memory`, `keel summary`, `keel models`.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -33,6 +34,8 @@ nlohmann::json plan_json(const MemoryPlan& plan) {
     nlohmann::json c = {{"core", m.core}};
     for (int k = 0; k < kNumCategories; ++k) c[category_name(static_cast<Category>(k))] = m.category_peak[static_cast<size_t>(k)];
     c["peak"] = m.peak;
+    c["sent_bytes"] = m.sent_bytes;
+    c["received_bytes"] = m.received_bytes;
     per_core.push_back(c);
   }
   return {{"device", plan.device.name},
@@ -64,8 +67,19 @@ void print_plan(const RunConfig& config, const MemoryPlan& plan) {
   }
   std::printf("(bytes; each category's own high-water mark, and the high-water mark of their sum)\n");
   if (!plan.per_core.empty()) {
-    std::printf("Peak per core: %s%s\n", format_bytes(plan.per_core[0].peak).c_str(),
+    int64_t peak = 0;
+    for (const CoreMemory& m : plan.per_core) peak = std::max(peak, m.peak);
+    std::printf("Peak per core: %s%s\n", format_bytes(peak).c_str(),
                 plan.device.has_budget() ? (plan.fits ? " - fits" : " - DOES NOT FIT") : "");
+  }
+  if (plan.per_core.size() > 1) {
+    // The collectives' binomial tree: cores with children also receive (and hold) partial sums.
+    std::printf("Between cores per step (sent / received):");
+    for (const CoreMemory& m : plan.per_core) {
+      std::printf("%s %d: %s / %s", m.core == 0 ? "" : ",", m.core, format_bytes(m.sent_bytes).c_str(),
+                  format_bytes(m.received_bytes).c_str());
+    }
+    std::printf("\n");
   }
   if (plan.max_batch_per_core) {
     std::printf("Largest per-core batch that fits: %lld\n", static_cast<long long>(*plan.max_batch_per_core));

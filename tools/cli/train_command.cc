@@ -90,8 +90,9 @@ class InfeedReport : public Callback {
   void on_epoch_end(TrainingState& st, const Logs&) override {
     const double fraction = st.input_bound_fraction();
     if (!quiet_) {
-      std::printf("  infeed: %s host->cores, waited for input %.1f%% of %.1fs of steps\n",
-                  format_bytes(st.infeed_bytes).c_str(), 100.0 * fraction, st.step_seconds);
+      std::printf("  infeed: %s host->cores, %s between cores, waited for input %.1f%% of %.1fs of steps\n",
+                  format_bytes(st.infeed_bytes).c_str(), format_bytes(st.collective_bytes).c_str(), 100.0 * fraction,
+                  st.step_seconds);
     }
     // Records read again to rebuild a shuffle buffer on resume are counted again.
     if (const int64_t skipped = *skipped_records() - skipped_at_begin_; skipped > 0) {
