@@ -245,48 +245,7 @@ History Model::fit(const Dataset& dataset, const FitOptions& options) {
     st.infeed_bytes = 0;
     st.collective_bytes = 0;
     for (Callback* cb : options.callbacks) cb->on_epoch_begin(st);
-    bool finished = true;
-    using Clock = std::chrono::steady_clock;
-    // The cores' prefetch slot (TPU infeed): the batch of the next step is moved to the cores, where
-    // it is charged as `inputs`, before the current step runs, so during a step each core holds two
-    // batches. `position` is the iterator's position right after a batch was pulled.
-    struct Pulled {
-      std::vector<Batch> shards;
-      Iterator::Snapshot position;
-    };
-    auto pull = [&]() -> std::optional<Pulled> {
-      const Clock::time_point start = Clock::now();
-      std::optional<Element> element = it.next();
-      st.input_wait_seconds += std::chrono::duration<double>(Clock::now() - start).count();
-      if (!element) return std::nullopt;
-      const int64_t before = infeed_bytes(strategy_->ledger());
-      Pulled p{strategy_->distribute(to_batch(*element)), it.snapshot()};
-      st.infeed_bytes += infeed_bytes(strategy_->ledger()) - before;
-      return p;
-    };
-    Clock::time_point step_start = Clock::now();
-    std::optional<Pulled> current = pull();
-    while (current) {
-      std::optional<Pulled> next = pull();  // into the slot, while `current` is trained on
-      const int64_t sent_before = collective_bytes(strategy_->ledger());
-      st.epoch_totals += train_step_on_cores(std::move(current->shards));
-      st.collective_bytes += collective_bytes(strategy_->ledger()) - sent_before;
-      st.position = &current->position;
-      st.step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
-      ++st.batch;
-      st.last_batch_of_epoch = !next.has_value();
-      const Logs logs = logs_of(st.epoch_totals);
-      for (Callback* cb : options.callbacks) cb->on_train_batch_end(st, logs);
-      st.position = nullptr;
-      step_start = Clock::now();  // callbacks (checkpoint saves) are not step time
-      if (st.stop_training) {
-        // The slot's batch was never trained on; the saved position (current's) excludes it.
-        finished = st.last_batch_of_epoch;
-        break;
-      }
-      current = std::move(next);
-    }
-    if (finished) {
+    if (train_epoch(it, st, options.callbacks)) {
       const Logs logs = logs_of(st.epoch_totals);
       history.epochs.push_back(logs);
       for (Callback* cb : options.callbacks) cb->on_epoch_end(st, logs);
@@ -295,6 +254,47 @@ History Model::fit(const Dataset& dataset, const FitOptions& options) {
   }
   for (Callback* cb : options.callbacks) cb->on_train_end(st);
   return history;
+}
+
+bool Model::train_epoch(Iterator& it, TrainingState& st, const std::vector<Callback*>& callbacks) {
+  using Clock = std::chrono::steady_clock;
+  // The cores' prefetch slot (TPU infeed): the batch of the next step is moved to the cores, where
+  // it is charged as `inputs`, before the current step runs, so during a step each core holds two
+  // batches. `position` is the iterator's position right after a batch was pulled.
+  struct Pulled {
+    std::vector<Batch> shards;
+    Iterator::Snapshot position;
+  };
+  auto pull = [&]() -> std::optional<Pulled> {
+    const Clock::time_point start = Clock::now();
+    std::optional<Element> element = it.next();
+    st.input_wait_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    if (!element) return std::nullopt;
+    const int64_t before = infeed_bytes(strategy_->ledger());
+    Pulled p{strategy_->distribute(to_batch(*element)), it.snapshot()};
+    st.infeed_bytes += infeed_bytes(strategy_->ledger()) - before;
+    return p;
+  };
+  Clock::time_point step_start = Clock::now();
+  std::optional<Pulled> current = pull();
+  while (current) {
+    std::optional<Pulled> next = pull();  // into the slot, while `current` is trained on
+    const int64_t sent_before = collective_bytes(strategy_->ledger());
+    st.epoch_totals += train_step_on_cores(std::move(current->shards));
+    st.collective_bytes += collective_bytes(strategy_->ledger()) - sent_before;
+    st.position = &current->position;
+    st.step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
+    ++st.batch;
+    st.last_batch_of_epoch = !next.has_value();
+    const Logs logs = logs_of(st.epoch_totals);
+    for (Callback* cb : callbacks) cb->on_train_batch_end(st, logs);
+    st.position = nullptr;
+    step_start = Clock::now();  // callbacks (checkpoint saves) are not step time
+    // Stopped: the slot's batch was never trained on; the saved position (current's) excludes it.
+    if (st.stop_training) return st.last_batch_of_epoch;
+    current = std::move(next);
+  }
+  return true;
 }
 
 Logs Model::evaluate(const Dataset& dataset) {

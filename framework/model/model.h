@@ -146,6 +146,9 @@ class Model {
   void capture_strategy();
 
  private:
+  // fit()'s steps over one epoch; false when a callback stopped training before the epoch's end.
+  bool train_epoch(Iterator& it, TrainingState& st, const std::vector<Callback*>& callbacks);
+
   std::string name_;
   ReplicatedStrategy* strategy_ = nullptr;
   std::unique_ptr<ReplicatedStrategy> own_strategy_;
