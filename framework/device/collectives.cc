@@ -110,19 +110,30 @@ InProcessCollectives::InProcessCollectives(Ledger& ledger, int num_replicas, std
   if (num_replicas < 1) throw std::logic_error("InProcessCollectives: at least one replica");
 }
 
-void InProcessCollectives::check_same_shapes(int replica, const char* op) const {
-  const Posted& mine = posted_[static_cast<size_t>(replica)];
-  const Posted& first = posted_[0];
-  bool same = mine.values.size() == first.values.size();
-  for (size_t i = 0; same && i < mine.values.size(); ++i) {
-    const Tensor &a = mine.values[i], &b = first.values[i];
-    same = a.defined() == b.defined() && (!a.defined() || a.shape() == b.shape());
+// Every replica checks every replica's arguments against `reference`'s, so all of them reach the same
+// verdict; on a mismatch they meet once more before throwing, so that no replica unwinds (and frees
+// what it published) while another still reads it.
+void InProcessCollectives::check_same_shapes(int replica, const char* op, int reference, bool dim0_may_differ) const {
+  const Posted& first = posted_[static_cast<size_t>(reference)];
+  int bad = -1;
+  for (int r = 0; r < num_replicas_ && bad < 0; ++r) {
+    const Posted& other = posted_[static_cast<size_t>(r)];
+    bool same = other.values.size() == first.values.size();
+    for (size_t i = 0; same && i < other.values.size(); ++i) {
+      const Tensor &a = other.values[i], &b = first.values[i];
+      same = a.defined() == b.defined() && (!a.defined() || a.shape() == b.shape());
+    }
+    if ((other.tensor == nullptr) != (first.tensor == nullptr)) same = false;
+    if (same && other.tensor != nullptr) {
+      const Shape &a = other.tensor->shape(), &b = first.tensor->shape();
+      same = dim0_may_differ ? a.size() == b.size() && !a.empty() && std::equal(a.begin() + 1, a.end(), b.begin() + 1) : a == b;
+    }
+    if (!same) bad = r;
   }
-  if (mine.tensor != nullptr) same = same && first.tensor != nullptr && mine.tensor->shape() == first.tensor->shape();
-  if (!same) {
-    throw std::logic_error(std::string(op) + ": replica " + std::to_string(replica) +
-                           " contributed other tensors than replica 0 (every replica must pass the same shapes)");
-  }
+  if (bad < 0) return;
+  barrier_(replica);
+  throw std::logic_error(std::string(op) + ": replica " + std::to_string(bad) + " contributed other tensors than replica " +
+                         std::to_string(reference) + " (every replica must pass the same shapes)");
 }
 
 // Reduces the elements [begin, end) of the concatenation of every replica's values, in tree order,
@@ -158,7 +169,7 @@ void InProcessCollectives::all_reduce(int replica, ReduceOp op, std::span<Tensor
   WorkspaceCharge receive(ledger_, replica, children.empty() ? 0 : largest, "all_reduce");
   posted_[static_cast<size_t>(replica)] = Posted{values, nullptr};
   barrier_(replica);
-  check_same_shapes(replica, "all_reduce");
+  check_same_shapes(replica, "all_reduce", 0, false);
   const ShardRange mine = shard_range(elements, num_replicas_, replica);
   reduce_range(op, mine.begin, mine.end);
   barrier_(replica);  // every range is reduced and copied out; the published spans may go
@@ -177,7 +188,7 @@ Tensor InProcessCollectives::reduce_scatter(int replica, ReduceOp op, const Tens
   WorkspaceCharge receive(ledger_, replica, children.empty() ? 0 : value.bytes(), "reduce_scatter");
   posted_[static_cast<size_t>(replica)] = Posted{{}, &value};
   barrier_(replica);
-  check_same_shapes(replica, "reduce_scatter");
+  check_same_shapes(replica, "reduce_scatter", 0, false);
   if (!value.is_abstract()) {
     std::vector<const float*> in(static_cast<size_t>(num_replicas_));
     for (size_t r = 0; r < in.size(); ++r) in[r] = posted_[r].tensor->data() + mine.begin;
@@ -207,12 +218,9 @@ Tensor InProcessCollectives::all_gather(int replica, const Tensor& shard) {
   Shape out_shape = shard.shape();
   out_shape[0] = 0;
   std::vector<int64_t> rows_before(static_cast<size_t>(num_replicas_) + 1, 0);
+  if (num_replicas_ > 1) check_same_shapes(replica, "all_gather (beyond dim 0)", 0, true);
   for (int r = 0; r < num_replicas_; ++r) {
     const Tensor& t = *posted_[static_cast<size_t>(r)].tensor;
-    if (!std::equal(t.shape().begin() + 1, t.shape().end(), shard.shape().begin() + 1, shard.shape().end())) {
-      throw std::logic_error("all_gather: replica " + std::to_string(r) + "'s shard " + shape_string(t.shape()) +
-                             " does not match " + shape_string(shard.shape()) + " beyond dim 0");
-    }
     rows_before[static_cast<size_t>(r) + 1] = rows_before[static_cast<size_t>(r)] + t.dim(0);
   }
   out_shape[0] = rows_before.back();
@@ -250,11 +258,8 @@ void InProcessCollectives::broadcast(int replica, Tensor& value, int root) {
   if (num_replicas_ == 1) return;
   posted_[static_cast<size_t>(replica)] = Posted{{}, &value};
   barrier_(replica);
+  check_same_shapes(replica, "broadcast", root, false);
   const Tensor& source = *posted_[static_cast<size_t>(root)].tensor;
-  if (source.shape() != value.shape()) {
-    throw std::logic_error("broadcast: replica " + std::to_string(replica) + "'s tensor " + shape_string(value.shape()) +
-                           " differs from the root's " + shape_string(source.shape()));
-  }
   if (replica != root && !value.is_abstract()) value.copy_from(source);
   barrier_(replica);
   // The same tree, relabelled so that the root is its node 0.

@@ -96,7 +96,9 @@ class InProcessCollectives final : public Collectives {
     std::span<Tensor> values;
     const Tensor* tensor = nullptr;
   };
-  void check_same_shapes(int replica, const char* op) const;
+  // Throws std::logic_error on every replica, after a barrier, when any replica's arguments differ in
+  // shape from `reference`'s (beyond dim 0 only, when dim0_may_differ).
+  void check_same_shapes(int replica, const char* op, int reference, bool dim0_may_differ) const;
   void reduce_range(ReduceOp op, int64_t begin, int64_t end);
 
   Ledger& ledger_;

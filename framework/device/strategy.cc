@@ -5,71 +5,6 @@
 #include <stdexcept>
 
 namespace keel {
-namespace {
-
-// Thrown in replicas woken from a barrier because another replica failed.
-struct ReplicaCancelled : std::runtime_error {
-  ReplicaCancelled() : std::runtime_error("replica cancelled because another replica failed") {}
-};
-
-}  // namespace
-
-// A counting semaphore: at most `count` replicas compute at once.
-class ReplicatedStrategy::ComputeSlots {
- public:
-  explicit ComputeSlots(int count) : free_(count) {}
-  void acquire() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return free_ > 0; });
-    --free_;
-  }
-  void release() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++free_;
-    }
-    cv_.notify_one();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int free_;
-};
-
-// A reusable barrier that can be aborted: waiters then throw ReplicaCancelled.
-struct ReplicatedStrategy::Barrier {
-  explicit Barrier(int n) : count(n) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(mu);
-    if (aborted) throw ReplicaCancelled();
-    const uint64_t gen = generation;
-    if (++arrived == count) {
-      arrived = 0;
-      ++generation;
-      cv.notify_all();
-      return;
-    }
-    cv.wait(lock, [&] { return generation != gen || aborted; });
-    if (generation == gen && aborted) throw ReplicaCancelled();
-  }
-  void abort() {
-    std::lock_guard<std::mutex> lock(mu);
-    aborted = true;
-    cv.notify_all();
-  }
-  void reset() {
-    std::lock_guard<std::mutex> lock(mu);
-    aborted = false;
-    arrived = 0;
-  }
-  const int count;
-  std::mutex mu;
-  std::condition_variable cv;
-  int arrived = 0;
-  uint64_t generation = 0;
-  bool aborted = false;
-};
 
 // A persistent thread for one replica: runs one job at a time on its core.
 class ReplicatedStrategy::Worker {
@@ -126,8 +61,7 @@ ReplicatedStrategy::ReplicatedStrategy(DeviceSpec spec, Options options)
   hw = std::max(hw, 1);
   host_threads_ = hw;
   const int n = num_replicas();
-  slots_ = std::make_unique<ComputeSlots>(std::min(hw, n));
-  barrier_ = std::make_unique<Barrier>(n);
+  scheduler_ = std::make_unique<ReplicaScheduler>(n, std::min(hw, n));
   collectives_ = std::make_unique<InProcessCollectives>(ledger_, n, [this](int replica) { barrier_wait(replica); });
   for (int r = 0; r < n; ++r) workers_.push_back(std::make_unique<Worker>(r));
 }
@@ -200,7 +134,7 @@ void ReplicatedStrategy::run_replicas(const std::function<void(ReplicaContext&)>
       ReplicaContext& ctx = *contexts_[static_cast<size_t>(r)];
       ReplicaContextScope in_replica(&ctx);
       ContextScope on_core(core_context(r));
-      slots_->acquire();
+      scheduler_->acquire(r);
       try {
         body(ctx);
         sync_replica_local_state(ctx);
@@ -209,13 +143,13 @@ void ReplicatedStrategy::run_replicas(const std::function<void(ReplicaContext&)>
       } catch (...) {
         errors[static_cast<size_t>(r)] = std::current_exception();
         failed = true;
-        barrier_->abort();
+        scheduler_->abort();
       }
-      slots_->release();
+      scheduler_->release(r);
     });
   }
   for (auto& w : workers_) w->wait();
-  barrier_->reset();
+  scheduler_->reset();
   contexts_.clear();
   if (failed) {
     // The first real error, not a cancellation it caused.
@@ -277,17 +211,7 @@ void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) 
   }
 }
 
-void ReplicatedStrategy::barrier_wait(int replica) {
-  // A waiting replica gives its compute slot to one that still has work.
-  slots_->release();
-  try {
-    barrier_->wait();
-  } catch (...) {
-    slots_->acquire();
-    throw;
-  }
-  slots_->acquire();
-}
+void ReplicatedStrategy::barrier_wait(int replica) { scheduler_->barrier(replica); }
 
 Tensor ReplicatedStrategy::reduce(ReduceOp op, const std::vector<Tensor>& per_replica) {
   if (per_replica.empty()) throw std::invalid_argument("reduce: no per-replica values");

@@ -24,6 +24,7 @@
 #include "framework/device/device_spec.h"
 #include "framework/device/ledger.h"
 #include "framework/device/replica_context.h"
+#include "framework/device/replica_scheduler.h"
 
 namespace keel {
 
@@ -118,8 +119,6 @@ class ReplicatedStrategy {
 
  private:
   class Worker;
-  class ComputeSlots;
-  struct Barrier;
   void barrier_wait(int replica);
   void sync_replica_local_state(ReplicaContext& ctx);
   template <class R>
@@ -134,8 +133,7 @@ class ReplicatedStrategy {
   Ledger ledger_;
   int host_threads_ = 1;
   int64_t step_ = 0;
-  std::unique_ptr<ComputeSlots> slots_;
-  std::unique_ptr<Barrier> barrier_;
+  std::unique_ptr<ReplicaScheduler> scheduler_;
   std::unique_ptr<InProcessCollectives> collectives_;
   std::vector<std::unique_ptr<ReplicaContext>> contexts_;  // the running step's, one per replica
   std::vector<std::unique_ptr<Worker>> workers_;
