@@ -52,11 +52,14 @@
 #include "framework/train/losses.h"
 #include "framework/train/optimizers.h"
 #include "models/zoo.h"
+#include "tests/support/golden.h"
 
 namespace keel {
 namespace {
 
 using nlohmann::json;
+using testing::generate;
+using testing::Range;
 
 const json& golden(const std::string& file) {
   static std::map<std::string, json> docs;
@@ -70,36 +73,7 @@ const json& golden(const std::string& file) {
   return it->second;
 }
 
-// --- the generator (bench/golden_resnet.py: fnv1a64, splitmix64, generate, variable_range) ------
-
-uint64_t fnv1a64(std::string_view text) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
-// The i-th output (i = 0, 1, ...) of SplitMix64 seeded with key.
-uint64_t splitmix64(uint64_t key, uint64_t i) {
-  uint64_t s = key + (i + 1) * 0x9e3779b97f4a7c15ull;
-  s = (s ^ (s >> 30)) * 0xbf58476d1ce4e5b9ull;
-  s = (s ^ (s >> 27)) * 0x94d049bb133111ebull;
-  return s ^ (s >> 31);
-}
-
-struct Range {
-  double center, half;  // both float32 numbers, so half * t is exact in double
-};
-
-Tensor generate(const std::string& name, const Shape& shape, Range r) {
-  const uint64_t key = fnv1a64(name);
-  std::vector<float> v(static_cast<size_t>(num_elements(shape)));
-  for (size_t i = 0; i < v.size(); ++i) {
-    const int64_t bits = static_cast<int64_t>(splitmix64(key, i) >> 40);
-    const double t = static_cast<double>(bits * 2 - (int64_t{1} << 24)) / static_cast<double>(int64_t{1} << 24);
-    v[i] = static_cast<float>(r.center + r.half * t);
-  }
-  return Tensor::from_vector(shape, v);
-}
+// --- the generator (bench/golden_resnet.py's variable_range; generate is tests/support/golden's) ----
 
 Range variable_range(const std::string& name, const Shape& shape) {
   const std::string kind = name.substr(name.rfind('/') + 1);

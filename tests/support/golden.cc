@@ -18,6 +18,30 @@
 
 namespace keel::testing {
 
+uint64_t fnv1a64(std::string_view text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+uint64_t splitmix64(uint64_t key, uint64_t i) {
+  uint64_t s = key + (i + 1) * 0x9e3779b97f4a7c15ull;
+  s = (s ^ (s >> 30)) * 0xbf58476d1ce4e5b9ull;
+  s = (s ^ (s >> 27)) * 0x94d049bb133111ebull;
+  return s ^ (s >> 31);
+}
+
+Tensor generate(const std::string& key, const Shape& shape, Range r) {
+  const uint64_t seed = fnv1a64(key);
+  std::vector<float> v(static_cast<size_t>(num_elements(shape)));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int64_t bits = static_cast<int64_t>(splitmix64(seed, i) >> 40);
+    const double t = static_cast<double>(bits * 2 - (int64_t{1} << 24)) / static_cast<double>(int64_t{1} << 24);
+    v[i] = static_cast<float>(r.center + r.half * t);
+  }
+  return Tensor::from_vector(shape, v);
+}
+
 const nlohmann::json& load_golden(const std::string& file) {
   static std::mutex mu;
   static std::map<std::string, nlohmann::json> docs;
