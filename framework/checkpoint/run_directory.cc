@@ -1,6 +1,7 @@
 #include "framework/checkpoint/run_directory.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2
 #include <unistd.h>
 
 #include <algorithm>
@@ -227,6 +228,31 @@ void RunDirectory::remove_stale_temporaries() const {
       throw CheckpointError("run directory " + dir_ + ": cannot delete stale temporary " +
                             path.string() + ": " + ec.message());
   }
+}
+
+void write_new_file(const std::string& path, const std::function<void(const std::string& tmp_path)>& write) {
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw CheckpointError("cannot write " + path + ": directory " + dir.string() + " does not exist");
+  if (fs::exists(fs::symlink_status(target, ec))) {
+    throw CheckpointError(path + " already exists; keel never writes over a file: choose a new name");
+  }
+  const fs::path tmp = dir / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  fs::remove(tmp, ec);
+  try {
+    write(tmp.string());
+    fsync_path(tmp.string(), false);
+    // Atomic and never over a file that appeared meanwhile.
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
+      throw CheckpointError(errno == EEXIST ? path + " already exists; keel never writes over a file: choose a new name"
+                                            : "cannot rename " + tmp.string() + " to " + path + ": " + errno_text());
+    }
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
+  fsync_path(dir.string(), true);
 }
 
 }  // namespace keel

@@ -58,4 +58,9 @@ class RunDirectory {
   std::string dir_;
 };
 
+// Writes a new file at `path` as RunDirectory::save writes a checkpoint (write(tmp_path) under a
+// temporary name in the same directory, fsync, rename), but never over an existing file:
+// CheckpointError, with nothing written, when `path` exists or its directory does not.
+void write_new_file(const std::string& path, const std::function<void(const std::string& tmp_path)>& write);
+
 }  // namespace keel

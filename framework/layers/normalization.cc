@@ -113,7 +113,7 @@ Tensor BatchNormalization::replica_copy(const Variable& moving, std::vector<floa
                                         const std::vector<BatchStats>& calls) const {
   Tensor copy = Tensor::empty(moving.shape(), Category::workspace, moving.name() + ":replica_copy");
   if (copy.is_abstract() || moving.value().is_abstract()) return copy;
-  const double decay = 1.0 - decimal_value(options_.momentum);
+  const double decay = 1.0 - update_momentum_.value_or(decimal_value(options_.momentum));
   const float* m = moving.value().data();
   float* out = copy.data();
   for (size_t c = 0; c < static_cast<size_t>(copy.size()); ++c) {
@@ -122,6 +122,14 @@ Tensor BatchNormalization::replica_copy(const Variable& moving, std::vector<floa
     out[c] = static_cast<float>(value);
   }
   return copy;
+}
+
+void BatchNormalization::set_update_momentum(std::optional<double> momentum) {
+  if (momentum && !(*momentum >= 0.0 && *momentum <= 1.0)) {
+    throw std::invalid_argument("BatchNormalization '" + name() + "': momentum must be in [0, 1], got " +
+                                std::to_string(*momentum));
+  }
+  update_momentum_ = momentum;
 }
 
 void BatchNormalization::sync_replicas(ReplicaContext& ctx) {

@@ -58,6 +58,10 @@ class BatchNormalization : public Layer, public ReplicaLocalState {
   void sync_replicas(ReplicaContext& ctx) override;
 
   float momentum() const { return options_.momentum; }
+  // The momentum of the next moving-average updates in place of momentum() (which the config keeps);
+  // std::nullopt returns to momentum(). Model::recompute_batch_statistics gives its k-th batch
+  // 1 - 1/k, which makes the moving statistics the plain average of the batches' statistics.
+  void set_update_momentum(std::optional<double> momentum);
   float epsilon() const { return options_.epsilon; }
   // nullptr before build (and gamma/beta when scale/center is false).
   Variable* gamma() const { return gamma_; }
@@ -82,6 +86,7 @@ class BatchNormalization : public Layer, public ReplicaLocalState {
                       const std::vector<BatchStats>& calls) const;
 
   Options options_;
+  std::optional<double> update_momentum_;
   Variable* gamma_ = nullptr;            // (C,)
   Variable* beta_ = nullptr;             // (C,)
   Variable* moving_mean_ = nullptr;      // (C,) non-trainable

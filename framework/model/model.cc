@@ -9,6 +9,7 @@
 #include "framework/autodiff/tape.h"
 #include "framework/device/context.h"
 #include "framework/layers/core_layers.h"
+#include "framework/layers/normalization.h"
 
 namespace keel {
 namespace {
@@ -304,6 +305,36 @@ Logs Model::evaluate(const Dataset& dataset) {
   Logs logs = logs_of(total);
   logs["samples"] = static_cast<double>(total.samples);
   return logs;
+}
+
+int64_t Model::recompute_batch_statistics(const Dataset& dataset, int64_t batches) {
+  if (batches <= 0) throw std::invalid_argument("recompute_batch_statistics: batches must be positive");
+  std::vector<layers::BatchNormalization*> norms;
+  for (Layer* layer : layers()) {
+    if (auto* bn = dynamic_cast<layers::BatchNormalization*>(layer)) norms.push_back(bn);
+  }
+  if (norms.empty()) {
+    throw std::invalid_argument("model '" + name() + "' has no BatchNormalization layer: it keeps no moving statistics");
+  }
+  // Back to each layer's own momentum however this ends.
+  struct Restore {
+    std::vector<layers::BatchNormalization*>& norms;
+    ~Restore() {
+      for (auto* bn : norms) bn->set_update_momentum(std::nullopt);
+    }
+  } restore{norms};
+  Iterator it = dataset.make_iterator(0);
+  int64_t used = 0;
+  while (used < batches) {
+    std::optional<Element> element = it.next();
+    if (!element) break;
+    ++used;
+    for (auto* bn : norms) bn->set_update_momentum(1.0 - 1.0 / static_cast<double>(used));
+    // Training-mode forward without a tape: batch statistics, no gradients, weights untouched.
+    strategy_->run_distributed([&](const Batch& b) { return call(b.images, /*training=*/true).defined(); },
+                               to_batch(*element));
+  }
+  return used;
 }
 
 Tensor Model::predict(const Tensor& x, int64_t batch_size) {

@@ -130,6 +130,13 @@ class Model {
   History fit(const Dataset& dataset, const FitOptions& options);
   Logs evaluate(const Dataset& dataset);
   Tensor predict(const Tensor& x, int64_t batch_size = 32);
+  // Precise BatchNormalization statistics: runs up to `batches` batches of `dataset` forward in
+  // training mode (each replica normalising its shard, as in training; no gradients, weights frozen)
+  // and sets every BatchNormalization's moving mean and variance to the plain average of those
+  // batches' statistics, replacing an exponential average that lags behind weights that moved.
+  // Returns the number of batches used (fewer when the dataset ends first). std::invalid_argument
+  // when the model has no BatchNormalization layer.
+  int64_t recompute_batch_statistics(const Dataset& dataset, int64_t batches);
 
   // One training step on one global batch: infeed (each replica copies its shard to its core), then
   // train_step_on_cores.

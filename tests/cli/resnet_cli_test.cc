@@ -71,6 +71,57 @@ TEST(ResnetCli, Resnet50ResumesBitIdenticallyAtASmallSize) {
   std::filesystem::remove_all(dir);
 }
 
+// keel evaluate --recompute-bn-stats (issue 17): precise BN statistics from the run's training
+// batches, evaluated at once and saved, on request, as a new file that evaluates the same.
+TEST(ResnetCli, RecomputedBatchStatisticsAreEvaluatedAndSavedAsANewFile) {
+  const std::string dir = make_temp_dir("keel-bnstats");
+  CommandResult t = run_keel("train --model resnet18 --input-shape 32x32x1 --cores 2 --hbm-per-core 4GiB --batch-per-core 4 --epochs 1 "
+                             "--stop-after-steps 3 --seed 2 --quiet --shuffle-buffer 64 --checkpoint-dir " + dir + "/run");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const std::string before = md5_of_dir(dir + "/run");
+  CommandResult r = run_keel("evaluate " + dir + "/run --recompute-bn-stats 4 --output " + dir + "/bn.h5 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json got = nlohmann::json::parse(r.out);
+  EXPECT_EQ(got["bn_stats_batches"], 4);
+  EXPECT_EQ(md5_of_dir(dir + "/run"), before) << "the run's own checkpoints are untouched";
+  // The saved file holds the recomputed statistics and the same weights: it evaluates alike.
+  CommandResult again = run_keel("evaluate " + dir + "/bn.h5 --json");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(again.out)["loss"], got["loss"]);
+  const auto trained = read_checkpoint_values(dir + "/run/ckpt-3.h5");
+  const auto refreshed = read_checkpoint_values(dir + "/bn.h5");
+  int statistics_changed = 0;
+  for (const auto& [name, values] : trained) {
+    if (name.find("moving_") == std::string::npos) {
+      EXPECT_EQ(values, refreshed.at(name)) << name;
+    } else {
+      statistics_changed += values != refreshed.at(name);
+    }
+  }
+  EXPECT_EQ(statistics_changed, 2 * 20) << "every BatchNormalization's moving mean and variance were recomputed";
+  // Never over a file, never into a run directory, never without the recomputation.
+  for (const std::string& bad : std::vector<std::string>{"--recompute-bn-stats 2 --output " + dir + "/bn.h5",
+                                 "--recompute-bn-stats 2 --output " + dir + "/run/other.h5",
+                                 "--output " + dir + "/new.h5", std::string("--recompute-bn-stats 0")}) {
+    CommandResult refused = run_keel("evaluate " + dir + "/run " + bad);
+    EXPECT_EQ(refused.exit_code, 2) << bad << ": " << refused.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/new.h5"));
+  EXPECT_EQ(md5_of_dir(dir + "/run"), before);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ResnetCli, RecomputingStatisticsOfAModelWithoutBatchNormalizationIsAUsageError) {
+  const std::string dir = make_temp_dir("keel-bnstats-mlp");
+  CommandResult t = run_keel("train --model mlp --device cpu --batch-per-core 64 --epochs 1 --stop-after-steps 1 "
+                             "--quiet --checkpoint-dir " + dir);
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  CommandResult r = run_keel("evaluate " + dir + " --recompute-bn-stats 2");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("no BatchNormalization"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ResnetCheckpoint, ACheckpointOfAnotherArchitectureIsRefused) {
   const std::string dir = make_temp_dir("keel-arch");
   CommandResult a = run_keel("train --model mlp --device cpu --batch-per-core 64 --epochs 1 --stop-after-steps 1 --quiet "

@@ -88,8 +88,62 @@ void print_plan(const RunConfig& config, const MemoryPlan& plan) {
 
 }  // namespace
 
-int evaluate_command(const std::vector<std::string>& args) {
-  po::options_description d("Usage: keel evaluate RUN_DIR|CHECKPOINT [--split test] [--json]\n\n"
+namespace {
+
+// --output: a new file, outside every run directory (a run's pruning and `latest` must never meet it).
+void check_output_path(const std::string& output) {
+  namespace fs = std::filesystem;
+  const fs::path path(output);
+  if (path.extension() != ".h5") throw UsageError("--output must name a .h5 file, got '" + output + "'");
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(path, ec))) {
+    throw UsageError("--output " + output + " already exists; keel never writes over a file: choose a new name");
+  }
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec)) throw UsageError("--output " + output + ": directory " + dir.string() + " does not exist");
+  if (fs::exists(dir / "latest", ec)) {
+    throw UsageError("--output " + output + " is inside a run directory; write it elsewhere, so that the run's own "
+                     "checkpoints stay what training wrote");
+  }
+}
+
+// --recompute-bn-stats N: precise BatchNormalization statistics from N batches of the run's training
+// pipeline (its shuffle, batch and device), then --output writes them to a new checkpoint file.
+int64_t recompute_statistics(const po::variables_map& vm, const RunConfig& config, const TrainState& state,
+                             Model& model) {
+  const int64_t batches = vm["recompute-bn-stats"].as<int64_t>();
+  if (batches <= 0 || batches > (int64_t{1} << 40)) {
+    throw UsageError("--recompute-bn-stats must be a positive number of training batches, got " + std::to_string(batches));
+  }
+  const int64_t used = model.recompute_batch_statistics(training_dataset(config), batches);
+  if (vm.count("output")) {
+    const std::string output = vm["output"].as<std::string>();
+    write_new_file(output, [&](const std::string& tmp) { save_checkpoint(tmp, model, model.optimizer(), state); });
+  }
+  return used;
+}
+
+void print_evaluation(const po::variables_map& vm, const std::string& file, const RunConfig& config,
+                      const std::string& split, const Logs& logs, int64_t bn_batches) {
+  if (vm["json"].as<bool>()) {
+    nlohmann::json j{{"loss", logs.at("loss")}, {"accuracy", logs.at("accuracy")},
+                     {"samples", static_cast<int64_t>(logs.at("samples"))}};
+    if (bn_batches > 0) j["bn_stats_batches"] = bn_batches;
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  if (bn_batches > 0) {
+    std::printf("BatchNormalization statistics recomputed over %lld training batches (weights unchanged)%s%s\n",
+                static_cast<long long>(bn_batches), vm.count("output") ? "; written to " : "",
+                vm.count("output") ? vm["output"].as<std::string>().c_str() : "");
+  }
+  std::printf("%s on %s/%s (%lld samples): loss %.4f - accuracy %.4f\n", file.c_str(), config.dataset.c_str(),
+              split.c_str(), static_cast<long long>(logs.at("samples")), logs.at("loss"), logs.at("accuracy"));
+}
+
+po::options_description evaluate_options() {
+  po::options_description d("Usage: keel evaluate RUN_DIR|CHECKPOINT [--split test] [--json]\n"
+                            "       keel evaluate RUN_DIR --recompute-bn-stats 100 [--output FILE.h5]\n\n"
                             "Loss and accuracy of a checkpoint on a dataset split.");
   d.add_options()("help,h", "this help")
       ("target", po::value<std::string>(), "run directory (its latest checkpoint) or a ckpt-<step>.h5 file")
@@ -97,7 +151,19 @@ int evaluate_command(const std::vector<std::string>& args) {
       ("data-dir", po::value<std::string>(), "directory of the dataset files (default: the run's)")
       ("dataset", po::value<std::string>(), "evaluate on another dataset: fashion_mnist, tfrecord:DIR or images:DIR (default: the run's)")
       ("skip-corrupt", po::bool_switch(), "tfrecord:/images: skip (and count) corrupt records and images")
+      ("recompute-bn-stats", po::value<int64_t>(),
+       "first set BatchNormalization's moving statistics to the average over N batches of the run's training data, "
+       "weights frozen (for short runs, whose moving averages lag behind the weights)")
+      ("output", po::value<std::string>(), "with --recompute-bn-stats: also save the checkpoint with the recomputed "
+                                           "statistics as this new .h5 file, outside the run directory")
       ("json", po::bool_switch(), "print {\"loss\": x, \"accuracy\": x, \"samples\": n}");
+  return d;
+}
+
+}  // namespace
+
+int evaluate_command(const std::vector<std::string>& args) {
+  po::options_description d = evaluate_options();
   po::positional_options_description pos;
   pos.add("target", 1);
   po::variables_map vm = parse_args(args, d, &pos);
@@ -108,6 +174,8 @@ int evaluate_command(const std::vector<std::string>& args) {
   if (!vm.count("target")) throw UsageError("keel evaluate needs a run directory or checkpoint, e.g. `keel evaluate checkpoints/mlp`");
   const std::string split = vm["split"].as<std::string>();
   if (split != "train" && split != "test") throw UsageError("--split must be train or test, got '" + split + "'");
+  if (vm.count("output") && !vm.count("recompute-bn-stats")) throw UsageError("--output goes with --recompute-bn-stats");
+  if (vm.count("output")) check_output_path(vm["output"].as<std::string>());
   const std::string file = checkpoint_file(vm["target"].as<std::string>());
   TrainState state = read_train_state(file);
   RunConfig config;
@@ -117,6 +185,7 @@ int evaluate_command(const std::vector<std::string>& args) {
     throw CheckpointError("checkpoint " + file + ": its run configuration is damaged (" + e.what() + ")");
   }
   if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
+  const RunConfig trained = config;  // recomputed statistics come from the run's own training data
   if (vm.count("dataset")) {
     config.dataset = vm["dataset"].as<std::string>();
     parse_dataset_source(config.dataset);
@@ -133,15 +202,8 @@ int evaluate_command(const std::vector<std::string>& args) {
     model = build_model(config);
     load_checkpoint(file, *model, model->optimizer());
   }
-  Logs logs = model->evaluate(data);
-  if (vm["json"].as<bool>()) {
-    std::cout << nlohmann::json{{"loss", logs["loss"]}, {"accuracy", logs["accuracy"]},
-                                {"samples", static_cast<int64_t>(logs["samples"])}}.dump()
-              << "\n";
-  } else {
-    std::printf("%s on %s/%s (%lld samples): loss %.4f - accuracy %.4f\n", file.c_str(), config.dataset.c_str(),
-                split.c_str(), static_cast<long long>(logs["samples"]), logs["loss"], logs["accuracy"]);
-  }
+  const int64_t bn_batches = vm.count("recompute-bn-stats") ? recompute_statistics(vm, trained, state, *model) : 0;
+  print_evaluation(vm, file, config, split, model->evaluate(data), bn_batches);
   return kExitOk;
 }
 
