@@ -7,7 +7,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "datasets/example.pb.h"
 #include "framework/device/context.h"
 

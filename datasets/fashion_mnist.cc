@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "datasets/idx.h"
 #include "framework/device/context.h"
 

@@ -10,7 +10,7 @@
 #include <limits>
 #include <memory>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 
 namespace keel {
 namespace {

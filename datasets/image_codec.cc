@@ -11,7 +11,7 @@
 #include <jpeglib.h>
 #include <png.h>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "framework/device/context.h"
 
 // Error handling with libjpeg and libpng: both report errors through a callback that must not return.

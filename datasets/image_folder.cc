@@ -7,7 +7,7 @@
 #include <iterator>
 #include <memory>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "datasets/image_codec.h"
 #include "framework/device/context.h"
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 #include "datasets/image_ops.h"
 
 namespace keel {

@@ -17,7 +17,7 @@
 #include <nmmintrin.h>
 #endif
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 
 namespace keel {
 namespace {

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "datasets/dataset_node.h"
+#include "framework/data/dataset_node.h"
 #include "framework/device/context.h"
 
 namespace keel {

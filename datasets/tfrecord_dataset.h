@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 #include "datasets/tfrecord.h"
 
 namespace keel {

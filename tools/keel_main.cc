@@ -1,17 +1,14 @@
 // The `keel` binary: train, resume, evaluate, memory, summary, models, data.
-// Exit status (contract): 0 ok, 2 bad usage or input, 3 HBM exhausted.
+// Exit status (contract): 0 ok, 2 bad usage or input, 3 HBM exhausted, 70 internal error in keel
+// (tools/cli/exit_status.h).
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include <boost/program_options/errors.hpp>
-
-#include "datasets/data_error.h"
-#include "framework/checkpoint/checkpoint_error.h"
-#include "framework/device/ledger.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/exit_status.h"
 #include "tools/cli/run_config.h"
 
 namespace {
@@ -48,26 +45,7 @@ int main(int argc, char** argv) {
     if (verb == "data") return data_command(args);
     std::cerr << "keel: unknown command '" << verb << "'\n\n" << kUsage;
     return kExitUsage;
-  } catch (const keel::ResourceExhausted& e) {
-    std::cerr << "keel " << verb << ": " << e.what() << "\n";
-    return kExitExhausted;
-  } catch (const boost::program_options::error& e) {
-    std::cerr << "keel " << verb << ": " << e.what() << " (see `keel " << verb << " --help`)\n";
-    return kExitUsage;
-  } catch (const keel::DataError& e) {
-    std::cerr << "keel " << verb << ": " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const keel::CheckpointError& e) {
-    std::cerr << "keel " << verb << ": " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const UsageError& e) {
-    std::cerr << "keel " << verb << ": " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "keel " << verb << ": " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << "keel " << verb << ": internal error: " << e.what() << "\n";
-    return 1;
+  } catch (...) {
+    return report_failure(verb, std::current_exception(), std::cerr);
   }
 }

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 #include "framework/device/strategy.h"
 #include "framework/layers/layer.h"
 #include "framework/train/losses.h"

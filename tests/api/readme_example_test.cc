@@ -1,7 +1,7 @@
 // The README's C++ example, compiled and run as written (on a small slice of the data).
 #include <gtest/gtest.h>
 
-#include "datasets/data.h"
+#include "framework/data/data.h"
 #include "datasets/fashion_mnist.h"
 #include "framework/autodiff/tape.h"
 #include "framework/layers/core_layers.h"

@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "datasets/data.h"
+#include "framework/data/data.h"
 #include "datasets/example.h"
 #include "datasets/image_codec.h"
 #include "datasets/image_ops.h"

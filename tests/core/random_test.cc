@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 #include "framework/core/random.h"
 #include "framework/core/tensor.h"
 #include "framework/layers/initializers.h"

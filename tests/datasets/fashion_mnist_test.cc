@@ -18,7 +18,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "framework/device/context.h"
 #include "framework/device/ledger.h"
 

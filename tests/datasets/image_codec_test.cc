@@ -14,7 +14,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "tests/support/golden.h"
 
 namespace keel {

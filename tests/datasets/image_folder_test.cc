@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "datasets/image_codec.h"
 #include "datasets/image_folder.h"
 #include "tests/support/cli_runner.h"

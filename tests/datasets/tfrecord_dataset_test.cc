@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "datasets/tfrecord_dataset.h"
 #include "tests/support/cli_runner.h"
 

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "datasets/example.h"
 
 namespace {

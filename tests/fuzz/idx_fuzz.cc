@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "datasets/idx.h"
 #include "tests/fuzz/fuzz_support.h"
 

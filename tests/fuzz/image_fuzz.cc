@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "datasets/image_codec.h"
 
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "datasets/tfrecord.h"
 #include "tests/fuzz/fuzz_support.h"
 

@@ -2,7 +2,7 @@
 // category by category, because the plan *is* that step run on abstract tensors.
 #include <gtest/gtest.h>
 
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 
 #include "framework/core/random.h"
 #include "framework/layers/initializers.h"

@@ -9,7 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 #include "framework/core/random.h"
 #include "framework/layers/core_layers.h"
 #include "framework/layers/initializers.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 
 namespace keel::testing {
 

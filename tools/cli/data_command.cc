@@ -24,7 +24,7 @@
 #include <iostream>
 #include <thread>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "datasets/example.h"
 #include "datasets/fashion_mnist.h"
 #include "datasets/idx.h"

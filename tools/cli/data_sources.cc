@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "datasets/example.h"
 #include "datasets/image_codec.h"
 #include "datasets/image_folder.h"

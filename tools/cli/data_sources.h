@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 #include "datasets/tfrecord.h"
 #include "framework/core/shape.h"
 

@@ -11,7 +11,7 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 #include "framework/device/device_spec.h"
 #include "framework/model/model.h"
 #include "framework/model/planner.h"

@@ -5,12 +5,12 @@
 #include <filesystem>
 #include <iostream>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/run_directory.h"
 #include "framework/layers/initializers.h"
 #include "framework/layers/layer.h"
-#include "framework/train/callbacks.h"
+#include "framework/model/callbacks.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/data_sources.h"
 #include "tools/cli/run_config.h"

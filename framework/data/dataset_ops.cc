@@ -6,9 +6,9 @@
 #include <set>
 #include <stdexcept>
 
-#include "datasets/data_error.h"
-#include "datasets/dataset.h"
-#include "datasets/dataset_node.h"
+#include "framework/data/data_error.h"
+#include "framework/data/dataset.h"
+#include "framework/data/dataset_node.h"
 #include "framework/device/context.h"
 
 namespace keel {

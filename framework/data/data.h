@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 
 namespace keel::data {
 

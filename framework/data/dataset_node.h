@@ -1,6 +1,6 @@
-// INTERNAL to datasets/: the node interfaces behind keel::Dataset and the helpers their iterators use
+// INTERNAL to the input pipeline (framework/data/ and the sources in datasets/): the node interfaces behind keel::Dataset and the helpers their iterators use
 // to save and restore positions. Include it to write a new dataset op or source (e.g. a TFRecord
-// reader) in its own file; users of the pipeline include datasets/dataset.h only.
+// reader) in its own file; users of the pipeline include framework/data/dataset.h only.
 //
 // A Dataset is an immutable chain of DatasetNodes; Dataset::make_iterator(k) asks the last node for
 // an IteratorNode, which asks its input node for one, and so on. Contract for a source node (one
@@ -47,8 +47,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "datasets/data_error.h"
-#include "datasets/dataset.h"
+#include "framework/data/data_error.h"
+#include "framework/data/dataset.h"
 #include "framework/core/random.h"
 
 namespace keel {

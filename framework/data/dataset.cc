@@ -1,4 +1,4 @@
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "datasets/data_error.h"
-#include "datasets/dataset_node.h"
+#include "framework/data/data_error.h"
+#include "framework/data/dataset_node.h"
 #include "framework/device/context.h"
 
 namespace keel {

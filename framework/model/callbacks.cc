@@ -1,4 +1,4 @@
-#include "framework/train/callbacks.h"
+#include "framework/model/callbacks.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 #include "tests/support/dataset_elements.h"
 
 #include <algorithm>
@@ -15,7 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "datasets/data_error.h"
+#include "framework/data/data_error.h"
 #include "framework/device/context.h"
 #include "framework/device/ledger.h"
 

@@ -146,7 +146,7 @@ class Dataset {
                             std::optional<uint64_t> seed = {});
   static Dataset list_files(const std::string& pattern, bool shuffle = true, std::optional<uint64_t> seed = {});
 
-  // For sources and ops written in other files against datasets/dataset_node.h (internal).
+  // For sources and ops written in other files against framework/data/dataset_node.h (internal).
   static Dataset from_node(std::shared_ptr<const DatasetNode> node);
   const std::shared_ptr<const DatasetNode>& node() const { return node_; }
 

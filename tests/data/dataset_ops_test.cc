@@ -21,10 +21,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "datasets/data.h"
-#include "datasets/data_error.h"
-#include "datasets/dataset.h"
-#include "datasets/dataset_node.h"
+#include "framework/data/data.h"
+#include "framework/data/data_error.h"
+#include "framework/data/dataset.h"
+#include "framework/data/dataset_node.h"
 #include "tests/support/dataset_elements.h"
 
 namespace keel {

@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "datasets/data_error.h"
-#include "datasets/dataset.h"
-#include "datasets/dataset_node.h"
+#include "framework/data/data_error.h"
+#include "framework/data/dataset.h"
+#include "framework/data/dataset_node.h"
 #include "framework/device/context.h"
 
 namespace keel {

@@ -1,0 +1,22 @@
+// How the `keel` binary ends when a command throws (exit status contract, README): one message on
+// stderr and a status by kind of error.
+//
+//   2  bad usage or input: UsageError, DataError, CheckpointError, a flag Boost.Program_options
+//      rejects, std::invalid_argument (a value the library refuses)
+//   3  HBM exhausted: ResourceExhausted (its XLA-style report)
+//   70 internal error in keel (EX_SOFTWARE): a broken invariant (std::logic_error) or anything else;
+//      the message says so and asks for a report, so that nobody hunts for a mistake that is not theirs
+#pragma once
+
+#include <exception>
+#include <ostream>
+#include <string>
+
+namespace keel::cli {
+
+inline constexpr int kExitInternal = 70;
+
+// Prints the message for `error` (thrown by `keel <verb>`) to `err` and returns the exit status.
+int report_failure(const std::string& verb, std::exception_ptr error, std::ostream& err);
+
+}  // namespace keel::cli
