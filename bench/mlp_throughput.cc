@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 #include "datasets/fashion_mnist.h"
 #include "framework/device/context.h"
 #include "framework/layers/core_layers.h"

@@ -38,7 +38,7 @@
 #include <thread>
 #include <vector>
 
-#include "datasets/dataset.h"
+#include "framework/data/dataset.h"
 #include "datasets/example.h"
 #include "datasets/image_codec.h"
 #include "datasets/image_folder.h"
