@@ -29,12 +29,6 @@ nlohmann::json pair(const std::array<int, 2>& v) { return nlohmann::json::array(
 
 }  // namespace
 
-int64_t conv_output_size(int64_t in, int kernel, int stride, int dilation, const std::string& padding) {
-  const int64_t effective = static_cast<int64_t>(kernel - 1) * dilation + 1;
-  if (padding == "same") return (in + stride - 1) / stride;
-  return in >= effective ? (in - effective) / stride + 1 : 0;
-}
-
 Conv2D::Conv2D(int64_t filters, std::array<int, 2> kernel_size, Options options)
     : Layer("conv2d", options.name), filters_(filters), kernel_size_(kernel_size), options_(std::move(options)) {
   if (filters_ <= 0) throw std::invalid_argument("Conv2D: filters must be positive");
@@ -47,18 +41,21 @@ Conv2D::Conv2D(int64_t filters, std::array<int, 2> kernel_size, Options options)
   check_activation(options_.activation);
 }
 
+// The op's own shape rule (ops::conv2d_output_shape), for a batch of unknown size.
 Shape Conv2D::compute_output_shape(const Shape& s) const {
   check_image("Conv2D '" + name() + "'", s);
-  return {conv_output_size(s[0], kernel_size_[0], options_.strides[0], options_.dilation_rate[0], options_.padding),
-          conv_output_size(s[1], kernel_size_[1], options_.strides[1], options_.dilation_rate[1], options_.padding), filters_};
+  try {
+    const Shape out = ops::conv2d_output_shape({-1, s[0], s[1], s[2]}, {kernel_size_[0], kernel_size_[1], s[2], filters_},
+                                               options_.strides, parse_padding("Conv2D", options_.padding),
+                                               options_.dilation_rate);
+    return {out[1], out[2], out[3]};
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("Conv2D '" + name() + "' on input " + shape_string(s) + ": " + e.what());
+  }
 }
 
 void Conv2D::build_weights(const Shape& s) {
-  check_image("Conv2D '" + name() + "'", s);
-  const Shape out = compute_output_shape(s);
-  if (out[0] <= 0 || out[1] <= 0) {
-    throw std::invalid_argument("Conv2D '" + name() + "': input " + shape_string(s) + " is smaller than its kernel");
-  }
+  compute_output_shape(s);  // refuses an input the convolution cannot take, before any weight exists
   kernel_ = &add_weight("kernel", {kernel_size_[0], kernel_size_[1], s[2], filters_}, options_.kernel_initializer);
   if (options_.use_bias) bias_ = &add_weight("bias", {filters_}, options_.bias_initializer);
 }
@@ -100,7 +97,9 @@ ZeroPadding2D::ZeroPadding2D(std::array<std::array<int, 2>, 2> padding, std::str
 
 Shape ZeroPadding2D::compute_output_shape(const Shape& s) const {
   check_image("ZeroPadding2D '" + name() + "'", s);
-  return {s[0] + padding_[0][0] + padding_[0][1], s[1] + padding_[1][0] + padding_[1][1], s[2]};
+  const Shape out = ops::zero_pad2d_output_shape({-1, s[0], s[1], s[2]},
+                                                 {padding_[0][0], padding_[0][1], padding_[1][0], padding_[1][1]});
+  return {out[1], out[2], out[3]};
 }
 
 Tensor ZeroPadding2D::call(const Tensor& x, bool training) {
@@ -123,10 +122,16 @@ Pooling2D::Pooling2D(Kind kind, std::array<int, 2> pool_size, std::array<int, 2>
   parse_padding(class_name(), padding_);
 }
 
+// The op's own shape rule (ops::pool2d_output_shape), for a batch of unknown size.
 Shape Pooling2D::compute_output_shape(const Shape& s) const {
   check_image(class_name() + " '" + name() + "'", s);
-  return {conv_output_size(s[0], pool_size_[0], strides_[0], 1, padding_),
-          conv_output_size(s[1], pool_size_[1], strides_[1], 1, padding_), s[2]};
+  try {
+    const Shape out = ops::pool2d_output_shape({-1, s[0], s[1], s[2]}, pool_size_, strides_,
+                                               parse_padding(class_name(), padding_));
+    return {out[1], out[2], out[3]};
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(class_name() + " '" + name() + "' on input " + shape_string(s) + ": " + e.what());
+  }
 }
 
 Tensor Pooling2D::call(const Tensor& x, bool training) {
@@ -184,25 +189,24 @@ Concatenate::Concatenate(int axis, std::string name) : Layer("concatenate", name
 
 void Concatenate::build_weights_multi(const std::vector<Shape>& shapes) { compute_output_shape_multi(shapes); }
 
+// ops::concat's rule on (batch, ...) shapes; Keras counts the batch axis, which may not be the axis.
 Shape Concatenate::compute_output_shape_multi(const std::vector<Shape>& shapes) const {
   if (shapes.size() < 2) throw std::invalid_argument("Concatenate '" + name() + "' needs at least two inputs");
   const int rank = static_cast<int>(shapes[0].size()) + 1;  // with the batch axis
-  int axis = axis_ < 0 ? axis_ + rank : axis_;
+  const int axis = axis_ < 0 ? axis_ + rank : axis_;
   if (axis <= 0 || axis >= rank) throw std::invalid_argument("Concatenate '" + name() + "': bad axis " + std::to_string(axis_));
-  Shape out = shapes[0];
-  const size_t a = static_cast<size_t>(axis - 1);
-  out[a] = 0;
+  std::vector<Shape> batched;
   for (const Shape& s : shapes) {
-    if (s.size() != out.size()) throw std::invalid_argument("Concatenate '" + name() + "': inputs differ in rank");
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (i != a && s[i] != shapes[0][i]) {
-        throw std::invalid_argument("Concatenate '" + name() + "': inputs " + shape_string(shapes[0]) + " and " +
-                                    shape_string(s) + " differ off the concatenation axis");
-      }
-    }
-    out[a] += s[a];
+    batched.push_back(s);
+    batched.back().insert(batched.back().begin(), -1);
   }
-  return out;
+  try {
+    Shape out = ops::concat_output_shape(batched, axis);
+    out.erase(out.begin());
+    return out;
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("Concatenate '" + name() + "': " + e.what());
+  }
 }
 
 Tensor Concatenate::call_multi(const std::vector<Tensor>& inputs, bool training) { return ops::concat(inputs, axis_); }

@@ -103,8 +103,6 @@ class Concatenate : public Layer {
   int axis_;
 };
 
-// Output size of one spatial dimension, as TensorFlow computes it.
-int64_t conv_output_size(int64_t in, int kernel, int stride, int dilation, const std::string& padding);
 
 }  // namespace layers
 

@@ -37,31 +37,39 @@ Blocks blocks_of(const std::vector<Shape>& shapes, int axis) {
 
 }  // namespace
 
-Tensor concat(const std::vector<Tensor>& xs, int axis) {
-  if (xs.empty()) detail::shape_error("concat", "needs at least one input");
-  const int rank = xs[0].rank();
+Shape concat_output_shape(const std::vector<Shape>& shapes, int axis) {
+  if (shapes.empty()) detail::shape_error("concat", "needs at least one input");
+  const int rank = static_cast<int>(shapes[0].size());
   if (rank == 0) detail::shape_error("concat", "cannot concatenate scalars");
   if (axis < -rank || axis >= rank) {
     detail::shape_error("concat", "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
   }
-  const int a = axis < 0 ? axis + rank : axis;
-  Shape out_shape = xs[0].shape();
-  out_shape[static_cast<size_t>(a)] = 0;
-  std::vector<Shape> shapes;
-  std::vector<bool> is_variable;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const Shape& s = xs[i].shape();
-    bool ok = xs[i].rank() == rank;
-    for (int d = 0; ok && d < rank; ++d) ok = d == a || s[static_cast<size_t>(d)] == out_shape[static_cast<size_t>(d)];
+  const size_t a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
+  Shape out_shape = shapes[0];
+  out_shape[a] = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Shape& s = shapes[i];
+    bool ok = s.size() == shapes[0].size();
+    for (size_t d = 0; ok && d < s.size(); ++d) ok = d == a || s[d] == shapes[0][d];
     if (!ok) {
       detail::shape_error("concat", "input " + std::to_string(i) + " has shape " + shape_string(s) +
-                                        ", incompatible with input 0 " + shape_string(xs[0].shape()) +
+                                        ", incompatible with input 0 " + shape_string(shapes[0]) +
                                         " along axis " + std::to_string(axis));
     }
-    out_shape[static_cast<size_t>(a)] += s[static_cast<size_t>(a)];
-    shapes.push_back(s);
-    is_variable.push_back(xs[i].is_trainable_variable());
+    out_shape[a] += s[a];
   }
+  return out_shape;
+}
+
+Tensor concat(const std::vector<Tensor>& xs, int axis) {
+  std::vector<Shape> shapes;
+  std::vector<bool> is_variable;
+  for (const Tensor& x : xs) {
+    shapes.push_back(x.shape());
+    is_variable.push_back(x.is_trainable_variable());
+  }
+  const Shape out_shape = concat_output_shape(shapes, axis);
+  const int a = axis < 0 ? axis + static_cast<int>(shapes[0].size()) : axis;
   const Blocks b = blocks_of(shapes, a);
 
   Tensor y = Tensor::empty(out_shape);

@@ -12,5 +12,8 @@ namespace keel::ops {
 // Always a new tensor, even for one input. Differentiable w.r.t. every input; saves nothing but the
 // inputs' shapes: backward copies each input's slice of dy into its own buffer.
 Tensor concat(const std::vector<Tensor>& xs, int axis);
+// concat's shape rule (used by the op, Keras's Concatenate layer and the planner alike). Throws
+// std::invalid_argument on no inputs, scalars, an axis out of range or shapes that differ off `axis`.
+Shape concat_output_shape(const std::vector<Shape>& shapes, int axis);
 
 }  // namespace keel::ops

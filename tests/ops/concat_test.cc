@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "framework/autodiff/tape.h"
+#include "framework/layers/conv_layers.h"
 #include "framework/ops/ops.h"
 #include "tests/support/grad_check.h"
 
@@ -115,6 +116,16 @@ TEST(ConcatTest, ShapeErrorsThrowInvalidArgument) {
       << "ranks differ";
   EXPECT_THROW(ops::concat({Tensor::zeros({2, 2})}, 2), std::invalid_argument);
   EXPECT_THROW(ops::concat({Tensor::zeros({2, 2})}, -3), std::invalid_argument);
+}
+
+// Keras's Concatenate asks the op's shape rule (one rule per op).
+TEST(ConcatShapeRuleTest, TheLayerAndTheOpAgree) {
+  EXPECT_EQ(ops::concat_output_shape({{2, 4, 4, 3}, {2, 4, 4, 5}}, -1), (Shape{2, 4, 4, 8}));
+  EXPECT_EQ(Concatenate()->compute_output_shape_multi({{4, 4, 3}, {4, 4, 5}}), (Shape{4, 4, 8}));
+  EXPECT_EQ(Concatenate(1)->compute_output_shape_multi({{4, 4, 3}, {2, 4, 3}}), (Shape{6, 4, 3}));
+  EXPECT_THROW(ops::concat_output_shape({{2, 4}, {3, 4}}, 1), std::invalid_argument);
+  EXPECT_THROW(Concatenate()->compute_output_shape_multi({{4, 4, 3}, {4, 5, 3}}), std::invalid_argument);
+  EXPECT_THROW(Concatenate(0)->compute_output_shape_multi({{4, 3}, {4, 3}}), std::invalid_argument) << "the batch axis";
 }
 
 }  // namespace

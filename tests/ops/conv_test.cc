@@ -17,7 +17,9 @@
 #include "framework/device/context.h"
 #include "framework/device/device_spec.h"
 #include "framework/device/ledger.h"
+#include "framework/layers/conv_layers.h"
 #include "framework/ops/conv.h"
+#include "framework/ops/pooling.h"
 #include "framework/ops/ops.h"
 #include "tests/support/golden.h"
 #include "tests/support/grad_check.h"
@@ -397,6 +399,47 @@ TEST(Conv2dSpeed, PrintsThroughput) {
   std::printf("[ speed    ] conv2d 3x3 (32,32,32,32)->64: forward %.1f ms (%.1f GFLOP/s), forward+backward %.1f ms (%.1f GFLOP/s)\n",
               fwd, flops / fwd * 1e-6, both, 3 * flops / both * 1e-6);
   SUCCEED();
+}
+
+// One shape rule per op: Keras's layers ask the op (issue "One path through a training step", item 6),
+// so a layer's output shape is the op's output for every geometry, and an input the op refuses is
+// refused when the layer is built, not turned into a 0-sized output.
+TEST(ConvShapeRuleTest, LayersGiveTheOpsOutputShapes) {
+  for (const std::string padding : {"valid", "same"}) {
+    for (int in : {5, 6, 7, 32}) {
+      for (int k : {1, 3, 5}) {
+        for (int stride : {1, 2, 3}) {
+          for (int dilation : {1, 2}) {
+            const Padding p = padding == "same" ? Padding::same : Padding::valid;
+            Shape op;
+            try {
+              op = ops::conv2d_output_shape({2, in, in + 1, 3}, {k, k, 3, 4}, {stride, stride}, p, {dilation, dilation});
+            } catch (const std::invalid_argument&) {
+              EXPECT_THROW(Conv2D(4, k, {.strides = {stride, stride}, .padding = padding, .dilation_rate = {dilation, dilation}})
+                               ->compute_output_shape({in, in + 1, 3}),
+                           std::invalid_argument);
+              continue;
+            }
+            const Shape layer = Conv2D(4, k, {.strides = {stride, stride}, .padding = padding,
+                                              .dilation_rate = {dilation, dilation}})
+                                    ->compute_output_shape({in, in + 1, 3});
+            EXPECT_EQ(layer, (Shape{op[1], op[2], op[3]})) << padding << " in " << in << " k " << k << " s " << stride;
+            if (dilation == 1) {
+              const Shape pool = ops::pool2d_output_shape({2, in, in + 1, 3}, {k, k}, {stride, stride}, p);
+              EXPECT_EQ(MaxPooling2D(k, stride, padding)->compute_output_shape({in, in + 1, 3}),
+                        (Shape{pool[1], pool[2], pool[3]}));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ConvShapeRuleTest, ALayerRefusesAnInputTheOpRefuses) {
+  EXPECT_THROW(Conv2D(4, 5)->compute_output_shape({3, 3, 1}), std::invalid_argument);
+  EXPECT_THROW(MaxPooling2D(3)->compute_output_shape({2, 2, 1}), std::invalid_argument);
+  EXPECT_EQ(ZeroPadding2D(2)->compute_output_shape({3, 4, 1}), (Shape{7, 8, 1}));
 }
 
 }  // namespace
