@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
-# Install the Debian 12 packages keel needs to build, test and run its PyTorch references.
+# Install the Debian 12 packages keel needs.
+#   tools/install_deps.sh          what building and running need (tools/quickstart.sh)
+#   tools/install_deps.sh --test   that plus what the tests, fuzzers and PyTorch references need
+#                                  (tools/test.sh): GoogleTest, clang + libFuzzer, PyTorch, h5py, Pillow
 # Idempotent: checks each package with dpkg-query and only calls apt-get (update + install)
 # for the ones missing, so it returns immediately when everything is present. Needs no stdin.
 set -euo pipefail
 
 PACKAGES=(
   g++ cmake ninja-build pkg-config
-  libeigen3-dev libhdf5-dev libboost-program-options-dev libboost-dev libgtest-dev zlib1g-dev
+  libeigen3-dev libhdf5-dev libboost-program-options-dev libboost-dev zlib1g-dev
   nlohmann-json3-dev libprotobuf-dev protobuf-compiler libjpeg62-turbo-dev libpng-dev
-  clang libclang-rt-14-dev
   dataset-fashion-mnist
+)
+TEST_PACKAGES=(
+  libgtest-dev libgmock-dev
+  clang libclang-rt-14-dev
   python3-torch python3-h5py python3-numpy python3-pil
 )
+
+case "${1:-}" in
+  "") ;;
+  --test) PACKAGES+=("${TEST_PACKAGES[@]}") ;;
+  *) echo "usage: tools/install_deps.sh [--test]" >&2; exit 2 ;;
+esac
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

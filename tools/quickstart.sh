@@ -22,7 +22,10 @@ if [[ -f "$BUILD_DIR/CMakeCache.txt" ]] \
 fi
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" || ! -f "$BUILD_DIR/build.ninja" ]] \
   || ! grep -qx 'CMAKE_BUILD_TYPE:STRING=Release' "$BUILD_DIR/CMakeCache.txt"; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  # Tests are on when GoogleTest is there (tools/test.sh installs it and reconfigures with them on).
+  tests=OFF
+  dpkg-query -W -f='${Status}' libgtest-dev 2>/dev/null | grep -q "install ok installed" && tests=ON
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKEEL_BUILD_TESTS="$tests"
 fi
 cmake --build "$BUILD_DIR" -j"$(nproc)" --target keel_cli
 

@@ -8,7 +8,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-./tools/install_deps.sh
+./tools/install_deps.sh --test
 
 BUILD_DIR=build
 JOBS="$(nproc)"

@@ -47,7 +47,7 @@ skip_or_fail() {
     echo "run_fuzzers: $1" >&2
     exit 1
   fi
-  echo "run_fuzzers: SKIPPED — $1 (install clang and libclang-rt-14-dev, or run tools/install_deps.sh)" >&2
+  echo "run_fuzzers: SKIPPED — $1 (install clang and libclang-rt-14-dev, or run tools/install_deps.sh --test)" >&2
   exit 0
 }
 
