@@ -1,11 +1,8 @@
 // The README's C++ example, compiled and run as written (on a small slice of the data).
 #include <gtest/gtest.h>
 
-#include "framework/data/data.h"
+#include "framework/keel.h"  // <keel/keel.h> when installed
 #include "datasets/fashion_mnist.h"
-#include "framework/autodiff/tape.h"
-#include "framework/layers/core_layers.h"
-#include "framework/model/model.h"
 
 namespace {
 

@@ -37,9 +37,11 @@ const std::set<std::pair<std::string, std::string>> kKnownUpward = {
     {"framework/core/tensor.cc", "framework/device/ledger.h"},
 };
 
-// "framework/<folder>/..." -> rank in kFrameworkOrder; -1 for other paths.
+// "framework/<folder>/..." -> rank in kFrameworkOrder; -1 for other paths. A file directly in
+// framework/ (the umbrella keel.h) sits on top of the whole stack.
 int framework_rank(const std::string& path) {
   if (path.rfind("framework/", 0) != 0) return -1;
+  if (path.find('/', 10) == std::string::npos) return static_cast<int>(kFrameworkOrder.size());
   const std::string folder = path.substr(10, path.find('/', 10) - 10);
   for (size_t i = 0; i < kFrameworkOrder.size(); ++i) {
     if (kFrameworkOrder[i] == folder) return static_cast<int>(i);
@@ -58,7 +60,7 @@ std::string violation(const std::string& from, const std::string& to) {
     if (a == -2) return "framework/ folder of " + from + " is not in the stack's order";
     if (to_top != "framework") return "framework/ must not include " + to_top + "/";
     if (b == -2) return "framework/ folder of " + to + " is not in the stack's order";
-    if (b > a) return kFrameworkOrder[static_cast<size_t>(a)] + " must not include " + kFrameworkOrder[static_cast<size_t>(b)];
+    if (b > a) return from + " must not include " + to + " (up the stack)";
     return "";
   }
   if (to_top == "framework" || to_top == from_top) return "";
@@ -111,6 +113,8 @@ TEST(IncludeDirectionTest, TheRuleRejectsEachKindOfUpwardInclude) {
   EXPECT_NE(violation("datasets/idx.h", "tools/cli/commands.h"), "");
   EXPECT_EQ(violation("datasets/idx.cc", "framework/data/data_error.h"), "");
   EXPECT_EQ(violation("tools/cli/run_config.cc", "models/zoo.h"), "");
+  EXPECT_EQ(violation("framework/keel.h", "framework/checkpoint/checkpoint.h"), "");
+  EXPECT_NE(violation("framework/checkpoint/checkpoint.h", "framework/keel.h"), "");
 }
 
 }  // namespace
