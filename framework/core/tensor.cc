@@ -6,44 +6,38 @@
 #include <stdexcept>
 
 #include "framework/core/host_allocator.h"
-#include "framework/device/context.h"
-#include "framework/device/ledger.h"
+#include "framework/core/storage_charging.h"
 
 namespace keel {
 
 std::shared_ptr<Storage> Storage::allocate(int64_t elements, const Shape& shape, Category category,
                                            const std::string& owner) {
   if (elements < 0) throw std::invalid_argument("negative tensor size " + shape_string(shape));
-  const DeviceContext& ctx = device_context();
   std::shared_ptr<Storage> s(new Storage());
   s->elements_ = elements;
   const int64_t bytes = elements * static_cast<int64_t>(sizeof(float));
-  if (ctx.ledger != nullptr) {
-    // Charge first: an allocation that does not fit must fail before any memory is taken.
-    // On a throw, the destructor releases the charges made so far.
-    Ledger& ledger = *ctx.ledger;
-    if (ctx.core >= 0) {
-      CoreLedger& core = ledger.core(ctx.core);
-      s->charges_.push_back({&core, core.charge(bytes, category, owner, shape)});
-    } else {
-      s->charges_.reserve(static_cast<size_t>(ledger.num_cores()));
-      for (int c = 0; c < ledger.num_cores(); ++c) {
-        CoreLedger& core = ledger.core(c);
-        s->charges_.push_back({&core, core.charge(bytes, category, owner, shape)});
-      }
-    }
-  }
-  if (!ctx.abstract && elements > 0) s->data_ = static_cast<float*>(host_allocate(static_cast<size_t>(bytes)));
+  // Charge first: an allocation that does not fit must fail before any memory is taken. On a throw,
+  // the destructor releases the charges made so far.
+  const bool abstract = device_hooks::charge_new_storage(bytes, category, owner, shape, s->charges_);
+  if (!abstract && elements > 0) s->data_ = static_cast<float*>(host_allocate(static_cast<size_t>(bytes)));
+  return s;
+}
+
+std::shared_ptr<Storage> Storage::allocate_host(int64_t elements) {
+  if (elements < 0) throw std::invalid_argument("negative tensor size");
+  std::shared_ptr<Storage> s(new Storage());
+  s->elements_ = elements;
+  if (elements > 0) s->data_ = static_cast<float*>(host_allocate(static_cast<size_t>(elements) * sizeof(float)));
   return s;
 }
 
 Storage::~Storage() {
-  for (const Charge& c : charges_) c.ledger->release(c.handle);
+  for (const Charge& c : charges_) device_hooks::release(c);
   host_free(data_, static_cast<size_t>(elements_) * sizeof(float));
 }
 
 void Storage::retag(Category category, const std::string& owner) {
-  for (const Charge& c : charges_) c.ledger->retag(c.handle, category, owner);
+  for (const Charge& c : charges_) device_hooks::retag(c, category, owner);
 }
 
 uint64_t Tensor::next_id() {
@@ -52,17 +46,21 @@ uint64_t Tensor::next_id() {
 }
 
 Tensor Tensor::empty(const Shape& shape) {
-  const DeviceContext& ctx = device_context();
-  return empty(shape, ctx.category, ctx.owner);
+  return empty(shape, device_hooks::default_category(), device_hooks::default_owner());
 }
 
 Tensor Tensor::empty(const Shape& shape, Category category, const std::string& owner) {
+  return empty_impl(shape, category, owner, /*host=*/false);
+}
+
+Tensor Tensor::empty_impl(const Shape& shape, Category category, const std::string& owner, bool host) {
   for (int64_t d : shape) {
     if (d < 0) throw std::invalid_argument("tensor shape has a negative dimension: " + shape_string(shape));
   }
   auto impl = std::make_shared<Impl>();
   impl->shape = shape;
-  impl->storage = Storage::allocate(num_elements(shape), shape, category, owner);
+  impl->storage = host ? Storage::allocate_host(num_elements(shape))
+                       : Storage::allocate(num_elements(shape), shape, category, owner);
   impl->id = next_id();
   return Tensor(std::move(impl));
 }
@@ -90,15 +88,15 @@ Tensor Tensor::from_vector(const Shape& shape, std::span<const float> values) {
     throw std::invalid_argument("from_vector: " + std::to_string(values.size()) + " values for shape " +
                                 shape_string(shape));
   }
-  HostScope host;
-  Tensor t = empty(shape);
+  Tensor t = empty_impl(shape, Category::activations, "", /*host=*/true);
   if (!values.empty()) std::memcpy(t.data(), values.data(), values.size() * sizeof(float));
   return t;
 }
 
 Tensor Tensor::scalar(float value) {
-  HostScope host;
-  return full({}, value);
+  Tensor t = empty_impl({}, Category::activations, "", /*host=*/true);
+  t.fill(value);
+  return t;
 }
 
 Tensor Tensor::from_string(std::string value) {
@@ -167,10 +165,7 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   return Tensor(std::move(impl));
 }
 
-Tensor Tensor::clone() const {
-  const DeviceContext& ctx = device_context();
-  return clone(ctx.category, ctx.owner);
-}
+Tensor Tensor::clone() const { return clone(device_hooks::default_category(), device_hooks::default_owner()); }
 
 Tensor Tensor::clone(Category category, const std::string& owner) const {
   if (is_string()) return from_string(string_value());  // host bytes: never charged

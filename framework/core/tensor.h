@@ -15,10 +15,10 @@
 #include <Eigen/Core>
 
 #include "framework/core/shape.h"
+#include "framework/core/storage_charging.h"
 
 namespace keel {
 
-class CoreLedger;
 
 using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MatrixMap = Eigen::Map<MatrixRM, Eigen::Unaligned>;
@@ -29,13 +29,13 @@ using ConstArrayMap = Eigen::Map<const Eigen::ArrayXf, Eigen::Unaligned>;
 // A buffer and the ledger charges it holds; both are released together.
 class Storage {
  public:
-  struct Charge {
-    CoreLedger* ledger;
-    uint64_t handle;
-  };
-  // Charges according to this thread's DeviceContext (or the explicit category/owner), then allocates.
+  using Charge = StorageCharge;
+  // Charges according to this thread's DeviceContext (or the explicit category/owner), then allocates
+  // (core/storage_charging.h).
   static std::shared_ptr<Storage> allocate(int64_t elements, const Shape& shape, Category category,
                                            const std::string& owner);
+  // Host memory whatever the thread's context: never charged, never abstract.
+  static std::shared_ptr<Storage> allocate_host(int64_t elements);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -137,6 +137,8 @@ class Tensor {
     std::shared_ptr<const std::string> string;  // set for a string tensor (then storage is null)
   };
   static uint64_t next_id();
+  // empty(); `host`: in host memory whatever the thread's context (from_vector, scalar).
+  static Tensor empty_impl(const Shape& shape, Category category, const std::string& owner, bool host);
   explicit Tensor(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<Impl> impl_;
 };

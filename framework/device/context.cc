@@ -1,5 +1,8 @@
 #include "framework/device/context.h"
 
+#include "framework/core/storage_charging.h"
+#include "framework/device/ledger.h"
+
 namespace keel {
 
 DeviceContext& device_context() {
@@ -7,4 +10,36 @@ DeviceContext& device_context() {
   return ctx;
 }
 
+namespace device_hooks {
+
+Category default_category() { return device_context().category; }
+
+const std::string& default_owner() { return device_context().owner; }
+
+bool charge_new_storage(int64_t bytes, Category category, const std::string& owner, const Shape& shape,
+                        std::vector<StorageCharge>& charges) {
+  const DeviceContext& ctx = device_context();
+  if (ctx.ledger != nullptr) {
+    Ledger& ledger = *ctx.ledger;
+    if (ctx.core >= 0) {
+      CoreLedger& core = ledger.core(ctx.core);
+      charges.push_back({&core, core.charge(bytes, category, owner, shape)});
+    } else {
+      charges.reserve(static_cast<size_t>(ledger.num_cores()));
+      for (int c = 0; c < ledger.num_cores(); ++c) {
+        CoreLedger& core = ledger.core(c);
+        charges.push_back({&core, core.charge(bytes, category, owner, shape)});
+      }
+    }
+  }
+  return ctx.abstract;
+}
+
+void release(const StorageCharge& charge) { charge.ledger->release(charge.handle); }
+
+void retag(const StorageCharge& charge, Category category, const std::string& owner) {
+  charge.ledger->retag(charge.handle, category, owner);
+}
+
+}  // namespace device_hooks
 }  // namespace keel

@@ -1,0 +1,38 @@
+// How tensor storage reaches the device's HBM ledger without core depending on device: core declares
+// these functions and calls them for every new buffer; framework/device/context.cc defines them over
+// the thread's DeviceContext and its Ledger. The library always holds both; only the direction of
+// the includes is inverted, so that core stays the bottom of the stack.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "framework/core/shape.h"
+
+namespace keel {
+
+class CoreLedger;
+
+// One core's charge for one buffer.
+struct StorageCharge {
+  CoreLedger* ledger;
+  uint64_t handle;
+};
+
+namespace device_hooks {
+
+// The thread's defaults for new tensors (DeviceContext::category / owner).
+Category default_category();
+const std::string& default_owner();
+// Charges a new buffer of `bytes` as the thread's context says: nothing for host memory, one core,
+// or every core for a mirrored tensor; each charge is appended to `charges` as soon as it is made, so
+// that on ResourceExhausted the caller releases exactly those. Returns whether the context is
+// abstract (the buffer gets no storage).
+bool charge_new_storage(int64_t bytes, Category category, const std::string& owner, const Shape& shape,
+                        std::vector<StorageCharge>& charges);
+void release(const StorageCharge& charge);
+void retag(const StorageCharge& charge, Category category, const std::string& owner);
+
+}  // namespace device_hooks
+}  // namespace keel
