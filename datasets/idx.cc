@@ -149,10 +149,8 @@ class ByteSource {
   bool finished_ = false;
 };
 
-}  // namespace
-
-IdxArray read_idx(const std::string& path) {
-  ByteSource src(path);
+// Reads the 4 magic bytes and returns the number of dimensions they declare.
+size_t read_magic(ByteSource& src, const std::string& path) {
   uint8_t magic[4];
   const size_t got = src.read(magic, 4);
   if (got < 4) {
@@ -173,7 +171,11 @@ IdxArray read_idx(const std::string& path) {
   }
   const size_t ndims = magic[3];
   if (ndims == 0) fail(path, "IDX header declares 0 dimensions; the file is damaged");
+  return ndims;
+}
 
+// Reads `ndims` big-endian dimensions into *dims and returns the number of data bytes they describe.
+uint64_t read_dims(ByteSource& src, const std::string& path, size_t ndims, std::vector<int64_t>* dims) {
   uint8_t dim_bytes[4 * 255];
   const size_t dim_got = src.read(dim_bytes, 4 * ndims);
   if (dim_got < 4 * ndims) {
@@ -181,8 +183,7 @@ IdxArray read_idx(const std::string& path) {
                    std::to_string(4 * ndims) + " bytes) but only " + std::to_string(dim_got) +
                    " bytes follow; the file is damaged");
   }
-  IdxArray out;
-  out.dims.resize(ndims);
+  dims->resize(ndims);
   // Kept below 2^62 so that sizes fit int64 and size_t with room to spare.
   constexpr uint64_t kMaxElements = uint64_t{1} << 62;
   uint64_t expected = 1;
@@ -190,37 +191,45 @@ IdxArray read_idx(const std::string& path) {
   for (size_t i = 0; i < ndims; ++i) {
     const uint32_t d = (uint32_t{dim_bytes[4 * i]} << 24) | (uint32_t{dim_bytes[4 * i + 1]} << 16) |
                        (uint32_t{dim_bytes[4 * i + 2]} << 8) | uint32_t{dim_bytes[4 * i + 3]};
-    out.dims[i] = d;
+    (*dims)[i] = d;
     if (!overflow && d != 0 && expected > kMaxElements / d) overflow = true;
     if (!overflow) expected *= d;
   }
-  if (overflow && std::find(out.dims.begin(), out.dims.end(), 0) == out.dims.end()) {
-    fail(path, "IDX header dims " + dims_string(out.dims) +
+  if (overflow && std::find(dims->begin(), dims->end(), 0) == dims->end()) {
+    fail(path, "IDX header dims " + dims_string(*dims) +
                    " describe more than 2^62 bytes; the header is corrupt");
   }
   if (overflow) expected = 0;  // a zero dim makes the array empty whatever the others say
   if (expected > std::numeric_limits<size_t>::max()) {
-    fail(path, "IDX header dims " + dims_string(out.dims) + " are too large for this machine");
+    fail(path, "IDX header dims " + dims_string(*dims) + " are too large for this machine");
   }
+  return expected;
+}
 
+// Reads the `expected` data bytes into out->data.
+void read_data(ByteSource& src, const std::string& path, uint64_t expected, IdxArray* out) {
   // Grow with the bytes that actually arrive: a lying header must not make us allocate its claim.
   size_t have = 0;
-  out.data.resize(static_cast<size_t>(std::min<uint64_t>(expected, kFirstDataChunkBytes)));
+  out->data.resize(static_cast<size_t>(std::min<uint64_t>(expected, kFirstDataChunkBytes)));
   while (have < expected) {
-    if (have == out.data.size()) {
-      out.data.resize(static_cast<size_t>(std::min<uint64_t>(expected, 2 * uint64_t{out.data.size()})));
+    if (have == out->data.size()) {
+      out->data.resize(static_cast<size_t>(std::min<uint64_t>(expected, 2 * uint64_t{out->data.size()})));
     }
-    const size_t ask = out.data.size() - have;
-    const size_t n = src.read(out.data.data() + have, ask);
+    const size_t ask = out->data.size() - have;
+    const size_t n = src.read(out->data.data() + have, ask);
     have += n;
     if (n < ask) break;
   }
   if (have < expected) {
-    fail(path, "data is truncated: the header dims " + dims_string(out.dims) + " need " +
+    fail(path, "data is truncated: the header dims " + dims_string(out->dims) + " need " +
                    std::to_string(expected) + " data bytes but the file holds only " + std::to_string(have) +
                    "; the file is incomplete — download or copy it again");
   }
+}
 
+// Throws if anything follows the data.
+void check_no_trailing_bytes(ByteSource& src, const std::string& path, uint64_t expected,
+                             const std::vector<int64_t>& dims) {
   uint8_t extra[4096];
   size_t trailing = 0;
   while (trailing <= kTrailingCountLimit) {
@@ -231,9 +240,20 @@ IdxArray read_idx(const std::string& path) {
   if (trailing > 0) {
     fail(path, "has " + std::string(trailing > kTrailingCountLimit ? "more than " : "") +
                    std::to_string(std::min(trailing, kTrailingCountLimit)) + " trailing bytes after the " +
-                   std::to_string(expected) + " data bytes its header dims " + dims_string(out.dims) +
+                   std::to_string(expected) + " data bytes its header dims " + dims_string(dims) +
                    " describe; the file is corrupt");
   }
+}
+
+}  // namespace
+
+IdxArray read_idx(const std::string& path) {
+  ByteSource src(path);
+  const size_t ndims = read_magic(src, path);
+  IdxArray out;
+  const uint64_t expected = read_dims(src, path, ndims, &out.dims);
+  read_data(src, path, expected, &out);
+  check_no_trailing_bytes(src, path, expected, out.dims);
   return out;
 }
 

@@ -137,6 +137,39 @@ struct PngWriteGuard {
   ~PngWriteGuard() { png_destroy_write_struct(&png, info ? &info : nullptr); }
 };
 
+// What a PNG of `color_type` decodes to: `want` channels, the requested count or (channels = 0)
+// the stored colour plus alpha.
+struct PngTarget {
+  bool palette = false;
+  bool src_color = false;
+  bool src_alpha = false;
+  int want = 0;
+  bool want_alpha = false;
+  bool want_color = false;
+};
+
+PngTarget png_target(int color_type, bool trns, int channels) {
+  PngTarget t;
+  t.palette = color_type == PNG_COLOR_TYPE_PALETTE;
+  t.src_color = (color_type & PNG_COLOR_MASK_COLOR) != 0;
+  // Alpha as stored; palette_to_rgb also turns a palette's tRNS into alpha.
+  t.src_alpha = (color_type & PNG_COLOR_MASK_ALPHA) != 0 || (t.palette && trns);
+  t.want = channels != 0 ? channels : (t.src_color ? 3 : 1) + (t.src_alpha ? 1 : 0);
+  t.want_alpha = t.want == 2 || t.want == 4;
+  t.want_color = t.want >= 3;
+  return t;
+}
+
+// Sizes out.pixels8 or out.pixels16 (by out.bit_depth) for the whole image; returns its first byte.
+uint8_t* allocate_pixels(DecodedImage& out) {
+  if (out.bit_depth == 16) {
+    out.pixels16.resize(static_cast<size_t>(out.num_values()));
+    return reinterpret_cast<uint8_t*>(out.pixels16.data());
+  }
+  out.pixels8.resize(static_cast<size_t>(out.num_values()));
+  return out.pixels8.data();
+}
+
 bool host_is_little_endian() {
   const uint16_t one = 1;
   uint8_t first;
@@ -218,26 +251,20 @@ DecodedImage decode_png(std::string_view bytes, int channels, int64_t max_pixels
   png_uint_32 width = 0, height = 0;
   int bit_depth = 0, color_type = 0, interlace = 0;
   png_get_IHDR(png, info, &width, &height, &bit_depth, &color_type, &interlace, nullptr, nullptr);
-  const bool palette = color_type == PNG_COLOR_TYPE_PALETTE;
-  const bool src_color = (color_type & PNG_COLOR_MASK_COLOR) != 0;
   const bool trns = png_get_valid(png, info, PNG_INFO_tRNS) != 0;
-  // Alpha as stored; palette_to_rgb also turns a palette's tRNS into alpha.
-  const bool src_alpha = (color_type & PNG_COLOR_MASK_ALPHA) != 0 || (palette && trns);
-  const int want = channels != 0 ? channels : (src_color ? 3 : 1) + (src_alpha ? 1 : 0);
-  const bool want_alpha = want == 2 || want == 4;
-  const bool want_color = want >= 3;
+  const PngTarget t = png_target(color_type, trns, channels);
 
-  if (palette) png_set_palette_to_rgb(png);
-  if (!src_color && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
-  bool alpha = src_alpha;
-  if (want_alpha && !alpha && trns) {
+  if (t.palette) png_set_palette_to_rgb(png);
+  if (!t.src_color && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  bool alpha = t.src_alpha;
+  if (t.want_alpha && !alpha && trns) {
     png_set_tRNS_to_alpha(png);
     alpha = true;
   }
-  if (want_color && !src_color) png_set_gray_to_rgb(png);
-  if (!want_color && src_color) png_set_rgb_to_gray(png, 1, 0.299, 0.587);  // TF's weights; no error
-  if (alpha && !want_alpha) png_set_strip_alpha(png);
-  if (!alpha && want_alpha) png_set_add_alpha(png, 0xffff, PNG_FILLER_AFTER);
+  if (t.want_color && !t.src_color) png_set_gray_to_rgb(png);
+  if (!t.want_color && t.src_color) png_set_rgb_to_gray(png, 1, 0.299, 0.587);  // TF's weights; no error
+  if (alpha && !t.want_alpha) png_set_strip_alpha(png);
+  if (!alpha && t.want_alpha) png_set_add_alpha(png, 0xffff, PNG_FILLER_AFTER);
   const int depth = bit_depth == 16 ? 16 : 8;
   if (depth == 16 && host_is_little_endian()) png_set_swap(png);
   png_set_interlace_handling(png);
@@ -245,21 +272,14 @@ DecodedImage decode_png(std::string_view bytes, int channels, int64_t max_pixels
 
   out.height = height;
   out.width = width;
-  out.channels = want;
+  out.channels = t.want;
   out.bit_depth = depth;
   check_size("PNG", out.height, out.width, out.channels, depth / 8, max_pixels);
   const size_t stride = static_cast<size_t>(out.width * out.channels * (depth / 8));
-  if (png_get_channels(png, info) != want || png_get_rowbytes(png, info) != stride) {
+  if (png_get_channels(png, info) != t.want || png_get_rowbytes(png, info) != stride) {
     png_error(png, "unexpected row layout after conversion");  // a bug here, not in the file
   }
-  uint8_t* base;
-  if (depth == 16) {
-    out.pixels16.resize(static_cast<size_t>(out.num_values()));
-    base = reinterpret_cast<uint8_t*>(out.pixels16.data());
-  } else {
-    out.pixels8.resize(static_cast<size_t>(out.num_values()));
-    base = out.pixels8.data();
-  }
+  uint8_t* base = allocate_pixels(out);
   rows.resize(height);
   for (png_uint_32 y = 0; y < height; ++y) rows[y] = base + y * stride;
   png_read_image(png, rows.data());

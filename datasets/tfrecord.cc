@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -79,11 +80,66 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
-// A problem in the byte stream itself (I/O error, corrupt gzip); the reader adds the record position.
+// A problem in the byte stream itself (I/O error, corrupt gzip), thrown by the Source; the reader
+// adds the record position. The record checks below return one for a record that ends the file.
 struct StreamError {
   std::string what;
   std::string advice;  // empty: the usual advice for a corrupt file
 };
+
+// Checks a record header (length and its masked CRC) before anything is allocated for the length.
+// plain_bytes_left: what is left of an uncompressed file after the header (unused for GZIP).
+std::optional<StreamError> check_header(const char* header, bool gzip, bool at_file_start, uint64_t plain_bytes_left) {
+  const uint64_t length = decode_u64(header);
+  const uint32_t stored_length_crc = decode_u32(header + 8);
+  const uint32_t length_crc = masked_crc32c(std::string_view(header, 8));
+  if (length_crc != stored_length_crc) {
+    const bool looks_gzip = !gzip && at_file_start && static_cast<uint8_t>(header[0]) == 0x1f &&
+                            static_cast<uint8_t>(header[1]) == 0x8b;
+    return StreamError{"length CRC mismatch (stored " + hex32(stored_length_crc) + ", computed " + hex32(length_crc) +
+                           "): the record's length is corrupt",
+                       looks_gzip ? "the file starts like a gzip file: read it with compression_type \"GZIP\"" : ""};
+  }
+  // Uncompressed, the file's size bounds the length; a gzip stream's size is unknown until read.
+  if (gzip && length > TFRecordReader::kMaxRecordBytes) {
+    return StreamError{"record length " + std::to_string(length) + " bytes is over the 2 GiB limit", ""};
+  }
+  if (!gzip && (length > plain_bytes_left || plain_bytes_left - length < kFooterBytes)) {
+    return StreamError{"truncated record: its header announces " + std::to_string(length) +
+                           " data bytes + 4 CRC bytes but the file has only " + std::to_string(plain_bytes_left) +
+                           " bytes left",
+                       ""};
+  }
+  return std::nullopt;
+}
+
+// Reads a record's `length` data bytes into *record with read(dst, n) (TFRecordReader::read_fully).
+template <typename Read>
+std::optional<StreamError> read_data(Read read, bool gzip, uint64_t length, std::string* record) {
+  if (!gzip) {
+    record->resize(length);
+    if (read(record->data(), length) < length) {
+      return StreamError{"truncated record: the file ends inside its data", ""};
+    }
+    return std::nullopt;
+  }
+  // Grow with the bytes that actually arrive: a truncated stream never costs what `length` claims.
+  record->clear();
+  size_t have = 0;
+  while (have < length) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(length - have, std::max(have, kGrowBytes)));
+    record->resize(have + chunk);
+    const size_t r = read(record->data() + have, chunk);
+    have += r;
+    if (r < chunk) {
+      record->resize(have);
+      return StreamError{"truncated record: the stream ends " + std::to_string(have) + " bytes into its " +
+                             std::to_string(length) + " data bytes",
+                         ""};
+    }
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -430,51 +486,15 @@ bool TFRecordReader::read_record(std::string* record) {
             true);
     return false;
   }
+  std::optional<StreamError> problem =
+      check_header(header, gzip, offset_ == 0, gzip ? 0 : source_->plain_bytes_left());
   const uint64_t length = decode_u64(header);
-  const uint32_t stored_length_crc = decode_u32(header + 8);
-  const uint32_t length_crc = masked_crc32c(std::string_view(header, 8));
-  if (length_crc != stored_length_crc) {
-    const bool looks_gzip = !gzip && offset_ == 0 && static_cast<uint8_t>(header[0]) == 0x1f &&
-                            static_cast<uint8_t>(header[1]) == 0x8b;
-    corrupt("length CRC mismatch (stored " + hex32(stored_length_crc) + ", computed " + hex32(length_crc) +
-                "): the record's length is corrupt",
-            true, looks_gzip ? "the file starts like a gzip file: read it with compression_type \"GZIP\"" : "");
-    return false;
+  if (!problem) {
+    problem = read_data([this](char* dst, size_t n) { return read_fully(dst, n); }, gzip, length, record);
   }
-  // Uncompressed, the file's size bounds the length; a gzip stream's size is unknown until read.
-  if (gzip && length > kMaxRecordBytes) {
-    corrupt("record length " + std::to_string(length) + " bytes is over the 2 GiB limit", true);
+  if (problem) {
+    corrupt(problem->what, true, problem->advice);
     return false;
-  }
-  if (!gzip && (length > source_->plain_bytes_left() || source_->plain_bytes_left() - length < kFooterBytes)) {
-    corrupt("truncated record: its header announces " + std::to_string(length) + " data bytes + 4 CRC bytes but the file has only " +
-                std::to_string(source_->plain_bytes_left()) + " bytes left",
-            true);
-    return false;
-  }
-  if (!gzip) {
-    record->resize(length);
-    if (read_fully(record->data(), length) < length) {
-      corrupt("truncated record: the file ends inside its data", true);
-      return false;
-    }
-  } else {
-    // Grow with the bytes that actually arrive: a truncated stream never costs what `length` claims.
-    record->clear();
-    size_t have = 0;
-    while (have < length) {
-      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(length - have, std::max(have, kGrowBytes)));
-      record->resize(have + chunk);
-      const size_t r = read_fully(record->data() + have, chunk);
-      have += r;
-      if (r < chunk) {
-        record->resize(have);
-        corrupt("truncated record: the stream ends " + std::to_string(have) + " bytes into its " +
-                    std::to_string(length) + " data bytes",
-                true);
-        return false;
-      }
-    }
   }
   char footer[kFooterBytes];
   if (read_fully(footer, kFooterBytes) < kFooterBytes) {

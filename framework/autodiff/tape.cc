@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "framework/device/context.h"
 
@@ -35,6 +36,57 @@ void accumulate(std::unordered_map<uint64_t, Tensor>& grads, uint64_t id, Tensor
   Tensor sum = Tensor::empty(it->second.shape());
   if (!sum.is_abstract()) sum.array() = it->second.array() + g.array();
   it->second = std::move(sum);
+}
+
+// Takes `tape` off this thread's recording stack while it lives, then puts it back on top.
+class PausedRecording {
+ public:
+  explicit PausedRecording(GradientTape* tape) : tape_(tape) {
+    auto& stack = tape_stack();
+    auto pos = std::find(stack.begin(), stack.end(), tape_);
+    if (pos != stack.end()) stack.erase(pos);
+  }
+  ~PausedRecording() { tape_stack().push_back(tape_); }
+  PausedRecording(const PausedRecording&) = delete;
+  PausedRecording& operator=(const PausedRecording&) = delete;
+
+ private:
+  GradientTape* tape_;
+};
+
+// The gradients flowing into an op's outputs (zeros for an output nothing flowed into).
+std::vector<Tensor> take_output_gradients(std::unordered_map<uint64_t, Tensor>& grads,
+                                          const std::vector<uint64_t>& output_ids,
+                                          const std::vector<Shape>& output_shapes,
+                                          const std::unordered_set<uint64_t>& source_ids) {
+  std::vector<Tensor> grad_outputs;
+  grad_outputs.reserve(output_ids.size());
+  for (size_t i = 0; i < output_ids.size(); ++i) {
+    auto it = grads.find(output_ids[i]);
+    grad_outputs.push_back(it != grads.end() ? it->second : Tensor::zeros(output_shapes[i]));
+    // An output's gradient is consumed here unless the caller asked for it.
+    if (it != grads.end() && !source_ids.count(output_ids[i])) grads.erase(it);
+  }
+  return grad_outputs;
+}
+
+// For each input id: whether it needs a gradient (0, an undefined input, never does).
+std::vector<bool> inputs_needing_gradients(const std::vector<uint64_t>& input_ids,
+                                           const std::unordered_set<uint64_t>& needed) {
+  std::vector<bool> needs_grad(input_ids.size());
+  for (size_t i = 0; i < input_ids.size(); ++i) needs_grad[i] = input_ids[i] != 0 && needed.count(input_ids[i]) > 0;
+  return needs_grad;
+}
+
+// The accumulated gradient of each source; undefined for a source the target does not depend on.
+std::vector<Tensor> gradients_of(const std::vector<Tensor>& sources, const std::unordered_map<uint64_t, Tensor>& grads) {
+  std::vector<Tensor> result;
+  result.reserve(sources.size());
+  for (const Tensor& s : sources) {
+    auto it = grads.find(s.id());
+    result.push_back(it != grads.end() ? it->second : Tensor());
+  }
+  return result;
 }
 
 }  // namespace
@@ -102,13 +154,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   }
   used_ = true;
   // Ops run while computing gradients are not recorded on this tape.
-  auto& stack = tape_stack();
-  auto pos = std::find(stack.begin(), stack.end(), this);
-  if (pos != stack.end()) stack.erase(pos);
-  struct Restore {
-    GradientTape* tape;
-    ~Restore() { tape_stack().push_back(tape); }
-  } restore{this};
+  const PausedRecording paused(this);
 
   CategoryScope category(Category::workspace);
   std::unordered_set<uint64_t> source_ids;
@@ -136,22 +182,10 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       if (!persistent_) entries_[k].reset();
       continue;
     }
-    std::vector<Tensor> grad_outputs;
-    grad_outputs.reserve(entry->output_ids.size());
-    for (size_t i = 0; i < entry->output_ids.size(); ++i) {
-      auto it = grads.find(entry->output_ids[i]);
-      grad_outputs.push_back(it != grads.end() ? it->second : Tensor::zeros(entry->output_shapes[i]));
-      // An output's gradient is consumed here unless the caller asked for it.
-      if (it != grads.end() && !source_ids.count(entry->output_ids[i])) grads.erase(it);
-    }
-    std::vector<bool> needs_grad(entry->input_ids.size());
-    bool any_needed = false;
-    for (size_t i = 0; i < entry->input_ids.size(); ++i) {
-      needs_grad[i] = entry->input_ids[i] != 0 && needed.count(entry->input_ids[i]) > 0;
-      any_needed = any_needed || needs_grad[i];
-    }
+    std::vector<Tensor> grad_outputs = take_output_gradients(grads, entry->output_ids, entry->output_shapes, source_ids);
+    const std::vector<bool> needs_grad = inputs_needing_gradients(entry->input_ids, needed);
     std::vector<Tensor> input_grads;
-    if (any_needed) {
+    if (std::find(needs_grad.begin(), needs_grad.end(), true) != needs_grad.end()) {
       OwnerScope owner("backward:" + entry->owner);
       input_grads = entry->backward(grad_outputs, needs_grad);
     }
@@ -166,12 +200,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       if (needs_grad[i] && input_grads[i].defined()) accumulate(grads, input_ids[i], std::move(input_grads[i]));
     }
   }
-  std::vector<Tensor> result;
-  result.reserve(sources.size());
-  for (const Tensor& s : sources) {
-    auto it = grads.find(s.id());
-    result.push_back(it != grads.end() ? it->second : Tensor());
-  }
+  std::vector<Tensor> result = gradients_of(sources, grads);
   if (!persistent_) entries_.clear();
   return result;
 }

@@ -1,14 +1,9 @@
 #include "framework/data/dataset.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <exception>
 #include <limits>
-#include <mutex>
 #include <stdexcept>
-#include <thread>
 
 #include "framework/data/data_error.h"
 #include "framework/data/dataset_node.h"
@@ -19,9 +14,6 @@ namespace keel {
 using nlohmann::json;
 
 namespace {
-
-constexpr const char* kStateFormat = "keel.dataset_iterator";
-constexpr int kStateVersion = 1;
 
 std::string shapes_string(const std::vector<Shape>& shapes) {
   std::string s = "[";
@@ -525,149 +517,6 @@ std::unique_ptr<IteratorNode> TakeNode::make_iterator(uint64_t iteration) const 
   return std::make_unique<TakeIterator>(*this, iteration);
 }
 
-// ---- prefetch -------------------------------------------------------------------------------------
-
-class PrefetchNode final : public DatasetNode {
- public:
-  PrefetchNode(std::shared_ptr<const DatasetNode> input, int64_t buffer_size)
-      : input_(std::move(input)), buffer_size_(buffer_size == AUTOTUNE ? kAutotunePrefetch : buffer_size) {
-    if (buffer_size_ < 1) {
-      throw std::invalid_argument("prefetch: buffer_size must be AUTOTUNE or at least 1, got " +
-                                  std::to_string(buffer_size));
-    }
-  }
-  std::unique_ptr<IteratorNode> make_iterator(uint64_t iteration) const override;
-  int64_t cardinality() const override { return input_->cardinality(); }
-  // The buffer size changes no element, so it is left out: a state resumes with another size.
-  std::string describe() const override { return input_->describe() + " -> prefetch"; }
-  json state_json(const Position& words, size_t& at) const override {
-    return {{"op", "prefetch"}, {"input", input_->state_json(words, at)}};
-  }
-
-  std::shared_ptr<const DatasetNode> input_;
-  int64_t buffer_size_;
-};
-
-// The producer thread starts on the first next() and owns input_ until it is stopped; the consumer
-// touches input_ only while no producer runs (before the first next(), in restore()).
-class PrefetchIterator final : public IteratorNode {
- public:
-  PrefetchIterator(const PrefetchNode& node, uint64_t iteration)
-      : capacity_(static_cast<size_t>(node.buffer_size_)), input_(node.input_->make_iterator(iteration)) {}
-  ~PrefetchIterator() override { stop(); }
-
-  std::optional<Element> next() override {
-    if (done_) {
-      if (error_) std::rethrow_exception(error_);
-      return std::nullopt;
-    }
-    if (!thread_.joinable()) start();
-    Slot slot;
-    {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return !queue_.empty(); });
-      slot = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    cv_.notify_all();
-    if (slot.error || !slot.element) {
-      // The producer has exited after queueing its last slot.
-      done_ = true;
-      error_ = slot.error;
-      thread_.join();
-      if (error_) std::rethrow_exception(error_);
-    }
-    if (!slot.error) consumed_ = std::move(slot.snapshot);
-    return std::move(slot.element);
-  }
-
-  void save(Position& out) const override {
-    if (started_) {
-      out.insert(out.end(), consumed_.begin(), consumed_.end());
-    } else {
-      input_->save(out);
-    }
-  }
-
-  void restore(const json& state) override {
-    const json& input_state = state_field(state, "prefetch", "input");
-    stop();
-    input_->restore(input_state);
-    started_ = false;
-    done_ = false;
-    error_ = nullptr;
-  }
-
- private:
-  struct Slot {
-    std::optional<Element> element;  // nullopt with no error: the end of the input
-    Position snapshot;               // input_'s position right after producing `element`
-    std::exception_ptr error;
-  };
-
-  void start() {
-    consumed_.clear();
-    input_->save(consumed_);
-    started_ = true;
-    stop_ = false;
-    thread_ = std::thread([this] { produce(); });
-  }
-
-  void produce() {
-    HostScope host;
-    for (;;) {
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || queue_.size() < capacity_; });
-        if (stop_) return;
-      }
-      Slot slot;
-      try {
-        slot.element = input_->next();
-        input_->save(slot.snapshot);
-      } catch (...) {
-        slot.element.reset();
-        slot.error = std::current_exception();
-      }
-      const bool last = !slot.element;
-      {
-        std::lock_guard lock(mu_);
-        if (stop_) return;
-        queue_.push_back(std::move(slot));
-      }
-      cv_.notify_all();
-      if (last) return;
-    }
-  }
-
-  void stop() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-    queue_.clear();
-  }
-
-  const size_t capacity_;
-  std::unique_ptr<IteratorNode> input_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Slot> queue_;  // guarded by mu_
-  bool stop_ = false;       // guarded by mu_
-  std::thread thread_;
-  // Consumer-side only:
-  bool started_ = false;
-  bool done_ = false;
-  std::exception_ptr error_;
-  Position consumed_;  // input_'s position right after the last element the consumer took
-};
-
-std::unique_ptr<IteratorNode> PrefetchNode::make_iterator(uint64_t iteration) const {
-  return std::make_unique<PrefetchIterator>(*this, iteration);
-}
-
 }  // namespace
 
 // ---- Dataset ---------------------------------------------------------------------------------------
@@ -690,87 +539,8 @@ Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
 }
 Dataset Dataset::repeat(int64_t count) const { return Dataset(std::make_shared<RepeatNode>(node_, count)); }
 Dataset Dataset::take(int64_t count) const { return Dataset(std::make_shared<TakeNode>(node_, count)); }
-Dataset Dataset::prefetch(int64_t buffer_size) const {
-  return Dataset(std::make_shared<PrefetchNode>(node_, buffer_size));
-}
 int64_t Dataset::cardinality() const { return node_->cardinality(); }
 std::string Dataset::describe() const { return node_->describe(); }
 Iterator Dataset::make_iterator(uint64_t iteration) const { return Iterator(node_, iteration); }
-
-// ---- Iterator --------------------------------------------------------------------------------------
-
-Iterator::Iterator(std::shared_ptr<const DatasetNode> root, uint64_t iteration)
-    : root_(std::move(root)), node_(root_->make_iterator(iteration)), iteration_(iteration) {}
-Iterator::Iterator(Iterator&&) noexcept = default;
-Iterator& Iterator::operator=(Iterator&& other) noexcept {
-  // node_ points into root_: release the old tree before the graph that backs it.
-  node_ = std::move(other.node_);
-  root_ = std::move(other.root_);
-  iteration_ = other.iteration_;
-  produced_ = other.produced_;
-  return *this;
-}
-Iterator::~Iterator() { node_.reset(); }
-
-std::optional<Element> Iterator::next() {
-  std::optional<Element> e = node_->next();
-  if (e) ++produced_;
-  return e;
-}
-
-json Iterator::save() const {
-  return {{"format", kStateFormat},  {"version", kStateVersion}, {"pipeline", root_->describe()},
-          {"iteration", iteration_}, {"produced", produced_},    {"state", current_state(*root_, *node_)}};
-}
-
-Iterator::Snapshot Iterator::snapshot() const {
-  Snapshot s;
-  s.root = root_.get();
-  s.iteration = iteration_;
-  s.produced = produced_;
-  node_->save(s.words);
-  return s;
-}
-
-json Iterator::save(const Snapshot& snapshot) const {
-  if (snapshot.root == nullptr) throw std::invalid_argument("Iterator::save: an empty snapshot");
-  if (snapshot.root != root_.get() || snapshot.iteration != iteration_) {
-    throw std::invalid_argument("Iterator::save: the snapshot was taken from another dataset or iteration");
-  }
-  size_t at = 0;
-  json state = root_->state_json(snapshot.words, at);
-  if (at != snapshot.words.size()) throw std::logic_error("dataset iterator position is longer than its pipeline");
-  return {{"format", kStateFormat},  {"version", kStateVersion}, {"pipeline", root_->describe()},
-          {"iteration", iteration_}, {"produced", snapshot.produced}, {"state", std::move(state)}};
-}
-
-void Iterator::restore(const json& state) {
-  if (!state.is_object() || state.value("format", json()) != kStateFormat) {
-    state_mismatch("not a keel dataset iterator state (no \"format\": \"" + std::string(kStateFormat) +
-                   "\")");
-  }
-  if (state.value("version", json()) != kStateVersion) {
-    state_mismatch("state version " + state.value("version", json()).dump() + ", this build reads version " +
-                   std::to_string(kStateVersion));
-  }
-  const std::string pipeline = root_->describe();
-  const json saved_pipeline = state.value("pipeline", json());
-  if (saved_pipeline != pipeline) {
-    state_mismatch("it was saved from pipeline " + saved_pipeline.dump() + " but this dataset is \"" +
-                   pipeline + "\"");
-  }
-  const uint64_t saved_iteration = uint_field(state.value("iteration", json()), "iteration");
-  if (saved_iteration != iteration_) {
-    state_mismatch("it was saved at iteration " + std::to_string(saved_iteration) +
-                   " but this iterator was made for iteration " + std::to_string(iteration_));
-  }
-  const uint64_t produced = uint_field(state.value("produced", json()), "produced");
-  if (!state.contains("state")) state_mismatch("it has no \"state\"");
-  // Restore into a new tree so that a state that fails half-way leaves this iterator untouched.
-  std::unique_ptr<IteratorNode> fresh = root_->make_iterator(iteration_);
-  fresh->restore(state["state"]);
-  node_ = std::move(fresh);
-  produced_ = static_cast<int64_t>(produced);
-}
 
 }  // namespace keel

@@ -126,6 +126,29 @@ void sum_rows(const float* dy, int64_t rows, int64_t channels, float* out) {
   for (int64_t c = 0; c < channels; ++c) out[c] = static_cast<float>(sum[c]);
 }
 
+// dx (rows, C) of batch_norm_training from dy, the saved x, mean and gamma, inv_std and the
+// channel sums of dy and dy * (x - mean).
+void training_input_grad(const float* dy, const float* x, const float* mean, const float* gamma,
+                         const std::vector<double>& inv, const std::vector<double>& sum_dy,
+                         const std::vector<double>& sum_dy_xc, int64_t rows, int64_t channels, float* dx) {
+  // dx = a * (dy - b - (x - mean) * k): a = gamma * inv_std, b = sum(dy) / count,
+  // k = inv_std² * sum(dy * (x - mean)) / count  (so that (x - mean) * k = x̂ * dgamma / count).
+  const size_t cs = static_cast<size_t>(channels);
+  const double count = static_cast<double>(rows);
+  std::vector<float> a(cs), b(cs), k(cs);
+  for (int64_t c = 0; c < channels; ++c) {
+    a[c] = static_cast<float>(static_cast<double>(gamma[c]) * inv[c]);
+    b[c] = static_cast<float>(sum_dy[c] / count);
+    k[c] = static_cast<float>(inv[c] * inv[c] * sum_dy_xc[c] / count);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * channels;
+    const float* dyr = dy + r * channels;
+    float* dxr = dx + r * channels;
+    for (int64_t c = 0; c < channels; ++c) dxr[c] = a[c] * (dyr[c] - b[c] - (xr[c] - mean[c]) * k[c]);
+  }
+}
+
 }  // namespace
 
 BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon) {
@@ -171,25 +194,8 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
             for (int64_t c = 0; c < channels; ++c) grads[1].data()[c] = static_cast<float>(sum_dy_xc[c] * inv[c]);
           }
           if (needs[0] && rows > 0) {
-            // dx = a * (dy - b - (x - mean) * k): a = gamma * inv_std, b = sum(dy) / count,
-            // k = inv_std² * sum(dy * (x - mean)) / count  (so that (x - mean) * k = x̂ * dgamma / count).
-            const size_t cs = static_cast<size_t>(channels);
-            const double count = static_cast<double>(rows);
-            std::vector<float> a(cs), b(cs), k(cs);
-            for (int64_t c = 0; c < channels; ++c) {
-              a[c] = static_cast<float>(static_cast<double>(saved_gamma.data()[c]) * inv[c]);
-              b[c] = static_cast<float>(sum_dy[c] / count);
-              k[c] = static_cast<float>(inv[c] * inv[c] * sum_dy_xc[c] / count);
-            }
-            const float* xd = saved_x.data();
-            const float* dyd = dy[0].data();
-            float* dxd = grads[0].data();
-            for (int64_t r = 0; r < rows; ++r) {
-              const float* xr = xd + r * channels;
-              const float* dyr = dyd + r * channels;
-              float* dxr = dxd + r * channels;
-              for (int64_t c = 0; c < channels; ++c) dxr[c] = a[c] * (dyr[c] - b[c] - (xr[c] - mean[c]) * k[c]);
-            }
+            training_input_grad(dy[0].data(), saved_x.data(), mean, saved_gamma.data(), inv, sum_dy, sum_dy_xc, rows,
+                                channels, grads[0].data());
           }
           return grads;
         });

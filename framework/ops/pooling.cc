@@ -53,6 +53,54 @@ void for_each_window(const PoolGeometry& g, F&& f) {
   }
 }
 
+// y (N, OH, OW, C) = the maximum of each window of x (N, H, W, C); with `where` (the shape of y),
+// also the offset of each maximum in its window, as max_pool2d's backward reads it.
+void max_pool_forward(const PoolGeometry& g, const float* xd, float* yd, float* wd) {
+  const int64_t C = g.channels, H = g.h.input, W = g.w.input;
+  for_each_window(g, [&](const WindowRange& r, int64_t out, int64_t n) {
+    float* __restrict__ o = yd + out * C;
+    const float* image = xd + n * H * W * C;
+    std::memcpy(o, image + (r.h_lo * W + r.w_lo) * C, static_cast<size_t>(C) * sizeof(float));
+    if (wd == nullptr) {
+      for (int64_t h = r.h_lo; h < r.h_hi; ++h) {
+        for (int64_t w = r.w_lo; w < r.w_hi; ++w) {
+          const float* __restrict__ s = image + (h * W + w) * C;
+          for (int64_t c = 0; c < C; ++c) o[c] = s[c] > o[c] ? s[c] : o[c];
+        }
+      }
+      return;
+    }
+    float* __restrict__ wo = wd + out * C;
+    std::fill(wo, wo + C, 0.0f);
+    float k = 0.0f;
+    for (int64_t h = r.h_lo; h < r.h_hi; ++h) {
+      for (int64_t w = r.w_lo; w < r.w_hi; ++w, k += 1.0f) {
+        const float* __restrict__ s = image + (h * W + w) * C;
+        for (int64_t c = 0; c < C; ++c) {
+          const bool greater = s[c] > o[c];  // strict: ties keep the first max, as TensorFlow
+          o[c] = greater ? s[c] : o[c];
+          wo[c] = greater ? k : wo[c];
+        }
+      }
+    }
+  });
+}
+
+// dx (N, H, W, C) += dy (N, OH, OW, C) routed to where each maximum came from.
+void max_pool_backward(const PoolGeometry& g, const float* wd, const float* dyd, float* dxd) {
+  const int64_t C = g.channels, H = g.h.input, W = g.w.input;
+  for_each_window(g, [&](const WindowRange& r, int64_t out, int64_t n) {
+    const int64_t width = r.w_hi - r.w_lo;
+    float* dimage = dxd + n * H * W * C;
+    const float* w_out = wd + out * C;
+    const float* g_out = dyd + out * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t k = static_cast<int64_t>(w_out[c]);
+      dimage[((r.h_lo + k / width) * W + r.w_lo + k % width) * C + c] += g_out[c];
+    }
+  });
+}
+
 }  // namespace
 
 Shape pool2d_output_shape(const Shape& x, std::array<int, 2> pool, std::array<int, 2> strides, Padding padding) {
@@ -71,58 +119,16 @@ Tensor max_pool2d(const Tensor& x, std::array<int, 2> pool, std::array<int, 2> s
   // the size of y, where saving x would keep the (often padded) input alive: PyTorch keeps indices too.
   Tensor where = recording ? Tensor::empty(y.shape()) : Tensor();
   if (detail::compute(y, {&x}) && y.size() > 0) {
-    const float* xd = x.data();
-    float* yd = y.data();
-    float* wd = recording ? where.data() : nullptr;
-    for_each_window(g, [&](const WindowRange& r, int64_t out, int64_t n) {
-      float* __restrict__ o = yd + out * C;
-      const float* image = xd + n * H * W * C;
-      std::memcpy(o, image + (r.h_lo * W + r.w_lo) * C, static_cast<size_t>(C) * sizeof(float));
-      if (wd == nullptr) {
-        for (int64_t h = r.h_lo; h < r.h_hi; ++h) {
-          for (int64_t w = r.w_lo; w < r.w_hi; ++w) {
-            const float* __restrict__ s = image + (h * W + w) * C;
-            for (int64_t c = 0; c < C; ++c) o[c] = s[c] > o[c] ? s[c] : o[c];
-          }
-        }
-        return;
-      }
-      float* __restrict__ wo = wd + out * C;
-      std::fill(wo, wo + C, 0.0f);
-      float k = 0.0f;
-      for (int64_t h = r.h_lo; h < r.h_hi; ++h) {
-        for (int64_t w = r.w_lo; w < r.w_hi; ++w, k += 1.0f) {
-          const float* __restrict__ s = image + (h * W + w) * C;
-          for (int64_t c = 0; c < C; ++c) {
-            const bool greater = s[c] > o[c];  // strict: ties keep the first max, as TensorFlow
-            o[c] = greater ? s[c] : o[c];
-            wo[c] = greater ? k : wo[c];
-          }
-        }
-      }
-    });
+    max_pool_forward(g, x.data(), y.data(), recording ? where.data() : nullptr);
   }
   if (recording) {
     const Shape x_shape = x.shape();
     const bool x_is_variable = x.is_trainable_variable();
     GradientTape::record({x}, {y}, [where, g, x_shape, x_is_variable](const std::vector<Tensor>& dy, const std::vector<bool>&) {
-      const int64_t C = g.channels, H = g.h.input, W = g.w.input;
       Tensor dx = detail::grad_buffer(x_shape, x_is_variable);
       if (detail::compute(dx, {&dy[0], &where}) && dx.size() > 0) {
         dx.fill(0.0f);
-        const float* wd = where.data();
-        const float* dyd = dy[0].data();
-        float* dxd = dx.data();
-        for_each_window(g, [&](const WindowRange& r, int64_t out, int64_t n) {
-          const int64_t width = r.w_hi - r.w_lo;
-          float* dimage = dxd + n * H * W * C;
-          const float* w_out = wd + out * C;
-          const float* g_out = dyd + out * C;
-          for (int64_t c = 0; c < C; ++c) {
-            const int64_t k = static_cast<int64_t>(w_out[c]);
-            dimage[((r.h_lo + k / width) * W + r.w_lo + k % width) * C + c] += g_out[c];
-          }
-        });
+        max_pool_backward(g, where.data(), dy[0].data(), dx.data());
       }
       return std::vector<Tensor>{dx};
     });

@@ -123,12 +123,7 @@ nlohmann::json export_images(const ExportOptions& o, const std::string& split, c
   return {{"examples", data.n}, {"directory", split}};
 }
 
-int export_command(const std::vector<std::string>& args) {
-  po::options_description d(
-      "Usage: keel data export --format tfrecord|jpeg|png --out DIR [options]\n\n"
-      "Writes Fashion-MNIST as TFRecord files of tf.train.Examples (image = encoded JPEG/PNG bytes, label =\n"
-      "int64) or as a folder per split with one sub-folder per class, for `--dataset tfrecord:DIR` and\n"
-      "`--dataset images:DIR`.");
+void add_export_options(po::options_description& d) {
   d.add_options()("help,h", "this help")
       ("format", po::value<std::string>(), "tfrecord, jpeg or png (required)")
       ("out", po::value<std::string>(), "output directory (required); replaced only with --overwrite")
@@ -139,12 +134,10 @@ int export_command(const std::vector<std::string>& args) {
       ("split", po::value<std::string>(), "train, test or all (default all)")
       ("data-dir", po::value<std::string>(), "Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)")
       ("overwrite", po::bool_switch(), "replace an existing output directory");
-  po::variables_map vm = parse_args(args, d);
-  if (vm.count("help")) {
-    std::cout << d << "\n";
-    return kExitOk;
-  }
-  ExportOptions o;
+}
+
+// --format and --out (required).
+void parse_format_and_out(const po::variables_map& vm, ExportOptions& o) {
   if (!vm.count("format")) throw UsageError("--format is required: tfrecord, jpeg or png");
   o.format = vm["format"].as<std::string>();
   if (o.format != "tfrecord" && o.format != "jpeg" && o.format != "png") {
@@ -154,6 +147,11 @@ int export_command(const std::vector<std::string>& args) {
   o.out = fs::absolute(fs::path(vm["out"].as<std::string>())).lexically_normal();
   if (!o.out.has_filename()) o.out = o.out.parent_path();  // "DIR/" is DIR
   if (o.out == o.out.root_path()) throw UsageError("--out must name a directory to create, not " + o.out.string());
+}
+
+ExportOptions parse_export_options(const po::variables_map& vm) {
+  ExportOptions o;
+  parse_format_and_out(vm, o);
   if (vm.count("shards")) {
     o.shards = vm["shards"].as<int64_t>();
     if (o.shards < 1) throw UsageError("--shards must be at least 1");
@@ -186,7 +184,11 @@ int export_command(const std::vector<std::string>& args) {
   }
   if (vm.count("data-dir")) o.data_dir = vm["data-dir"].as<std::string>();
   o.overwrite = vm["overwrite"].as<bool>();
+  return o;
+}
 
+// The empty temporary directory, beside o.out, that the export is built in.
+fs::path make_staging_directory(const ExportOptions& o) {
   if (fs::exists(o.out) && !(fs::is_directory(o.out) && fs::is_empty(o.out)) && !o.overwrite) {
     throw UsageError(o.out.string() + " already exists and is not empty; pass --overwrite to replace it");
   }
@@ -195,15 +197,21 @@ int export_command(const std::vector<std::string>& args) {
   const fs::path tmp = parent / (o.out.filename().string() + ".partial-" + std::to_string(::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  struct RemoveOnError {
-    fs::path p;
-    bool keep = false;
-    ~RemoveOnError() {
-      std::error_code ec;
-      if (!keep) fs::remove_all(p, ec);
-    }
-  } cleanup{tmp};
+  return tmp;
+}
 
+// Removes the staging directory `p` unless `keep` is set once the export is in place.
+struct RemoveOnError {
+  fs::path p;
+  bool keep = false;
+  ~RemoveOnError() {
+    std::error_code ec;
+    if (!keep) fs::remove_all(p, ec);
+  }
+};
+
+// Writes every split into `dir`, with dataset_info.json; returns the number of examples written.
+int64_t write_export(const ExportOptions& o, const fs::path& dir) {
   nlohmann::json info = {{"format", o.format},
                          {"source", "fashion_mnist"},
                          {"image_shape", {28, 28, 1}},
@@ -218,42 +226,61 @@ int export_command(const std::vector<std::string>& args) {
   for (const std::string& split : o.splits) {
     const RawFashionMnist raw = load_fashion_mnist_raw(split, o.data_dir);
     RawSplit data{raw.n, raw.images.data(), raw.labels.data()};
-    info["splits"][split] = o.format == "tfrecord" ? export_tfrecords(o, split, data, tmp)
-                                                   : export_images(o, split, data, tmp);
+    info["splits"][split] = o.format == "tfrecord" ? export_tfrecords(o, split, data, dir)
+                                                   : export_images(o, split, data, dir);
     total += data.n;
   }
-  {
-    std::ofstream f(tmp / "dataset_info.json");
-    f << info.dump(2) << "\n";
-    f.close();
-    if (!f) throw DataError("cannot write " + (tmp / "dataset_info.json").string());
-  }
-  // Everything is written: move it into place atomically. Without --overwrite the rename refuses a
-  // directory that appeared meanwhile (another export); with it, the two directories are exchanged in
-  // one step, so DIR always holds either the old or the new export, and the old one is removed after.
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, o.out.c_str(), RENAME_NOREPLACE) != 0) {
-    const int error = errno;
-    const bool occupied = error == EEXIST || error == ENOTEMPTY;
-    if (occupied && fs::is_directory(o.out) && fs::is_empty(o.out)) {
-      fs::remove(o.out);  // an empty directory (checked above) is not replaced, just used
-      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, o.out.c_str(), RENAME_NOREPLACE) != 0) {
-        throw DataError("cannot move the export into " + o.out.string() + ": " + std::strerror(errno));
-      }
-    } else if (occupied && o.overwrite) {
-      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, o.out.c_str(), RENAME_EXCHANGE) != 0) {
-        throw DataError("cannot replace " + o.out.string() + ": " + std::strerror(errno));
-      }
-      std::error_code ec;  // tmp now holds the old export
-      fs::remove_all(tmp, ec);
-      if (ec) std::fprintf(stderr, "keel data export: warning: could not remove the old export, now at %s: %s\n",
-                           tmp.c_str(), ec.message().c_str());
-      cleanup.keep = true;
-    } else if (occupied) {
-      throw UsageError(o.out.string() + " appeared while exporting; pass --overwrite to replace it");
-    } else {
-      throw DataError("cannot move the export into " + o.out.string() + ": " + std::strerror(error));
+  std::ofstream f(dir / "dataset_info.json");
+  f << info.dump(2) << "\n";
+  f.close();
+  if (!f) throw DataError("cannot write " + (dir / "dataset_info.json").string());
+  return total;
+}
+
+// Everything is written: move it into place atomically. Without --overwrite the rename refuses a
+// directory that appeared meanwhile (another export); with it, the two directories are exchanged in
+// one step, so DIR always holds either the old or the new export, and the old one is removed after.
+void move_into_place(const ExportOptions& o, const fs::path& tmp) {
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, o.out.c_str(), RENAME_NOREPLACE) == 0) return;
+  const int error = errno;
+  const bool occupied = error == EEXIST || error == ENOTEMPTY;
+  if (occupied && fs::is_directory(o.out) && fs::is_empty(o.out)) {
+    fs::remove(o.out);  // an empty directory (checked above) is not replaced, just used
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, o.out.c_str(), RENAME_NOREPLACE) != 0) {
+      throw DataError("cannot move the export into " + o.out.string() + ": " + std::strerror(errno));
     }
+  } else if (occupied && o.overwrite) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, o.out.c_str(), RENAME_EXCHANGE) != 0) {
+      throw DataError("cannot replace " + o.out.string() + ": " + std::strerror(errno));
+    }
+    std::error_code ec;  // tmp now holds the old export
+    fs::remove_all(tmp, ec);
+    if (ec) std::fprintf(stderr, "keel data export: warning: could not remove the old export, now at %s: %s\n",
+                         tmp.c_str(), ec.message().c_str());
+  } else if (occupied) {
+    throw UsageError(o.out.string() + " appeared while exporting; pass --overwrite to replace it");
+  } else {
+    throw DataError("cannot move the export into " + o.out.string() + ": " + std::strerror(error));
   }
+}
+
+int export_command(const std::vector<std::string>& args) {
+  po::options_description d(
+      "Usage: keel data export --format tfrecord|jpeg|png --out DIR [options]\n\n"
+      "Writes Fashion-MNIST as TFRecord files of tf.train.Examples (image = encoded JPEG/PNG bytes, label =\n"
+      "int64) or as a folder per split with one sub-folder per class, for `--dataset tfrecord:DIR` and\n"
+      "`--dataset images:DIR`.");
+  add_export_options(d);
+  po::variables_map vm = parse_args(args, d);
+  if (vm.count("help")) {
+    std::cout << d << "\n";
+    return kExitOk;
+  }
+  const ExportOptions o = parse_export_options(vm);
+  const fs::path tmp = make_staging_directory(o);
+  RemoveOnError cleanup{tmp};
+  const int64_t total = write_export(o, tmp);
+  move_into_place(o, tmp);
   cleanup.keep = true;
   std::uintmax_t bytes = 0;
   for (const auto& e : fs::recursive_directory_iterator(o.out)) {

@@ -123,23 +123,80 @@ po::options_description run_control_options() {
   return d;
 }
 
+// A cosine schedule spans the whole run as first configured; resuming keeps its length.
+void set_cosine_decay_steps(RunConfig& config, const Dataset& train) {
+  if (config.lr_schedule != "cosine" || config.decay_steps != 0) return;
+  int64_t steps = train.cardinality();
+  if (steps < 0) {  // a file pipeline: count its examples
+    const int64_t examples = file_examples_count(parse_dataset_source(config.dataset), "train");
+    if (examples < 0) {
+      throw UsageError("--lr-schedule cosine needs the number of steps per epoch, and " + config.dataset +
+                       " does not say how many examples it holds (no dataset_info.json); export it with "
+                       "`keel data export` or train with --lr-schedule constant");
+    }
+    steps = examples / config.global_batch();
+  }
+  config.decay_steps = static_cast<int64_t>(config.epochs) * std::max<int64_t>(steps, 1);
+}
+
+// Restores `resume_from` into `model` and sets where `fit` starts. False when the run has already
+// trained config.epochs (after saying so).
+bool resume_from_checkpoint(const std::string& resume_from, const RunConfig& config, const RunDirectory& dir,
+                            ReplicatedStrategy& strategy, Model& model, FitOptions& fit) {
+  TrainState state;
+  {
+    auto scope = strategy.scope();
+    state = load_checkpoint(resume_from, model, model.optimizer());
+  }
+  fit.initial_epoch = state.epoch;
+  fit.initial_iterator_state = state.iterator_state;
+  fit.initial_epoch_totals = state.epoch_totals;
+  if (state.epoch >= config.epochs) {
+    std::printf("%s: already trained %d of %d epochs (step %lld); nothing to do.\n", dir.dir().c_str(), state.epoch,
+                config.epochs, static_cast<long long>(state.step));
+    return false;
+  }
+  std::printf("Resuming %s at step %lld (epoch %d, batch %lld)\n", resume_from.c_str(),
+              static_cast<long long>(state.step), state.epoch + 1, static_cast<long long>(state.batch_in_epoch));
+  return true;
+}
+
+// Routes SIGINT and SIGTERM to on_signal while it lives, then restores the previous handlers.
+class SignalHandlers {
+ public:
+  SignalHandlers() : old_int_(std::signal(SIGINT, on_signal)), old_term_(std::signal(SIGTERM, on_signal)) {}
+  ~SignalHandlers() {
+    std::signal(SIGINT, old_int_);
+    std::signal(SIGTERM, old_term_);
+  }
+  SignalHandlers(const SignalHandlers&) = delete;
+  SignalHandlers& operator=(const SignalHandlers&) = delete;
+
+ private:
+  using Handler = void (*)(int);
+  Handler old_int_;
+  Handler old_term_;
+};
+
+void print_outcome(const RunConfig& config, const RunDirectory& dir, const CheckpointCallback& checkpoints,
+                   Model& model, int64_t stop_after_steps) {
+  if (g_signal != 0) {
+    std::printf("Interrupted by signal %d: saved step %lld to %s; continue with `keel resume %s`.\n", g_signal.load(),
+                static_cast<long long>(checkpoints.last_saved_step()), dir.dir().c_str(), dir.dir().c_str());
+  } else if (checkpoints.stopped_early()) {
+    std::printf("Stopped after %lld steps: saved step %lld to %s; continue with `keel resume %s`.\n",
+                static_cast<long long>(stop_after_steps), static_cast<long long>(checkpoints.last_saved_step()),
+                dir.dir().c_str(), dir.dir().c_str());
+  } else {
+    std::printf("Trained %d epochs (step %lld); checkpoint in %s\n", config.epochs,
+                static_cast<long long>(model.optimizer().iterations()), dir.dir().c_str());
+  }
+}
+
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
 int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int64_t stop_after_steps, bool quiet) {
   Dataset train = training_dataset(config);  // data errors before any model work
-  // A cosine schedule spans the whole run as first configured; resuming keeps its length.
-  if (config.lr_schedule == "cosine" && config.decay_steps == 0) {
-    int64_t steps = train.cardinality();
-    if (steps < 0) {  // a file pipeline: count its examples
-      const int64_t examples = file_examples_count(parse_dataset_source(config.dataset), "train");
-      if (examples < 0) {
-        throw UsageError("--lr-schedule cosine needs the number of steps per epoch, and " + config.dataset +
-                         " does not say how many examples it holds (no dataset_info.json); export it with "
-                         "`keel data export` or train with --lr-schedule constant");
-      }
-      steps = examples / config.global_batch();
-    }
-    config.decay_steps = static_cast<int64_t>(config.epochs) * std::max<int64_t>(steps, 1);
-  }
+  set_cosine_decay_steps(config, train);
 
   clear_session();
   set_random_seed(config.seed);
@@ -151,23 +208,7 @@ int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int
   }
   FitOptions fit;
   fit.epochs = config.epochs;
-  TrainState state;
-  if (resume_from) {
-    {
-      auto scope = strategy.scope();
-      state = load_checkpoint(*resume_from, *model, model->optimizer());
-    }
-    fit.initial_epoch = state.epoch;
-    fit.initial_iterator_state = state.iterator_state;
-    fit.initial_epoch_totals = state.epoch_totals;
-    if (state.epoch >= config.epochs) {
-      std::printf("%s: already trained %d of %d epochs (step %lld); nothing to do.\n", dir.dir().c_str(), state.epoch,
-                  config.epochs, static_cast<long long>(state.step));
-      return kExitOk;
-    }
-    std::printf("Resuming %s at step %lld (epoch %d, batch %lld)\n", resume_from->c_str(),
-                static_cast<long long>(state.step), state.epoch + 1, static_cast<long long>(state.batch_in_epoch));
-  }
+  if (resume_from && !resume_from_checkpoint(*resume_from, config, dir, strategy, *model, fit)) return kExitOk;
   std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
               config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
               static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
@@ -181,32 +222,11 @@ int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int
   fit.callbacks.push_back(&checkpoints);
 
   g_signal = 0;
-  auto old_int = std::signal(SIGINT, on_signal);
-  auto old_term = std::signal(SIGTERM, on_signal);
-  struct RestoreSignals {
-    decltype(old_int) i, t;
-    ~RestoreSignals() {
-      std::signal(SIGINT, i);
-      std::signal(SIGTERM, t);
-    }
-  } restore{old_int, old_term};
-
+  const SignalHandlers handlers;
   model->fit(train, fit);
-
-  if (g_signal != 0) {
-    std::printf("Interrupted by signal %d: saved step %lld to %s; continue with `keel resume %s`.\n", g_signal.load(),
-                static_cast<long long>(checkpoints.last_saved_step()), dir.dir().c_str(), dir.dir().c_str());
-  } else if (checkpoints.stopped_early()) {
-    std::printf("Stopped after %lld steps: saved step %lld to %s; continue with `keel resume %s`.\n",
-                static_cast<long long>(stop_after_steps), static_cast<long long>(checkpoints.last_saved_step()),
-                dir.dir().c_str(), dir.dir().c_str());
-  } else {
-    std::printf("Trained %d epochs (step %lld); checkpoint in %s\n", config.epochs,
-                static_cast<long long>(model->optimizer().iterations()), dir.dir().c_str());
-  }
+  print_outcome(config, dir, checkpoints, *model, stop_after_steps);
   return kExitOk;
 }
-
 
 }  // namespace
 
