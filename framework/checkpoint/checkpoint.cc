@@ -62,6 +62,69 @@ std::string joined(const std::vector<std::string>& names) {
   return s;
 }
 
+// Weights read from a checkpoint, by variable name, before anything is assigned.
+using StagedWeights = std::map<std::string, std::vector<float>>;
+
+// 1. Architecture: the same layers, in order, holding the same weights.
+void stage_model_weights(H5File& f, const std::string& path, const Model& model, StagedWeights& staged) {
+  std::vector<std::string> expected_layers;
+  for (Layer* layer : model.layers()) expected_layers.push_back(layer->name());
+  if (!f.exists("model_weights")) throw CheckpointError("checkpoint " + path + " has no /model_weights");
+  const std::vector<std::string> saved_layers = f.get_attr_string_list("model_weights", "layer_names");
+  if (saved_layers != expected_layers) {
+    throw CheckpointError("checkpoint " + path + " belongs to another model: it holds layers [" + joined(saved_layers) +
+                          "], the model being restored has [" + joined(expected_layers) + "]");
+  }
+  for (Layer* layer : model.layers()) {
+    const std::string group = "model_weights/" + layer->name();
+    std::vector<std::string> expected_names;
+    for (Variable* v : layer->weights()) expected_names.push_back(weight_name(*v));
+    const std::vector<std::string> saved_names = f.get_attr_string_list(group, "weight_names");
+    if (saved_names != expected_names) {
+      throw CheckpointError("checkpoint " + path + " belongs to another model: layer '" + layer->name() + "' holds [" +
+                            joined(saved_names) + "], the model expects [" + joined(expected_names) + "]");
+    }
+    for (Variable* v : layer->weights()) {
+      std::vector<float>& buffer = staged[v->name()];
+      buffer.resize(static_cast<size_t>(num_elements(v->shape())));
+      f.read_floats(group + "/" + weight_name(*v), v->shape(), buffer.data());
+    }
+  }
+}
+
+// 2. Optimizer: same kind, a slot for every variable. Builds the optimizer's slots; returns the saved
+// iteration count.
+int64_t stage_optimizer_weights(H5File& f, const std::string& path, const Model& model, Optimizer& optimizer,
+                                StagedWeights& staged) {
+  if (!f.exists("optimizer_weights")) throw CheckpointError("checkpoint " + path + " has no /optimizer_weights");
+  const std::vector<std::string> saved_opt = f.get_attr_string_list("optimizer_weights", "weight_names");
+  const std::string iterations = optimizer.name() + "/iterations:0";
+  if (saved_opt.empty() || saved_opt.front() != iterations) {
+    throw CheckpointError("checkpoint " + path + " was saved with another optimizer (" +
+                          (saved_opt.empty() ? std::string("none") : saved_opt.front()) + "), not " + optimizer.name());
+  }
+  optimizer.build(model.trainable_variables());
+  std::vector<std::string> expected_opt = {iterations};
+  for (Variable* slot : optimizer.slot_variables()) expected_opt.push_back(weight_name(*slot));
+  // Saved before the first step, as Keras saves an optimizer not yet built: iterations 0 and no
+  // slots, which are then the zeros a fresh build gives.
+  if (saved_opt.size() == 1 && expected_opt.size() > 1 && f.read_int64("optimizer_weights/" + iterations) == 0) {
+    for (Variable* slot : optimizer.slot_variables()) staged[slot->name()].assign(static_cast<size_t>(num_elements(slot->shape())), 0.0f);
+    return 0;
+  }
+  if (saved_opt != expected_opt) {
+    throw CheckpointError("checkpoint " + path + ": optimizer weights [" + joined(saved_opt) +
+                          "] do not match this model's [" + joined(expected_opt) + "]");
+  }
+  const int64_t saved_iterations = f.read_int64("optimizer_weights/" + iterations);
+  for (Variable* slot : optimizer.slot_variables()) {
+    std::vector<float>& buffer = staged[slot->name()];
+    buffer.resize(static_cast<size_t>(num_elements(slot->shape())));
+    f.read_floats("optimizer_weights/" + weight_name(*slot), slot->shape(), buffer.data());
+  }
+  return saved_iterations;
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer, const TrainState& state) {
@@ -118,53 +181,9 @@ TrainState load_checkpoint(const std::string& path, Model& model, Optimizer& opt
   H5File f = open_keel_checkpoint(path);
   TrainState state = state_from_json(path, f.read_string("keel/train_state"));
 
-  // 1. Architecture: the same layers, in order, holding the same weights.
-  std::vector<std::string> expected_layers;
-  for (Layer* layer : model.layers()) expected_layers.push_back(layer->name());
-  if (!f.exists("model_weights")) throw CheckpointError("checkpoint " + path + " has no /model_weights");
-  const std::vector<std::string> saved_layers = f.get_attr_string_list("model_weights", "layer_names");
-  if (saved_layers != expected_layers) {
-    throw CheckpointError("checkpoint " + path + " belongs to another model: it holds layers [" + joined(saved_layers) +
-                          "], the model being restored has [" + joined(expected_layers) + "]");
-  }
-  std::map<std::string, std::vector<float>> staged;  // read everything before assigning anything
-  for (Layer* layer : model.layers()) {
-    const std::string group = "model_weights/" + layer->name();
-    std::vector<std::string> expected_names;
-    for (Variable* v : layer->weights()) expected_names.push_back(weight_name(*v));
-    const std::vector<std::string> saved_names = f.get_attr_string_list(group, "weight_names");
-    if (saved_names != expected_names) {
-      throw CheckpointError("checkpoint " + path + " belongs to another model: layer '" + layer->name() + "' holds [" +
-                            joined(saved_names) + "], the model expects [" + joined(expected_names) + "]");
-    }
-    for (Variable* v : layer->weights()) {
-      std::vector<float>& buffer = staged[v->name()];
-      buffer.resize(static_cast<size_t>(num_elements(v->shape())));
-      f.read_floats(group + "/" + weight_name(*v), v->shape(), buffer.data());
-    }
-  }
-
-  // 2. Optimizer: same kind, a slot for every variable.
-  if (!f.exists("optimizer_weights")) throw CheckpointError("checkpoint " + path + " has no /optimizer_weights");
-  const std::vector<std::string> saved_opt = f.get_attr_string_list("optimizer_weights", "weight_names");
-  const std::string iterations = optimizer.name() + "/iterations:0";
-  if (saved_opt.empty() || saved_opt.front() != iterations) {
-    throw CheckpointError("checkpoint " + path + " was saved with another optimizer (" +
-                          (saved_opt.empty() ? std::string("none") : saved_opt.front()) + "), not " + optimizer.name());
-  }
-  optimizer.build(model.trainable_variables());
-  std::vector<std::string> expected_opt = {iterations};
-  for (Variable* slot : optimizer.slot_variables()) expected_opt.push_back(weight_name(*slot));
-  if (saved_opt != expected_opt) {
-    throw CheckpointError("checkpoint " + path + ": optimizer weights [" + joined(saved_opt) +
-                          "] do not match this model's [" + joined(expected_opt) + "]");
-  }
-  const int64_t saved_iterations = f.read_int64("optimizer_weights/" + iterations);
-  for (Variable* slot : optimizer.slot_variables()) {
-    std::vector<float>& buffer = staged[slot->name()];
-    buffer.resize(static_cast<size_t>(num_elements(slot->shape())));
-    f.read_floats("optimizer_weights/" + weight_name(*slot), slot->shape(), buffer.data());
-  }
+  StagedWeights staged;  // read everything before assigning anything
+  stage_model_weights(f, path, model, staged);
+  const int64_t saved_iterations = stage_optimizer_weights(f, path, model, optimizer, staged);
   if (saved_iterations != state.step) {
     throw CheckpointError("checkpoint " + path + " is inconsistent: optimizer iterations " +
                           std::to_string(saved_iterations) + " but train_state step " + std::to_string(state.step));

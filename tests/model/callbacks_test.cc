@@ -1,0 +1,237 @@
+// ProgbarLogger: Keras's progress line, one plain line per epoch off a terminal, redrawn in place on one.
+#include "framework/model/callbacks.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "framework/data/dataset.h"
+#include "framework/layers/core_layers.h"
+#include "framework/train/losses.h"
+#include "framework/train/optimizers.h"
+#include "tests/support/grad_check.h"
+
+namespace keel {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+// A regular file as the logger's output: not a terminal.
+class File {
+ public:
+  File() : f_(std::tmpfile()) {}
+  ~File() {
+    if (f_) std::fclose(f_);
+  }
+  std::FILE* get() const { return f_; }
+  std::string contents() const {
+    std::fflush(f_);
+    const long end = std::ftell(f_);
+    std::string s(static_cast<size_t>(end), '\0');
+    std::rewind(f_);
+    const size_t n = std::fread(s.data(), 1, s.size(), f_);
+    s.resize(n);
+    std::fseek(f_, 0, SEEK_END);
+    return s;
+  }
+
+ private:
+  std::FILE* f_;
+};
+
+TrainingState state(int epoch, int epochs, int64_t batch, int64_t steps_per_epoch) {
+  TrainingState st;
+  st.epoch = epoch;
+  st.epochs = epochs;
+  st.batch = batch;
+  st.steps_per_epoch = steps_per_epoch;
+  return st;
+}
+
+TEST(ProgbarLoggerTest, EpochHeaderCountsFromOne) {
+  File out;
+  ASSERT_NE(out.get(), nullptr);
+  ProgbarLogger bar(out.get());
+  TrainingState st = state(1, 5, 0, 10);
+  bar.on_epoch_begin(st);
+  EXPECT_EQ(out.contents(), "Epoch 2/5\n");
+}
+
+TEST(ProgbarLoggerTest, OffATerminalBatchesPrintNothingAndTheEpochOneLine) {
+  File out;
+  ProgbarLogger bar(out.get());
+  TrainingState st = state(0, 1, 0, 4);
+  bar.on_epoch_begin(st);
+  const Logs logs = {{"loss", 0.51234}, {"accuracy", 0.8}};
+  for (int64_t b = 1; b <= 4; ++b) {
+    st.batch = b;
+    bar.on_train_batch_end(st, logs);
+  }
+  EXPECT_EQ(out.contents(), "Epoch 1/1\n") << "no redraws in a log file";
+  bar.on_epoch_end(st, logs);
+  const std::string text = out.contents();
+  ASSERT_EQ(text.rfind("Epoch 1/1\n", 0), 0u) << text;
+  // The loss first, then the metrics, with four decimals.
+  EXPECT_THAT(text.substr(10),
+              MatchesRegex("4/4 \\[={30}\\] - [0-9]+s [0-9]+ms/step - loss: 0\\.5123 - accuracy: 0\\.8000\n"));
+}
+
+TEST(ProgbarLoggerTest, LossComesFirstAndOtherMetricsFollowByName) {
+  File out;
+  ProgbarLogger bar(out.get());
+  TrainingState st = state(0, 1, 0, 2);
+  bar.on_epoch_begin(st);
+  st.batch = 2;
+  bar.on_epoch_end(st, {{"accuracy", 0.25}, {"auc", 0.125}, {"loss", 1.0}, {"zeta", 2.0}});
+  EXPECT_THAT(out.contents(),
+              HasSubstr(" - loss: 1.0000 - accuracy: 0.2500 - auc: 0.1250 - zeta: 2.0000\n"));
+}
+
+TEST(ProgbarLoggerTest, BarOfAStoppedEpochAndOfAnUnknownLength) {
+  {
+    File out;
+    ProgbarLogger bar(out.get());
+    TrainingState st = state(0, 1, 0, 10);
+    bar.on_epoch_begin(st);
+    st.batch = 3;  // 3 of 10: 9 of 30 cells, then the arrow
+    bar.on_epoch_end(st, {{"loss", 0.5}});
+    EXPECT_THAT(out.contents().substr(10),
+                MatchesRegex("3/10 \\[={9}>\\.{20}\\] - [0-9]+s [0-9]+ms/step - loss: 0\\.5000\n"));
+  }
+  {
+    File out;
+    ProgbarLogger bar(out.get());
+    TrainingState st = state(0, 1, 0, -1);
+    bar.on_epoch_begin(st);
+    st.batch = 7;
+    bar.on_epoch_end(st, {{"loss", 0.5}});
+    EXPECT_THAT(out.contents().substr(10), MatchesRegex("7 - [0-9]+s [0-9]+ms/step - loss: 0\\.5000\n"));
+  }
+}
+
+int ms_per_step(const std::string& text) {
+  std::smatch m;
+  const std::regex re(" ([0-9]+)ms/step");
+  if (!std::regex_search(text, m, re)) return -1;
+  return std::atoi(m[1].str().c_str());
+}
+
+TEST(ProgbarLoggerTest, TimePerStepCountsOnlyTheStepsOfThisRun) {
+  // Resumed at batch 5 of the epoch: the time is divided by the 2 steps run since, not by 7.
+  File out;
+  ProgbarLogger bar(out.get());
+  TrainingState st = state(0, 1, 5, 7);
+  const auto start = std::chrono::steady_clock::now();
+  bar.on_epoch_begin(st);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  st.batch = 7;
+  bar.on_epoch_end(st, {{"loss", 0.5}});
+  const double outer_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const int ms = ms_per_step(out.contents());
+  EXPECT_GE(ms, 49) << out.contents();
+  EXPECT_LE(ms, outer_ms / 2 + 1) << out.contents();
+}
+
+// A pseudo-terminal: the logger's output is a tty, read back from the master side.
+class Pty {
+ public:
+  Pty() {
+    master_ = posix_openpt(O_RDWR | O_NOCTTY);
+    if (master_ < 0 || grantpt(master_) != 0 || unlockpt(master_) != 0) return;
+    const char* name = ptsname(master_);
+    if (name == nullptr) return;
+    const int slave = open(name, O_RDWR | O_NOCTTY);
+    if (slave < 0) return;
+    termios t{};
+    tcgetattr(slave, &t);
+    cfmakeraw(&t);  // no "\n" -> "\r\n"
+    tcsetattr(slave, TCSANOW, &t);
+    out_ = fdopen(slave, "w");
+  }
+  ~Pty() {
+    if (out_) std::fclose(out_);
+    if (master_ >= 0) close(master_);
+  }
+  std::FILE* out() const { return out_; }
+  // Everything written so far.
+  std::string read() {
+    std::fflush(out_);
+    std::string s;
+    pollfd p{master_, POLLIN, 0};
+    while (poll(&p, 1, s.empty() ? 1000 : 50) > 0) {
+      char buf[512];
+      const ssize_t n = ::read(master_, buf, sizeof buf);
+      if (n <= 0) break;
+      s.append(buf, static_cast<size_t>(n));
+    }
+    return s;
+  }
+
+ private:
+  int master_ = -1;
+  std::FILE* out_ = nullptr;
+};
+
+TEST(ProgbarLoggerTest, OnATerminalTheLineIsRedrawnInPlace) {
+  Pty pty;
+  if (pty.out() == nullptr) GTEST_SKIP() << "no pseudo-terminal available";
+  ProgbarLogger bar(pty.out());
+  TrainingState st = state(0, 2, 0, 3);
+  bar.on_epoch_begin(st);
+  st.batch = 1;
+  bar.on_train_batch_end(st, {{"loss", 0.25}});
+  // Redrawn at most every 100 ms, except at the epoch's last step.
+  EXPECT_EQ(pty.read(), "Epoch 1/2\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  st.batch = 2;
+  bar.on_train_batch_end(st, {{"loss", 0.25}});
+  st.batch = 3;
+  bar.on_train_batch_end(st, {{"loss", 0.125}});
+  const std::string redraws = pty.read();
+  EXPECT_THAT(redraws, MatchesRegex("\r2/3 \\[={20}>\\.{9}\\] - ETA: [0-9]+s - loss: 0\\.2500\033\\[K"
+                                    "\r3/3 \\[={30}\\] - ETA: 0s - loss: 0\\.1250\033\\[K"));
+  bar.on_epoch_end(st, {{"loss", 0.125}});
+  EXPECT_THAT(pty.read(), MatchesRegex("\r3/3 \\[={30}\\] - [0-9]+s [0-9]+ms/step - loss: 0\\.1250\033\\[K\n"));
+}
+
+TEST(ProgbarLoggerTest, PrintsFitsEpochsWithTheLossesOfTheHistory) {
+  clear_session();
+  File out;
+  ProgbarLogger bar(out.get());
+  Sequential m({Dense(3, "relu", Shape{2}), Dense(2, "softmax")});
+  m.compile(std::make_shared<SGD>(), std::make_shared<CategoricalCrossentropy>());
+  const Tensor x = testing::random_host({6, 2}, -1, 1, 4);
+  const Tensor y = testing::host({6, 2}, {1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1});
+  FitOptions o;
+  o.epochs = 2;
+  o.callbacks = {&bar};
+  const History h = m.fit(Dataset::from_tensor_slices({x, y}).batch(3), o);
+  ASSERT_EQ(h.epochs.size(), 2u);
+  char loss0[64], loss1[64];
+  std::snprintf(loss0, sizeof loss0, "loss: %.4f - accuracy: %.4f\n", h.epochs[0].at("loss"), h.epochs[0].at("accuracy"));
+  std::snprintf(loss1, sizeof loss1, "loss: %.4f - accuracy: %.4f\n", h.epochs[1].at("loss"), h.epochs[1].at("accuracy"));
+  const std::string text = out.contents();
+  EXPECT_THAT(text, MatchesRegex("Epoch 1/2\n2/2 \\[={30}\\] - [0-9]+s [0-9]+ms/step - [^\n]*\n"
+                                 "Epoch 2/2\n2/2 \\[={30}\\] - [0-9]+s [0-9]+ms/step - [^\n]*\n"));
+  const size_t second = text.find("Epoch 2/2");
+  ASSERT_NE(second, std::string::npos);
+  EXPECT_THAT(text.substr(0, second), HasSubstr(loss0));
+  EXPECT_THAT(text.substr(second), HasSubstr(loss1));
+}
+
+}  // namespace
+}  // namespace keel
