@@ -10,7 +10,7 @@ bench/golden_bn.py checks one or two steps of one BatchNormalization; this follo
 network and a ResNet basic block through STEPS steps of Adam, so that a lag in the moving statistics
 (a wrong momentum, an update at the wrong point of the step, statistics of the wrong replica or of
 stale weights) would show as a drift that grows along the trajectory. The network, NHWC, as keel's
-functional API builds it in tests/layers/batch_normalization_trajectory_test.cc:
+functional API builds it in tests/layers/normalization_trajectory_test.cc:
 
     x (6, 6, 2) -> Conv2D(4, 3, same, no bias) "conv1" -> BN "bn1" -> ReLU
       -> Conv2D(4, 3, same, no bias) "block_1_conv" -> BN "block_1_bn" -> ReLU
