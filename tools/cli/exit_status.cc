@@ -16,6 +16,10 @@ int report_failure(const std::string& verb, std::exception_ptr error, std::ostre
   const std::string prefix = "keel " + verb + ": ";
   const char* report = "\nThis is a bug in keel, not in your command or files; please report it with the "
                        "command you ran.\n";
+  auto user_error = [&](const std::exception& e) {
+    err << prefix << e.what() << "\n";
+    return kExitUsage;
+  };
   try {
     std::rethrow_exception(error);
   } catch (const ResourceExhausted& e) {
@@ -25,17 +29,13 @@ int report_failure(const std::string& verb, std::exception_ptr error, std::ostre
     err << prefix << e.what() << " (see `keel " << verb << " --help`)\n";
     return kExitUsage;
   } catch (const DataError& e) {
-    err << prefix << e.what() << "\n";
-    return kExitUsage;
+    return user_error(e);
   } catch (const CheckpointError& e) {
-    err << prefix << e.what() << "\n";
-    return kExitUsage;
+    return user_error(e);
   } catch (const UsageError& e) {
-    err << prefix << e.what() << "\n";
-    return kExitUsage;
+    return user_error(e);
   } catch (const std::invalid_argument& e) {
-    err << prefix << e.what() << "\n";
-    return kExitUsage;
+    return user_error(e);
   } catch (const std::bad_alloc&) {
     err << prefix << "internal error in keel: the host ran out of memory (a size keel should have refused "
                      "before allocating)" << report;
