@@ -1,5 +1,6 @@
 #include "framework/checkpoint/checkpoint.h"
 
+#include <cmath>
 #include <map>
 
 #include "framework/checkpoint/h5_file.h"
@@ -21,6 +22,21 @@ nlohmann::json state_to_json(const TrainState& s) {
           {"config", s.config}};
 }
 
+// A train state's counters are never negative, and an epoch's totals count its samples.
+void check_state_ranges(const std::string& path, const TrainState& s) {
+  auto refuse = [&](const std::string& what) {
+    throw CheckpointError("checkpoint " + path + ": /keel/train_state is damaged (" + what + ")");
+  };
+  if (s.step < 0) refuse("step " + std::to_string(s.step) + " is negative");
+  if (s.epoch < 0) refuse("epoch " + std::to_string(s.epoch) + " is negative");
+  if (s.batch_in_epoch < 0) refuse("batch_in_epoch " + std::to_string(s.batch_in_epoch) + " is negative");
+  const StepTotals& t = s.epoch_totals;
+  if (t.samples < 0 || t.correct < 0 || t.correct > t.samples) {
+    refuse("epoch totals of " + std::to_string(t.correct) + " correct in " + std::to_string(t.samples) + " samples");
+  }
+  if (!std::isfinite(t.loss_sum)) refuse("the epoch's loss sum is not finite");
+}
+
 TrainState state_from_json(const std::string& path, const std::string& text) {
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
@@ -34,31 +50,61 @@ TrainState state_from_json(const std::string& path, const std::string& text) {
     s.epoch_totals.correct = t.at("correct").get<int64_t>();
     s.epoch_totals.samples = t.at("samples").get<int64_t>();
     s.config = j.at("config");
+    check_state_ranges(path, s);
     return s;
   } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError("checkpoint " + path + ": /keel/train_state is damaged (" + e.what() + ")");
+    std::string reason = e.what();
+    if (reason.size() > 300) reason = reason.substr(0, 300) + "...";
+    throw CheckpointError("checkpoint " + path + ": /keel/train_state is damaged (" + reason + ")");
   }
 }
 
-H5File open_keel_checkpoint(const std::string& path) {
+// The root attributes keel_config_crc32 covers.
+uint32_t config_checksum(const std::string& model_config, const std::string& training_config) {
+  const std::string both = model_config + '\0' + training_config;
+  return H5File::crc32(both.data(), both.size());
+}
+
+// Opens a keel checkpoint of a format this keel reads; from format 2 on, every read is checked
+// against its checksum. Returns the format version through `version`.
+H5File open_keel_checkpoint(const std::string& path, int64_t* version_out = nullptr) {
   H5File f = H5File::open_read(path);
   if (!f.has_attr("/", "keel_format_version")) {
     throw CheckpointError("checkpoint " + path + " is not a keel checkpoint (no keel_format_version attribute)");
   }
   const int64_t version = f.get_attr_int64("/", "keel_format_version");
-  if (version != kCheckpointFormatVersion) {
+  if (version < kOldestCheckpointFormatVersion || version > kCheckpointFormatVersion) {
     throw CheckpointError("checkpoint " + path + " has keel_format_version " + std::to_string(version) +
-                          "; this keel reads version " + std::to_string(kCheckpointFormatVersion));
+                          "; this keel reads versions " + std::to_string(kOldestCheckpointFormatVersion) + " to " +
+                          std::to_string(kCheckpointFormatVersion));
   }
+  f.require_checksums(version >= 2);
   if (!f.exists("keel/train_state")) {
     throw CheckpointError("checkpoint " + path + " has no /keel/train_state");
   }
+  if (version >= 2) {
+    const int64_t stored = f.get_attr_int64("/", "keel_config_crc32");
+    if (stored != config_checksum(f.get_attr_string("/", "model_config"), f.get_attr_string("/", "training_config"))) {
+      throw CheckpointError("checkpoint " + path + ": model_config or training_config fails its checksum "
+                            "(keel_config_crc32): the file is damaged");
+    }
+  }
+  if (version_out) *version_out = version;
   return f;
 }
 
+// A list of names for a message: at most ~300 bytes of it (a hostile file's list can be any size).
 std::string joined(const std::vector<std::string>& names) {
+  constexpr size_t kMaxBytes = 300;
   std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (s.size() + names[i].size() > kMaxBytes) {
+      s += (s.empty() ? "" : ", ") + names[i].substr(0, kMaxBytes > s.size() ? kMaxBytes - s.size() : 0) + "... (" +
+           std::to_string(names.size()) + " names in all)";
+      break;
+    }
+    s += (s.empty() ? "" : ", ") + names[i];
+  }
   return s;
 }
 
@@ -132,12 +178,15 @@ void save_checkpoint(const std::string& path, const Model& model, const Optimize
   f.set_attr_int64("/", "keel_format_version", kCheckpointFormatVersion);
   f.set_attr_string("/", "keras_version", kKerasVersion);
   f.set_attr_string("/", "backend", "keel");
-  f.set_attr_string("/", "model_config", model.to_config().dump());
-  f.set_attr_string("/", "training_config",
-                    nlohmann::json{{"loss", model.loss().get_config()},
-                                   {"metrics", {"accuracy"}},
-                                   {"optimizer_config", {{"class_name", optimizer.name()}, {"config", optimizer.get_config()}}}}
-                        .dump());
+  const std::string model_config = model.to_config().dump();
+  const std::string training_config =
+      nlohmann::json{{"loss", model.loss().get_config()},
+                     {"metrics", {"accuracy"}},
+                     {"optimizer_config", {{"class_name", optimizer.name()}, {"config", optimizer.get_config()}}}}
+          .dump();
+  f.set_attr_string("/", "model_config", model_config);
+  f.set_attr_string("/", "training_config", training_config);
+  f.set_attr_int64("/", "keel_config_crc32", config_checksum(model_config, training_config));
 
   f.create_group("model_weights");
   std::vector<std::string> layer_names;
@@ -175,6 +224,15 @@ void save_checkpoint(const std::string& path, const Model& model, const Optimize
 TrainState read_train_state(const std::string& path) {
   H5File f = open_keel_checkpoint(path);
   return state_from_json(path, f.read_string("keel/train_state"));
+}
+
+CheckpointCheck verify_checkpoint(const std::string& path) {
+  CheckpointCheck check;
+  H5File f = open_keel_checkpoint(path, &check.format_version);
+  check.checksummed = check.format_version >= 2;
+  check.datasets = f.verify_checksums();
+  check.state = state_from_json(path, f.read_string("keel/train_state"));
+  return check;
 }
 
 TrainState load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer) {

@@ -1,15 +1,17 @@
 // Model checkpoints: one HDF5 file in Keras's legacy layout plus keel's training state (contract,
 // DESIGN.md §4):
 //
-//   / attrs: keel_format_version, keras_version, backend="keel", model_config, training_config
+//   / attrs: keel_format_version, keras_version, backend="keel", model_config, training_config,
+//            keel_config_crc32 (CRC-32 of model_config + '\0' + training_config)
 //   /model_weights            attrs: layer_names, backend, keras_version
 //     /<layer>                attrs: weight_names = ["<layer>/kernel:0", ...]
 //       /<layer>/kernel:0     float32, Keras layout
 //   /optimizer_weights        attrs: weight_names = ["Adam/iterations:0", "Adam/<layer>/kernel/m:0", ...]
 //   /keel/train_state         JSON: step, epoch, data iterator position, seed, device, run config
+//   every dataset             attrs: keel_crc32 (CRC-32 of its stored bytes; format 2)
 //
-// Loading checks everything (format, architecture, every shape, optimizer) before it writes a single
-// value into the model, so a bad file never leaves a half-restored model.
+// Loading checks everything (format, checksums, architecture, every shape, optimizer) before it writes
+// a single value into the model, so a bad file never leaves a half-restored model.
 #pragma once
 
 #include <string>
@@ -22,7 +24,10 @@
 
 namespace keel {
 
-inline constexpr int64_t kCheckpointFormatVersion = 1;
+// 2: every dataset carries a checksum (h5_file.h), and the root a checksum of model_config and
+// training_config (keel_config_crc32). Files of version 1 still load, unverified.
+inline constexpr int64_t kCheckpointFormatVersion = 2;
+inline constexpr int64_t kOldestCheckpointFormatVersion = 1;
 
 // Where a run is: enough to continue it exactly.
 struct TrainState {
@@ -39,5 +44,17 @@ void save_checkpoint(const std::string& path, const Model& model, const Optimize
 TrainState load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer);
 // Only the training state (to rebuild the model a checkpoint belongs to). Checks it is keel's.
 TrainState read_train_state(const std::string& path);
+
+// What verify_checkpoint found in a file that is whole.
+struct CheckpointCheck {
+  int64_t format_version = 0;
+  bool checksummed = false;  // false: format 1, which predates checksums (it loads, unverified)
+  int64_t datasets = 0;      // datasets read and checked
+  TrainState state;
+};
+// Reads every dataset of the checkpoint at `path` and checks it against its checksum, and the format,
+// the config checksum and the training state; throws CheckpointError naming the first damage. A
+// file that passes loads (into the model it belongs to) without a damaged value.
+CheckpointCheck verify_checkpoint(const std::string& path);
 
 }  // namespace keel

@@ -47,7 +47,9 @@ H5File H5File::open_read(const std::string& path) {
 }
 
 H5File::H5File(H5File&& other) noexcept
-    : path_(std::move(other.path_)), id_(std::exchange(other.id_, H5I_INVALID_HID)) {}
+    : path_(std::move(other.path_)),
+      id_(std::exchange(other.id_, H5I_INVALID_HID)),
+      require_checksums_(other.require_checksums_) {}
 
 H5File& H5File::operator=(H5File&& other) noexcept {
   if (this != &other) {
@@ -57,6 +59,7 @@ H5File& H5File::operator=(H5File&& other) noexcept {
     }
     path_ = std::move(other.path_);
     id_ = std::exchange(other.id_, H5I_INVALID_HID);
+    require_checksums_ = other.require_checksums_;
   }
   return *this;
 }
@@ -82,7 +85,7 @@ int64_t H5File::checked_id() const {
 
 void H5File::create_group(const std::string& path) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id()};
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
   const std::string abs = absolute_path(path);
   if (impl.exists(abs)) {
     if (impl.object_kind(abs) != H5I_GROUP) impl.fail("cannot create group " + abs +
@@ -102,7 +105,7 @@ bool H5File::exists(const std::string& path) {
 
 std::vector<std::string> H5File::children(const std::string& group_path) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id()};
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
   const std::string abs = absolute_path(group_path);
   Id group = impl.open_object(abs);
   if (H5Iget_type(group.get()) != H5I_GROUP) impl.fail(abs + " is a dataset, not a group");
@@ -123,13 +126,14 @@ std::vector<std::string> H5File::children(const std::string& group_path) {
 
 void H5File::write_floats(const std::string& path, const Shape& shape, const float* data) {
   Hdf5Lock lock;
-  H5FileImpl{path_, checked_id()}.create_dataset(path, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, shape,
-                                                 data);
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  impl.create_dataset(path, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, shape, data);
+  impl.write_checksum(absolute_path(path), data, static_cast<size_t>(num_elements(shape)) * sizeof(float));
 }
 
 Shape H5File::dataset_shape(const std::string& path) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id()};
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
   const std::string abs = absolute_path(path);
   Id dataset = impl.open_dataset(abs);
   Id space = impl.check_id(H5Dget_space(dataset.get()), "cannot inspect dataset " + abs);
@@ -138,7 +142,7 @@ Shape H5File::dataset_shape(const std::string& path) {
 
 void H5File::read_floats(const std::string& path, const Shape& expected_shape, float* out) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id()};
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
   const std::string abs = absolute_path(path);
   const std::string what = "dataset " + abs;
   Id dataset = impl.open_dataset(abs);
@@ -150,46 +154,53 @@ void H5File::read_floats(const std::string& path, const Shape& expected_shape, f
   if (shape != expected_shape)
     impl.fail(what + " has shape " + shape_string(shape) + ", the model expects " +
               shape_string(expected_shape));
-  if (num_elements(shape) == 0) return;
-  if (out == nullptr) impl.fail("cannot read " + what + ": no output buffer given");
-  impl.check(H5Dread(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out),
-             "cannot read " + what);
+  const size_t count = static_cast<size_t>(num_elements(shape));
+  if (count > 0) {
+    if (out == nullptr) impl.fail("cannot read " + what + ": no output buffer given");
+    impl.check(H5Dread(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out),
+               "cannot read " + what);
+  }
+  impl.verify_checksum(dataset.get(), what, out, count * sizeof(float));
 }
 
 void H5File::write_int64(const std::string& path, int64_t value) {
   Hdf5Lock lock;
-  H5FileImpl{path_, checked_id()}.create_dataset(path, H5T_STD_I64LE, H5T_NATIVE_INT64, {},
-                                                 &value);
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  impl.create_dataset(path, H5T_STD_I64LE, H5T_NATIVE_INT64, {}, &value);
+  impl.write_checksum(absolute_path(path), &value, sizeof value);
 }
 
 int64_t H5File::read_int64(const std::string& path) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id()};
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
   const std::string abs = absolute_path(path);
   const std::string what = "dataset " + abs;
   Id dataset = impl.open_dataset(abs);
   Id type = impl.check_id(H5Dget_type(dataset.get()), "cannot inspect " + what);
   Id space = impl.check_id(H5Dget_space(dataset.get()), "cannot inspect " + what);
   hid_t ds = dataset.get();
-  return impl.read_one_int64(type.get(), space.get(), what, [ds](hid_t mem, void* buf) {
+  const int64_t value = impl.read_one_int64(type.get(), space.get(), what, [ds](hid_t mem, void* buf) {
     return H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
   });
+  impl.verify_checksum(ds, what, &value, sizeof value);
+  return value;
 }
 
 void H5File::write_string(const std::string& path, const std::string& value) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id()};
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
   if (value.find('\0') != std::string::npos)
     impl.fail("cannot write dataset " + absolute_path(path) + ": the string contains a NUL byte");
   Id type = variable_string_type(H5T_CSET_UTF8);
   if (type.get() < 0) impl.fail("cannot create a string type" + hdf5_detail());
   const char* data = value.c_str();
   impl.create_dataset(path, type.get(), type.get(), {}, &data);
+  impl.write_checksum(absolute_path(path), value.data(), value.size());
 }
 
 std::string H5File::read_string(const std::string& path) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id()};
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
   const std::string abs = absolute_path(path);
   const std::string what = "dataset " + abs;
   Id dataset = impl.open_dataset(abs);
@@ -202,13 +213,14 @@ std::string H5File::read_string(const std::string& path) {
       });
   if (values.size() != 1)
     impl.fail(what + " holds " + std::to_string(values.size()) + " strings, expected 1");
+  impl.verify_checksum(ds, what, values[0].data(), values[0].size());
   return values[0];
 }
 
 void H5File::set_attr_string(const std::string& object, const std::string& name,
                              const std::string& value) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id()};
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
   if (value.find('\0') != std::string::npos)
     impl.fail("cannot write attribute " + name + " of " + absolute_path(object) +
               ": the string contains a NUL byte");
@@ -222,7 +234,7 @@ void H5File::set_attr_string(const std::string& object, const std::string& name,
 void H5File::set_attr_string_list(const std::string& object, const std::string& name,
                                   const std::vector<std::string>& values) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id()};
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
   size_t width = 1;  // HDF5 has no 0-byte strings; h5py also uses 1 for an empty 'S' array
   for (const std::string& value : values) {
     if (value.find('\0') != std::string::npos)
@@ -245,14 +257,14 @@ void H5File::set_attr_string_list(const std::string& object, const std::string& 
 
 void H5File::set_attr_int64(const std::string& object, const std::string& name, int64_t value) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id()};
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
   Id space = impl.check_id(H5Screate(H5S_SCALAR), "cannot create a dataspace");
   impl.write_attr(object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, space.get(), &value, true);
 }
 
 bool H5File::has_attr(const std::string& object, const std::string& name) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id()};
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
   const std::string abs = absolute_path(object);
   Id obj = impl.open_object(abs);
   return impl.check(H5Aexists(obj.get(), name.c_str()),
@@ -261,7 +273,7 @@ bool H5File::has_attr(const std::string& object, const std::string& name) {
 
 std::string H5File::get_attr_string(const std::string& object, const std::string& name) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id()};
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
   std::vector<std::string> values = impl.read_attr_strings(object, name, false);
   if (values.size() != 1)
     impl.fail("attribute " + name + " of " + absolute_path(object) + " holds " +
@@ -277,7 +289,7 @@ std::vector<std::string> H5File::get_attr_string_list(const std::string& object,
 
 int64_t H5File::get_attr_int64(const std::string& object, const std::string& name) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id()};
+  H5FileImpl impl{path_, checked_id(), require_checksums_};
   const std::string abs = absolute_path(object);
   const std::string what = "attribute " + name + " of " + abs;
   Id attr = impl.open_attr(abs, name);

@@ -15,6 +15,11 @@
 // different threads; one H5File must not be used by two threads at once. HDF5's printing of errors
 // to stderr is turned off (in every thread that uses H5File).
 //
+// Checksums: every dataset H5File writes carries an attribute `keel_crc32`, zlib's CRC-32 of its
+// stored (little-endian) bytes: the float32 or int64 values, or the string's bytes. Every read checks
+// the bytes it returns against it, when present; after require_checksums(true) a dataset without
+// one is refused too. h5py and Keras ignore the attribute.
+//
 // Errors: every failure throws CheckpointError naming the file and the object path.
 #pragma once
 
@@ -76,6 +81,17 @@ class H5File {
   // Accepts variable- and fixed-length string storage.
   std::string read_string(const std::string& path);
 
+  // --- checksums ---
+  // From now on, reading a dataset without a checksum throws (files of a format that has them).
+  void require_checksums(bool on) { require_checksums_ = on; }
+  // Reads every dataset in the file and checks its checksum; throws CheckpointError naming the
+  // first damaged one. Returns the number of datasets read.
+  int64_t verify_checksums();
+  // zlib's CRC-32 of `size` bytes (the checksum above), for checksums of other things.
+  static uint32_t crc32(const void* bytes, size_t size);
+  // The most float values one dataset may declare for verify_checksums (2^31: 8 GiB).
+  static constexpr uint64_t kMaxVerifiedElements = uint64_t{1} << 31;
+
   // --- attributes on any object ("/" for the root); setting an existing attribute replaces it ---
   void set_attr_string(const std::string& object, const std::string& name, const std::string& value);
   // Contract: entries are ASCII without '\0'. An empty list is written as a 0-length array.
@@ -96,7 +112,8 @@ class H5File {
   int64_t checked_id() const;  // the file id, or throws if closed
 
   std::string path_;
-  int64_t id_ = -1;  // hid_t; int64_t here so this header does not pull in <hdf5.h>
+  int64_t id_ = -1;
+  bool require_checksums_ = false;  // hid_t; int64_t here so this header does not pull in <hdf5.h>
 };
 
 }  // namespace keel

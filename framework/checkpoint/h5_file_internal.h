@@ -5,6 +5,7 @@
 
 #include <hdf5.h>
 
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -21,6 +22,10 @@ namespace keel::h5_internal {
 // any real model, far below what a corrupt header could make a reader allocate.
 constexpr size_t kMaxStringCount = size_t{1} << 20;
 constexpr size_t kMaxStringBytes = size_t{1} << 30;
+
+// The attribute that carries a dataset's checksum: zlib's CRC-32 of its stored bytes, as uint32.
+inline constexpr const char* kChecksumAttr = "keel_crc32";
+uint32_t crc32_of(const void* bytes, size_t size);
 
 // keel may be linked against an HDF5 built without its thread-safe option, which must not be
 // entered from two threads at once; so every call, including the closing of ids, holds this lock.
@@ -97,6 +102,7 @@ Id variable_string_type(H5T_cset_t cset);
 struct H5FileImpl {
   const std::string& file;
   hid_t id;
+  bool require_checksums = false;  // a dataset without kChecksumAttr is refused (checkpoint format >= 2)
 
   [[noreturn]] void fail(const std::string& what) const;
   // Throws with HDF5's own description appended when an HDF5 call returned failure.
@@ -189,6 +195,11 @@ struct H5FileImpl {
 
   std::vector<std::string> read_attr_strings(const std::string& object, const std::string& name,
                                              bool allow_any_empty) const;
+
+  // Checksums (h5_file_checksum.cc): `bytes` are a dataset's values as stored (little-endian).
+  void write_checksum(const std::string& abs, const void* bytes, size_t size) const;
+  // Compares with the dataset's kChecksumAttr; a dataset without one passes unless require_checksums.
+  void verify_checksum(hid_t dataset, const std::string& what, const void* bytes, size_t size) const;
 
   // Reads one integer element (attribute or dataset) as int64, refusing values that overflow.
   template <typename Read>

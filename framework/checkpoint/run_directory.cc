@@ -108,6 +108,29 @@ bool is_temporary_name(const std::string& name) {
          starts_with(".latest.tmp-");
 }
 
+// "ckpt-<step>.h5.corrupt", "ckpt-<step>.h5.corrupt-2", ...: a checkpoint newest_verified() set aside.
+bool is_set_aside_name(const std::string& name) {
+  const size_t mark = name.find(".h5.corrupt");
+  return mark != std::string::npos && parse_checkpoint_name(name.substr(0, mark + 3)).has_value();
+}
+
+// Renames `path` to path + suffix (or + suffix + "-2", ...), never over an existing file; returns
+// the new path.
+std::string set_aside(const std::string& path, const std::string& suffix) {
+  for (int n = 1; n < 1000; ++n) {
+    std::string target = path;
+    target += suffix;
+    if (n > 1) target += "-" + std::to_string(n);
+    if (::renameat2(AT_FDCWD, path.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) == 0) {
+      const fs::path parent = fs::path(path).parent_path();
+      fsync_path(parent.empty() ? "." : parent.string(), true);
+      return target;
+    }
+    if (errno != EEXIST) throw CheckpointError("cannot rename " + path + " to " + target + ": " + errno_text());
+  }
+  throw CheckpointError("cannot set " + path + " aside: 999 files named " + path + suffix + "-N exist already");
+}
+
 }  // namespace
 
 RunDirectory::RunDirectory(std::string dir) : dir_(std::move(dir)) {}
@@ -161,7 +184,8 @@ std::vector<std::pair<int64_t, std::string>> RunDirectory::checkpoints() const {
 }
 
 void RunDirectory::save(int64_t step,
-                        const std::function<void(const std::string& tmp_path)>& write, int keep) {
+                        const std::function<void(const std::string& tmp_path)>& write, int keep,
+                        const Verifier& verify) {
   const std::string name = checkpoint_name(step);
   const fs::path final_path = checkpoint_path(step);  // validates step
   std::error_code ec;
@@ -182,6 +206,7 @@ void RunDirectory::save(int64_t step,
       throw CheckpointError("run directory " + dir_ + ": saving step " + std::to_string(step) +
                             " wrote nothing to " + tmp.string());
     fsync_path(tmp.string(), false);
+    if (verify) verify(tmp.string());  // read back before it gets a checkpoint's name
     rename_or_throw(tmp, final_path);
   } catch (...) {
     fs::remove(tmp, ec);
@@ -202,15 +227,63 @@ void RunDirectory::save(int64_t step,
   if (keep <= 0) return;
   std::vector<std::pair<int64_t, std::string>> existing = checkpoints();
   size_t excess = existing.size() > static_cast<size_t>(keep) ? existing.size() - keep : 0;
-  for (const auto& [old_step, old_path] : existing) {
-    if (excess == 0) break;
-    if (old_step == step) continue;  // the one `latest` now names
+  for (const auto& [old_step, old_path] : existing) {  // lowest steps first
+    if (excess == 0 || old_step >= step) break;  // never the new one, nor one of a higher step
     fs::remove(old_path, ec);
     if (ec)
       throw CheckpointError("run directory " + dir_ + ": saved " + name +
                             " but cannot delete old checkpoint " + old_path + ": " + ec.message());
     --excess;
   }
+}
+
+std::optional<std::string> RunDirectory::newest_verified(const Verifier& verify, bool move_aside,
+                                                         std::vector<Rejected>* rejected) const {
+  std::vector<std::pair<int64_t, std::string>> all = checkpoints();
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const std::string& path = it->second;
+    try {
+      verify(path);
+      return path;
+    } catch (const CheckpointError& e) {
+      std::error_code ec;
+      if (!fs::exists(path, ec)) continue;  // pruned by a training process meanwhile
+      Rejected r{path, e.what(), ""};
+      if (move_aside) r.moved_to = set_aside(path, ".corrupt");
+      if (rejected) rejected->push_back(std::move(r));
+    }
+  }
+  return std::nullopt;
+}
+
+bool RunDirectory::holds_a_run() const {
+  std::error_code ec;
+  if (!fs::exists(dir_, ec)) return false;
+  if (fs::exists(fs::path(dir_) / kLatestName, ec) || !checkpoints().empty()) return true;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir_, ec)) {
+    if (is_set_aside_name(entry.path().filename().string())) return true;
+  }
+  return false;
+}
+
+std::string RunDirectory::move_previous_run_aside() const {
+  std::error_code ec;
+  fs::path target;
+  for (int n = 1;; ++n) {
+    target = fs::path(dir_) / ("replaced-" + std::to_string(n));
+    if (fs::create_directory(target, ec)) break;
+    if (ec) throw CheckpointError("cannot create " + target.string() + ": " + ec.message());
+  }
+  std::vector<fs::path> previous;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == kLatestName || parse_checkpoint_name(name) || is_set_aside_name(name)) previous.push_back(entry.path());
+  }
+  if (ec) throw CheckpointError("cannot list run directory " + dir_ + ": " + ec.message());
+  for (const fs::path& path : previous) rename_or_throw(path, target / path.filename());
+  fsync_path(target.string(), true);
+  fsync_path(dir_, true);
+  return target.string();
 }
 
 void RunDirectory::remove_stale_temporaries() const {
@@ -238,7 +311,10 @@ void write_new_file(const std::string& path, const std::function<void(const std:
   if (fs::exists(fs::symlink_status(target, ec))) {
     throw CheckpointError(path + " already exists; keel never writes over a file: choose a new name");
   }
-  const fs::path tmp = dir / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  std::string tmp_name = ".";
+  tmp_name += target.filename().string();
+  tmp_name += ".tmp-" + std::to_string(::getpid());
+  const fs::path tmp = dir / tmp_name;
   fs::remove(tmp, ec);
   try {
     write(tmp.string());

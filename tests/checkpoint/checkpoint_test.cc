@@ -12,6 +12,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include "framework/checkpoint/h5_file.h"
 #include "framework/layers/core_layers.h"
@@ -20,6 +21,7 @@
 #include "framework/train/losses.h"
 #include "framework/train/optimizers.h"
 #include "tests/support/cli_runner.h"
+#include "tests/support/file_damage.h"
 #include "tests/support/grad_check.h"
 
 namespace keel {
@@ -162,7 +164,7 @@ TEST_F(CheckpointTest, FileHasKerasLegacyLayoutAndKeelsAttributes) {
   const std::string p = saved(&source);
   H5File f = H5File::open_read(p);
   EXPECT_EQ(f.get_attr_int64("/", "keel_format_version"), kCheckpointFormatVersion);
-  EXPECT_EQ(kCheckpointFormatVersion, 1);
+  EXPECT_EQ(kCheckpointFormatVersion, 2);
   EXPECT_EQ(f.get_attr_string("/", "keras_version"), "2.13.1");
   EXPECT_EQ(f.get_attr_string("/", "backend"), "keel");
   EXPECT_EQ(nlohmann::json::parse(f.get_attr_string("/", "model_config")), source->to_config());
@@ -258,12 +260,12 @@ TEST_F(CheckpointTest, FilesThatAreNotKeelCheckpointsAreRefused) {
   EXPECT_THROW(read_train_state(path("plain.h5")), CheckpointError);
   {
     H5File f = H5File::create(path("future.h5"));
-    f.set_attr_int64("/", "keel_format_version", 2);
+    f.set_attr_int64("/", "keel_format_version", 3);
     f.create_group("keel");
     f.write_string("keel/train_state", "{}");
     f.close();
   }
-  expect_refused(path("future.h5"), *m, "keel_format_version 2");
+  expect_refused(path("future.h5"), *m, "keel_format_version 3");
   {
     H5File f = H5File::create(path("damaged.h5"));
     f.set_attr_int64("/", "keel_format_version", 1);
@@ -291,6 +293,91 @@ TEST_F(CheckpointTest, ACheckpointSavedBeforeTheFirstStepLoads) {
   EXPECT_EQ(target->optimizer().iterations(), 0);
   for (Variable* slot : target->optimizer().slot_variables()) {
     for (float v : slot->value().to_vector()) ASSERT_EQ(v, 0.0f) << slot->name();
+  }
+}
+
+TEST_F(CheckpointTest, AFlippedByteInAnyDatasetIsDetectedAndTheModelKeptAsItWas) {
+  const std::string clean = saved();
+  const std::vector<std::string> datasets = testing::dataset_paths(clean);
+  ASSERT_GE(datasets.size(), 10u);  // 4 weights, 8 Adam slots, iterations, train_state
+  auto target = mlp(4, 7);
+  train(*target, 1);
+  for (const std::string& d : datasets) {
+    const std::string p = path("damaged.h5");
+    std::filesystem::copy_file(clean, p, std::filesystem::copy_options::overwrite_existing);
+    if (d == "/keel/train_state") {
+      testing::flip_byte(p, testing::find_bytes(p, "batch_in_epoch") + 3, 0x20);  // its bytes live in the global heap
+    } else {
+      testing::flip_byte(p, testing::dataset_offset(p, d) + 1, 0x04);
+    }
+    EXPECT_THROW(verify_checkpoint(p), CheckpointError) << d;
+    expect_refused(p, *target, "fails its checksum");
+  }
+  // The config attributes are checked too.
+  const std::string p = path("config.h5");
+  std::filesystem::copy_file(clean, p);
+  testing::flip_byte(p, testing::find_bytes(p, "\"class_name\"") + 2, 0x01);
+  expect_refused(p, *target, "model_config or training_config fails its checksum");
+  // And the undamaged file verifies.
+  const CheckpointCheck check = verify_checkpoint(clean);
+  EXPECT_TRUE(check.checksummed);
+  EXPECT_EQ(check.format_version, kCheckpointFormatVersion);
+  EXPECT_EQ(check.datasets, static_cast<int64_t>(datasets.size()));
+  expect_same_state(check.state, a_state(3));
+}
+
+// Rewrites a checkpoint as format 1 wrote it: no checksums.
+void make_format_1(const std::string& p) {
+  hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  for (const std::string& d : testing::dataset_paths(p)) {
+    hid_t ds = H5Dopen2(f, d.c_str(), H5P_DEFAULT);
+    H5Adelete(ds, "keel_crc32");
+    H5Dclose(ds);
+  }
+  H5Adelete(f, "keel_config_crc32");
+  H5Fclose(f);
+  H5File file = H5File::open_read(p);
+  file.close();
+  hid_t rw = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t a = H5Aopen(rw, "keel_format_version", H5P_DEFAULT);
+  const int64_t one = 1;
+  H5Awrite(a, H5T_NATIVE_INT64, &one);
+  H5Aclose(a);
+  H5Fclose(rw);
+}
+
+TEST_F(CheckpointTest, AFormat1CheckpointStillLoadsUnverified) {
+  std::unique_ptr<Sequential> source;
+  const std::string p = saved(&source);
+  make_format_1(p);
+  const CheckpointCheck check = verify_checkpoint(p);
+  EXPECT_EQ(check.format_version, 1);
+  EXPECT_FALSE(check.checksummed);
+  auto target = mlp(4, 9);
+  load_checkpoint(p, *target, target->optimizer());
+  EXPECT_TRUE(bit_equal(snapshot(*target), snapshot(*source)));
+  // A format-2 file that lost a checksum is damaged, not old.
+  const std::string q = saved();
+  hid_t f = H5Fopen(q.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t ds = H5Dopen2(f, "/model_weights/dense/dense/bias:0", H5P_DEFAULT);
+  H5Adelete(ds, "keel_crc32");
+  H5Dclose(ds);
+  H5Fclose(f);
+  expect_refused(q, *target, "has no checksum");
+}
+
+TEST_F(CheckpointTest, ATrainStateWithNegativeCountersIsRefused) {
+  auto target = mlp(4, 9);
+  for (const auto& [field, value] : std::vector<std::pair<std::string, int64_t>>{{"step", -1}, {"epoch", -2}, {"batch_in_epoch", -3}}) {
+    TrainState s = a_state(3);
+    if (field == "step") s.step = value;
+    if (field == "epoch") s.epoch = static_cast<int>(value);
+    if (field == "batch_in_epoch") s.batch_in_epoch = value;
+    auto m = mlp(4, 1);
+    const std::string p = path("negative-" + field + ".h5");
+    save_checkpoint(p, *m, m->optimizer(), s);
+    EXPECT_THROW(read_train_state(p), CheckpointError) << field;
+    expect_refused(p, *target, field);
   }
 }
 

@@ -95,14 +95,16 @@ TEST_F(RunDirectoryTest, KeepPrunesTheOldest) {
   EXPECT_EQ(run.checkpoints().size(), 4u);
 }
 
-TEST_F(RunDirectoryTest, PruningNeverDeletesTheLatest) {
+TEST_F(RunDirectoryTest, PruningNeverDeletesTheNewOneNorAnyOfAHigherStep) {
   RunDirectory run(run_.string());
   run.save(300, writes("300"), 0);
   run.save(200, writes("200"), 0);
-  // Resumed from an earlier step: step 100 is the lowest, yet it is the one `latest` names.
+  // Step 100 is the lowest, yet it is the one just saved; 200 and 300 are newer: none may go.
   run.save(100, writes("100"), 1);
-  EXPECT_EQ(listing(), (std::set<std::string>{"ckpt-100.h5", "latest"}));
+  EXPECT_EQ(listing(), (std::set<std::string>{"ckpt-100.h5", "ckpt-200.h5", "ckpt-300.h5", "latest"}));
   EXPECT_EQ(run.latest(), (run_ / "ckpt-100.h5").string());
+  run.save(400, writes("400"), 2);
+  EXPECT_EQ(listing(), (std::set<std::string>{"ckpt-300.h5", "ckpt-400.h5", "latest"}));
 }
 
 TEST_F(RunDirectoryTest, FailedWriteLeavesEverythingUntouched) {
@@ -192,6 +194,85 @@ TEST_F(RunDirectoryTest, SavesAndReopensAnHdf5Checkpoint) {
   H5File f = H5File::open_read(*latest);
   EXPECT_EQ(f.read_int64("keel/train_state/step"), 20);
   EXPECT_EQ(listing(), (std::set<std::string>{"ckpt-20.h5", "latest"}));
+}
+
+// A verifier that accepts files whose contents start with "good".
+void accepts_good(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(4, '\0');
+  in.read(head.data(), 4);
+  if (head != "good") throw CheckpointError("checkpoint " + path + " is damaged");
+}
+
+TEST_F(RunDirectoryTest, NewestVerifiedSkipsDamagedFilesAndSetsThemAsideOnlyWhenAsked) {
+  RunDirectory run(run_.string());
+  run.save(100, writes("good 100"), 0);
+  run.save(200, writes("good 200"), 0);
+  run.save(300, writes("bad 300"), 0);
+  run.save(400, writes("bad 400"), 0);
+  std::vector<RunDirectory::Rejected> rejected;
+  // Reading only: the damaged files stay where they are.
+  EXPECT_EQ(run.newest_verified(accepts_good, false, &rejected), (run_ / "ckpt-200.h5").string());
+  ASSERT_EQ(rejected.size(), 2u);
+  EXPECT_EQ(rejected[0].path, (run_ / "ckpt-400.h5").string());
+  EXPECT_EQ(rejected[0].moved_to, "");
+  EXPECT_EQ(listing().size(), 5u);
+  // Resuming: set aside, bytes untouched; an existing .corrupt is never replaced.
+  write_file(run_ / "ckpt-300.h5.corrupt", "an earlier damaged 300");
+  rejected.clear();
+  EXPECT_EQ(run.newest_verified(accepts_good, true, &rejected), (run_ / "ckpt-200.h5").string());
+  ASSERT_EQ(rejected.size(), 2u);
+  EXPECT_EQ(rejected[1].moved_to, (run_ / "ckpt-300.h5.corrupt-2").string());
+  EXPECT_EQ(listing(), (std::set<std::string>{"ckpt-100.h5", "ckpt-200.h5", "ckpt-300.h5.corrupt", "ckpt-300.h5.corrupt-2",
+                                              "ckpt-400.h5.corrupt", "latest"}));
+  EXPECT_EQ(read_file(run_ / "ckpt-300.h5.corrupt"), "an earlier damaged 300");
+  EXPECT_EQ(read_file(run_ / "ckpt-300.h5.corrupt-2"), "bad 300");
+  EXPECT_EQ(read_file(run_ / "ckpt-400.h5.corrupt"), "bad 400");
+  // `latest` is only a hint: it may name anything, or nothing.
+  fs::remove(run_ / "latest");
+  EXPECT_EQ(run.newest_verified(accepts_good, true, nullptr), (run_ / "ckpt-200.h5").string());
+  run.save(500, writes("bad 500"), 0);
+  run.save(600, writes("bad 600"), 0);
+  EXPECT_TRUE(run.holds_a_run());
+}
+
+TEST_F(RunDirectoryTest, NoCheckpointVerifies) {
+  RunDirectory run(run_.string());
+  EXPECT_EQ(run.newest_verified(accepts_good, true, nullptr), std::nullopt);  // no directory
+  run.save(1, writes("bad"), 0);
+  std::vector<RunDirectory::Rejected> rejected;
+  EXPECT_EQ(run.newest_verified(accepts_good, true, &rejected), std::nullopt);
+  EXPECT_EQ(rejected.size(), 1u);
+  EXPECT_TRUE(run.checkpoints().empty());
+  EXPECT_TRUE(run.holds_a_run());  // the set-aside file and `latest` still belong to it
+}
+
+TEST_F(RunDirectoryTest, ASaveThatFailsVerificationPublishesNothing) {
+  RunDirectory run(run_.string());
+  run.save(100, writes("good 100"), 1, accepts_good);
+  EXPECT_THROW(run.save(200, writes("bad 200"), 1, accepts_good), CheckpointError);
+  EXPECT_EQ(listing(), (std::set<std::string>{"ckpt-100.h5", "latest"}));
+  EXPECT_EQ(read_file(run_ / "latest"), "ckpt-100.h5\n");
+  run.save(300, writes("good 300"), 1, accepts_good);
+  EXPECT_EQ(listing(), (std::set<std::string>{"ckpt-300.h5", "latest"}));
+}
+
+TEST_F(RunDirectoryTest, MovingAPreviousRunAsideDeletesNothing) {
+  RunDirectory run(run_.string());
+  EXPECT_FALSE(run.holds_a_run());
+  run.save(100, writes("good 100"), 0);
+  run.save(200, writes("bad 200"), 0);
+  run.newest_verified(accepts_good, true, nullptr);
+  write_file(run_ / "notes.txt", "mine");
+  const std::string moved = run.move_previous_run_aside();
+  EXPECT_EQ(moved, (run_ / "replaced-1").string());
+  EXPECT_FALSE(run.holds_a_run());
+  EXPECT_EQ(listing(), (std::set<std::string>{"notes.txt", "replaced-1"}));
+  EXPECT_EQ(read_file(run_ / "replaced-1" / "ckpt-100.h5"), "good 100");
+  EXPECT_EQ(read_file(run_ / "replaced-1" / "ckpt-200.h5.corrupt"), "bad 200");
+  EXPECT_EQ(read_file(run_ / "replaced-1" / "latest"), "ckpt-200.h5\n");
+  run.save(5, writes("good 5"), 0);
+  EXPECT_EQ(run.move_previous_run_aside(), (run_ / "replaced-2").string());
 }
 
 }  // namespace

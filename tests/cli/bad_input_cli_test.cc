@@ -99,25 +99,34 @@ TEST_F(BadInputCli, ACheckpointThatIsNotKeelsIsRefused) {
   EXPECT_THAT(r2.err, HasSubstr("not a keel checkpoint"));
 }
 
-TEST_F(BadInputCli, TruncatedCheckpointIsRefusedAndNothingIsOverwritten) {
+TEST_F(BadInputCli, TruncatedCheckpointIsRefusedSetAsideAndNothingIsModified) {
   const std::string run = short_run("run");
   const std::string ckpt = run + "/ckpt-5.h5";
   fs::resize_file(ckpt, fs::file_size(ckpt) / 2);
-  const std::string before = md5_of_dir(run);
+  const std::string truncated = read_file(ckpt);
+  // evaluate only reads: it reports and leaves the file where it is.
+  CommandResult e = run_keel("evaluate " + run);
+  EXPECT_EQ(e.exit_code, 2);
+  EXPECT_THAT(e.err, HasSubstr("ckpt-5.h5"));
+  EXPECT_TRUE(fs::exists(ckpt));
+  CommandResult f = run_keel("evaluate " + ckpt);
+  EXPECT_EQ(f.exit_code, 2);
+  // resume sets it aside, its bytes untouched, and has nothing left to continue from.
   CommandResult r = run_keel("resume " + run + " --quiet");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("ckpt-5.h5"));
-  EXPECT_EQ(md5_of_dir(run), before);
-  CommandResult e = run_keel("evaluate " + run);
-  EXPECT_EQ(e.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("no checkpoint in"));
+  EXPECT_FALSE(fs::exists(ckpt));
+  EXPECT_EQ(read_file(ckpt + ".corrupt"), truncated);
+  EXPECT_EQ(read_file(run + "/latest"), "ckpt-5.h5\n");
 }
 
-TEST_F(BadInputCli, LatestPointingNowhereIsReported) {
+TEST_F(BadInputCli, LatestPointingNowhereIsOnlyAHint) {
   const std::string run = short_run("run");
   std::ofstream(run + "/latest") << "ckpt-999.h5\n";
-  CommandResult r = run_keel("resume " + run);
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("ckpt-999.h5"));
+  CommandResult r = run_keel("resume " + run + " --stop-after-steps 1 --quiet");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Resuming " + run + "/ckpt-5.h5"));
 }
 
 TEST_F(BadInputCli, ResumeWithoutARun) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/checkpoint/h5_file.h"
 #include "tests/fuzz/checkpoint_fixture.h"
 #include "tests/fuzz/fuzz_support.h"
 
@@ -51,6 +52,7 @@ struct Value {
   std::vector<std::string> strings; // variable-length string elements
   std::vector<const char*> pointers;
   bool vlen = false;
+  enum class Checksum { kValid, kNone, kWrong } checksum = Checksum::kValid;  // for a dataset
   const void* data() const { return vlen ? static_cast<const void*>(pointers.data()) : bytes.data(); }
 };
 
@@ -84,6 +86,8 @@ hid_t make_type(FuzzedDataProvider& in, bool* vlen) {
 // `for_dataset`: also offers huge chunked shapes, which only datasets can have.
 void make_value(FuzzedDataProvider& in, bool for_dataset, Value* v) {
   v->type.reset(make_type(in, &v->vlen));
+  const int checksum = in.ConsumeIntegralInRange<int>(0, 7);
+  v->checksum = checksum == 0 ? Value::Checksum::kNone : checksum == 1 ? Value::Checksum::kWrong : Value::Checksum::kValid;
   hsize_t dims[3] = {1, 1, 1};
   int rank = 0;
   switch (in.ConsumeIntegralInRange<int>(0, for_dataset ? 3 : 2)) {
@@ -112,6 +116,8 @@ void make_value(FuzzedDataProvider& in, bool for_dataset, Value* v) {
   }
 }
 
+using Checksum = Value::Checksum;
+
 void replace_dataset(hid_t file, const std::string& path, const Value& v) {
   if (path != "/" && H5Lexists(file, path.c_str(), H5P_DEFAULT) > 0) H5Ldelete(file, path.c_str(), H5P_DEFAULT);
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
@@ -124,6 +130,16 @@ void replace_dataset(hid_t file, const std::string& path, const Value& v) {
   Handle ds(H5Dcreate2(file, path.c_str(), v.type.get(), v.space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT));
   if (ds.ok() && !v.huge && H5Sget_simple_extent_npoints(v.space.get()) > 0)
     H5Dwrite(ds.get(), v.type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+  // Mostly with the checksum keel would have written (so that the checks behind it are reached),
+  // sometimes none or a wrong one.
+  if (ds.ok() && v.checksum != Checksum::kNone) {
+    const std::string& first = v.strings.empty() ? std::string() : v.strings.front();
+    uint32_t crc = v.vlen ? H5File::crc32(first.data(), first.size()) : H5File::crc32(v.bytes.data(), v.bytes.size());
+    if (v.checksum == Checksum::kWrong) crc ^= 1u;
+    Handle space(H5Screate(H5S_SCALAR));
+    Handle attr(H5Acreate2(ds.get(), "keel_crc32", H5T_STD_U32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+    if (attr.ok()) H5Awrite(attr.get(), H5T_NATIVE_UINT32, &crc);
+  }
 }
 
 void replace_attr(hid_t file, const std::string& object, const std::string& name, const Value& v) {

@@ -44,7 +44,8 @@ CommandResult run_command(const std::string& command) {
 CommandResult run_keel(const std::string& args) { return run_command(std::string(KEEL_BINARY) + " " + args); }
 
 std::string md5_of_dir(const std::string& dir) {
-  CommandResult r = run_command("cd '" + dir + "' && find . -type f | LC_ALL=C sort | xargs md5sum");
+  // A run's .lock holds the pid of its last writer: it is the lock's, not data.
+  CommandResult r = run_command("cd '" + dir + "' && find . -type f ! -name .lock | LC_ALL=C sort | xargs md5sum");
   return r.out;
 }
 

@@ -10,6 +10,7 @@
 #include "framework/layers/layer.h"
 #include "framework/model/planner.h"
 #include "models/zoo.h"
+#include "tools/cli/checkpoint_selection.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/data_sources.h"
 #include "tools/cli/run_config.h"
@@ -17,15 +18,12 @@
 namespace keel::cli {
 namespace {
 
-// A run directory (its `latest`) or a checkpoint file.
-std::string checkpoint_file(const std::string& target) {
-  if (std::filesystem::is_directory(target)) {
-    std::optional<std::string> latest = RunDirectory(target).latest();
-    if (!latest) throw UsageError(target + " holds no checkpoint (no `latest`)");
-    return *latest;
-  }
+// A run directory (its newest checkpoint that verifies; damaged ones are reported and left as they
+// are) or a checkpoint file (verified whole).
+SelectedCheckpoint checkpoint_file(const std::string& target) {
+  if (std::filesystem::is_directory(target)) return select_checkpoint(RunDirectory(target), /*move_aside=*/false, "evaluate");
   if (!std::filesystem::exists(target)) throw UsageError("no such run directory or checkpoint: " + target);
-  return target;
+  return verify_file(target, "evaluate");
 }
 
 nlohmann::json plan_json(const MemoryPlan& plan) {
@@ -146,7 +144,7 @@ po::options_description evaluate_options() {
                             "       keel evaluate RUN_DIR --recompute-bn-stats 100 [--output FILE.h5]\n\n"
                             "Loss and accuracy of a checkpoint on a dataset split.");
   d.add_options()("help,h", "this help")
-      ("target", po::value<std::string>(), "run directory (its latest checkpoint) or a ckpt-<step>.h5 file")
+      ("target", po::value<std::string>(), "run directory (its newest checkpoint that verifies) or a ckpt-<step>.h5 file")
       ("split", po::value<std::string>()->default_value("test"), "train | test")
       ("data-dir", po::value<std::string>(), "directory of the dataset files (default: the run's)")
       ("dataset", po::value<std::string>(), "evaluate on another dataset: fashion_mnist, tfrecord:DIR or images:DIR (default: the run's)")
@@ -176,8 +174,9 @@ int evaluate_command(const std::vector<std::string>& args) {
   if (split != "train" && split != "test") throw UsageError("--split must be train or test, got '" + split + "'");
   if (vm.count("output") && !vm.count("recompute-bn-stats")) throw UsageError("--output goes with --recompute-bn-stats");
   if (vm.count("output")) check_output_path(vm["output"].as<std::string>());
-  const std::string file = checkpoint_file(vm["target"].as<std::string>());
-  TrainState state = read_train_state(file);
+  const SelectedCheckpoint selected = checkpoint_file(vm["target"].as<std::string>());
+  const std::string& file = selected.path;
+  const TrainState& state = selected.check.state;
   RunConfig config;
   try {
     config = RunConfig::from_json(state.config);

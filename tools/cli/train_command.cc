@@ -8,9 +8,11 @@
 #include "framework/data/data_error.h"
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/run_directory.h"
+#include "framework/checkpoint/run_lock.h"
 #include "framework/layers/initializers.h"
 #include "framework/layers/layer.h"
 #include "framework/model/callbacks.h"
+#include "tools/cli/checkpoint_selection.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/data_sources.h"
 #include "tools/cli/run_config.h"
@@ -61,6 +63,8 @@ class CheckpointCallback : public Callback {
     save(st, s);
   }
 
+  // The directory holds a previous run, to move aside before the first save (train --overwrite).
+  void replace_previous_run() { replace_previous_run_ = true; }
   bool stopped_early() const { return stopped_early_; }
   int64_t last_saved_step() const { return last_saved_; }
 
@@ -69,7 +73,13 @@ class CheckpointCallback : public Callback {
     if (s.step == last_saved_) return;
     s.config = config_.to_json();
     Model& model = *st.model;
-    dir_.save(s.step, [&](const std::string& tmp) { save_checkpoint(tmp, model, model.optimizer(), s); }, config_.keep);
+    if (replace_previous_run_) {  // --overwrite: only once the new run has something to save
+      std::printf("Moved the previous run in %s to %s\n", dir_.dir().c_str(), dir_.move_previous_run_aside().c_str());
+      replace_previous_run_ = false;
+    }
+    dir_.save(
+        s.step, [&](const std::string& tmp) { save_checkpoint(tmp, model, model.optimizer(), s); }, config_.keep,
+        [](const std::string& written) { verify_checkpoint(written); });
     last_saved_ = s.step;
   }
 
@@ -79,6 +89,7 @@ class CheckpointCallback : public Callback {
   int64_t steps_this_run_ = 0;
   int64_t last_saved_ = -1;
   bool stopped_early_ = false;
+  bool replace_previous_run_ = false;
 };
 
 // After each epoch: the bytes infeed moved to the cores and how much of the step time the cores
@@ -194,7 +205,9 @@ void print_outcome(const RunConfig& config, const RunDirectory& dir, const Check
 }
 
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
-int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int64_t stop_after_steps, bool quiet) {
+// With `overwrite`, the previous run in `dir` is moved aside before the first save.
+int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int64_t stop_after_steps, bool quiet,
+        bool overwrite = false) {
   Dataset train = training_dataset(config);  // data errors before any model work
   set_cosine_decay_steps(config, train);
 
@@ -216,6 +229,7 @@ int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int
 
   ProgbarLogger progbar(stdout);
   CheckpointCallback checkpoints(dir, config, stop_after_steps);
+  if (overwrite) checkpoints.replace_previous_run();
   InfeedReport infeed_report(quiet);
   if (!quiet) fit.callbacks.push_back(&progbar);
   fit.callbacks.push_back(&infeed_report);
@@ -252,17 +266,19 @@ int train_command(const std::vector<std::string>& args) {
   apply_training_options(vm, config);
   if (!vm.count("checkpoint-dir")) throw UsageError("--checkpoint-dir is required (e.g. --checkpoint-dir checkpoints/mlp)");
   RunDirectory dir(vm["checkpoint-dir"].as<std::string>());
-  if (auto latest = dir.latest(); latest && !vm["overwrite"].as<bool>()) {
-    throw UsageError(dir.dir() + " already holds a run (" + *latest + "); continue it with `keel resume " + dir.dir() +
-                     "`, or pass --overwrite to start a new one there");
+  const RunLock lock = RunLock::acquire(dir.dir());
+  const bool previous_run = dir.holds_a_run();
+  if (previous_run && !vm["overwrite"].as<bool>()) {
+    throw UsageError(dir.dir() + " already holds a run; continue it with `keel resume " + dir.dir() +
+                     "`, or pass --overwrite to start a new one there (the old one is moved aside, not deleted)");
   }
   return run(config, dir, nullptr, vm.count("stop-after-steps") ? vm["stop-after-steps"].as<int64_t>() : 0,
-             vm["quiet"].as<bool>());
+             vm["quiet"].as<bool>(), previous_run);
 }
 
 int resume_command(const std::vector<std::string>& args) {
   po::options_description d("Usage: keel resume RUN_DIR [--epochs N] [options]\n\n"
-                            "Continues a run exactly from its latest checkpoint. --epochs is the new total.");
+                            "Continues a run exactly from its newest checkpoint that verifies. --epochs is the new total.");
   d.add_options()("help,h", "this help")
       ("run-dir", po::value<std::string>(), "the run directory")
       ("epochs", po::value<int>(), "total number of epochs (default: the run's)")
@@ -281,14 +297,13 @@ int resume_command(const std::vector<std::string>& args) {
   if (!vm.count("run-dir")) throw UsageError("keel resume needs a run directory, e.g. `keel resume checkpoints/mlp`");
   RunDirectory dir(vm["run-dir"].as<std::string>());
   if (!std::filesystem::is_directory(dir.dir())) throw UsageError("run directory " + dir.dir() + " does not exist");
-  std::optional<std::string> latest = dir.latest();
-  if (!latest) throw UsageError(dir.dir() + " holds no checkpoint to resume (no `latest`); start one with `keel train`");
-  TrainState state = read_train_state(*latest);
+  const RunLock lock = RunLock::acquire(dir.dir());
+  const SelectedCheckpoint selected = select_checkpoint(dir, /*move_aside=*/true, "resume");
   RunConfig config;
   try {
-    config = RunConfig::from_json(state.config);
+    config = RunConfig::from_json(selected.check.state.config);
   } catch (const std::exception& e) {
-    throw CheckpointError("checkpoint " + *latest + ": its run configuration is damaged (" + e.what() + ")");
+    throw CheckpointError("checkpoint " + selected.path + ": its run configuration is damaged (" + e.what() + ")");
   }
   if (vm.count("epochs")) config.epochs = vm["epochs"].as<int>();
   if (config.epochs <= 0) throw UsageError("--epochs must be positive");
@@ -296,7 +311,7 @@ int resume_command(const std::vector<std::string>& args) {
   if (vm.count("keep")) config.keep = vm["keep"].as<int>();
   if (vm.count("save-every-steps")) config.save_every_steps = vm["save-every-steps"].as<int64_t>();
   if (vm["skip-corrupt"].as<bool>()) config.skip_corrupt = true;
-  return run(config, dir, &*latest, vm.count("stop-after-steps") ? vm["stop-after-steps"].as<int64_t>() : 0,
+  return run(config, dir, &selected.path, vm.count("stop-after-steps") ? vm["stop-after-steps"].as<int64_t>() : 0,
              vm["quiet"].as<bool>());
 }
 
