@@ -78,7 +78,7 @@ H5File open_keel_checkpoint(const std::string& path, int64_t* version_out = null
                           "; this keel reads versions " + std::to_string(kOldestCheckpointFormatVersion) + " to " +
                           std::to_string(kCheckpointFormatVersion));
   }
-  f.require_checksums(version >= 2);
+  f.set_strict(version >= 2);
   if (!f.exists("keel/train_state")) {
     throw CheckpointError("checkpoint " + path + " has no /keel/train_state");
   }

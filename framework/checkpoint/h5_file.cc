@@ -17,7 +17,7 @@ using h5_internal::Hdf5Lock;
 using h5_internal::hdf5_detail;
 using h5_internal::Id;
 using h5_internal::type_name;
-using h5_internal::variable_string_type;
+using h5_internal::fixed_string_type;
 
 static_assert(std::is_same_v<hid_t, int64_t>, "H5File stores hid_t as int64_t");
 
@@ -49,7 +49,7 @@ H5File H5File::open_read(const std::string& path) {
 H5File::H5File(H5File&& other) noexcept
     : path_(std::move(other.path_)),
       id_(std::exchange(other.id_, H5I_INVALID_HID)),
-      require_checksums_(other.require_checksums_) {}
+      strict_(other.strict_) {}
 
 H5File& H5File::operator=(H5File&& other) noexcept {
   if (this != &other) {
@@ -59,7 +59,7 @@ H5File& H5File::operator=(H5File&& other) noexcept {
     }
     path_ = std::move(other.path_);
     id_ = std::exchange(other.id_, H5I_INVALID_HID);
-    require_checksums_ = other.require_checksums_;
+    strict_ = other.strict_;
   }
   return *this;
 }
@@ -85,7 +85,7 @@ int64_t H5File::checked_id() const {
 
 void H5File::create_group(const std::string& path) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   const std::string abs = absolute_path(path);
   if (impl.exists(abs)) {
     if (impl.object_kind(abs) != H5I_GROUP) impl.fail("cannot create group " + abs +
@@ -105,7 +105,7 @@ bool H5File::exists(const std::string& path) {
 
 std::vector<std::string> H5File::children(const std::string& group_path) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   const std::string abs = absolute_path(group_path);
   Id group = impl.open_object(abs);
   if (H5Iget_type(group.get()) != H5I_GROUP) impl.fail(abs + " is a dataset, not a group");
@@ -126,14 +126,14 @@ std::vector<std::string> H5File::children(const std::string& group_path) {
 
 void H5File::write_floats(const std::string& path, const Shape& shape, const float* data) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   impl.create_dataset(path, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, shape, data);
   impl.write_checksum(absolute_path(path), data, static_cast<size_t>(num_elements(shape)) * sizeof(float));
 }
 
 Shape H5File::dataset_shape(const std::string& path) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   const std::string abs = absolute_path(path);
   Id dataset = impl.open_dataset(abs);
   Id space = impl.check_id(H5Dget_space(dataset.get()), "cannot inspect dataset " + abs);
@@ -142,7 +142,7 @@ Shape H5File::dataset_shape(const std::string& path) {
 
 void H5File::read_floats(const std::string& path, const Shape& expected_shape, float* out) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   const std::string abs = absolute_path(path);
   const std::string what = "dataset " + abs;
   Id dataset = impl.open_dataset(abs);
@@ -165,14 +165,14 @@ void H5File::read_floats(const std::string& path, const Shape& expected_shape, f
 
 void H5File::write_int64(const std::string& path, int64_t value) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   impl.create_dataset(path, H5T_STD_I64LE, H5T_NATIVE_INT64, {}, &value);
   impl.write_checksum(absolute_path(path), &value, sizeof value);
 }
 
 int64_t H5File::read_int64(const std::string& path) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   const std::string abs = absolute_path(path);
   const std::string what = "dataset " + abs;
   Id dataset = impl.open_dataset(abs);
@@ -188,19 +188,18 @@ int64_t H5File::read_int64(const std::string& path) {
 
 void H5File::write_string(const std::string& path, const std::string& value) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   if (value.find('\0') != std::string::npos)
     impl.fail("cannot write dataset " + absolute_path(path) + ": the string contains a NUL byte");
-  Id type = variable_string_type(H5T_CSET_UTF8);
+  Id type = fixed_string_type(value.size(), H5T_CSET_UTF8);
   if (type.get() < 0) impl.fail("cannot create a string type" + hdf5_detail());
-  const char* data = value.c_str();
-  impl.create_dataset(path, type.get(), type.get(), {}, &data);
+  impl.create_dataset(path, type.get(), type.get(), {}, value.empty() ? "" : value.data());
   impl.write_checksum(absolute_path(path), value.data(), value.size());
 }
 
 std::string H5File::read_string(const std::string& path) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   const std::string abs = absolute_path(path);
   const std::string what = "dataset " + abs;
   Id dataset = impl.open_dataset(abs);
@@ -220,21 +219,20 @@ std::string H5File::read_string(const std::string& path) {
 void H5File::set_attr_string(const std::string& object, const std::string& name,
                              const std::string& value) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   if (value.find('\0') != std::string::npos)
     impl.fail("cannot write attribute " + name + " of " + absolute_path(object) +
               ": the string contains a NUL byte");
-  Id type = variable_string_type(H5T_CSET_UTF8);
+  Id type = fixed_string_type(value.size(), H5T_CSET_UTF8);
   if (type.get() < 0) impl.fail("cannot create a string type" + hdf5_detail());
   Id space = impl.check_id(H5Screate(H5S_SCALAR), "cannot create a dataspace");
-  const char* data = value.c_str();
-  impl.write_attr(object, name, type.get(), type.get(), space.get(), &data, true);
+  impl.write_attr(object, name, type.get(), type.get(), space.get(), value.empty() ? "" : value.data(), true);
 }
 
 void H5File::set_attr_string_list(const std::string& object, const std::string& name,
                                   const std::vector<std::string>& values) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   size_t width = 1;  // HDF5 has no 0-byte strings; h5py also uses 1 for an empty 'S' array
   for (const std::string& value : values) {
     if (value.find('\0') != std::string::npos)
@@ -257,14 +255,14 @@ void H5File::set_attr_string_list(const std::string& object, const std::string& 
 
 void H5File::set_attr_int64(const std::string& object, const std::string& name, int64_t value) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   Id space = impl.check_id(H5Screate(H5S_SCALAR), "cannot create a dataspace");
   impl.write_attr(object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, space.get(), &value, true);
 }
 
 bool H5File::has_attr(const std::string& object, const std::string& name) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   const std::string abs = absolute_path(object);
   Id obj = impl.open_object(abs);
   return impl.check(H5Aexists(obj.get(), name.c_str()),
@@ -273,7 +271,7 @@ bool H5File::has_attr(const std::string& object, const std::string& name) {
 
 std::string H5File::get_attr_string(const std::string& object, const std::string& name) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   std::vector<std::string> values = impl.read_attr_strings(object, name, false);
   if (values.size() != 1)
     impl.fail("attribute " + name + " of " + absolute_path(object) + " holds " +
@@ -289,7 +287,7 @@ std::vector<std::string> H5File::get_attr_string_list(const std::string& object,
 
 int64_t H5File::get_attr_int64(const std::string& object, const std::string& name) {
   Hdf5Lock lock;
-  H5FileImpl impl{path_, checked_id(), require_checksums_};
+  H5FileImpl impl{path_, checked_id(), strict_};
   const std::string abs = absolute_path(object);
   const std::string what = "attribute " + name + " of " + abs;
   Id attr = impl.open_attr(abs, name);

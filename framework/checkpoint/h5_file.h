@@ -5,8 +5,9 @@
 // what h5py writes for Keras, so files are readable by h5py and by Keras's legacy `load_weights`:
 //   float data          float32 little-endian (H5T_IEEE_F32LE), contiguous, uncompressed
 //   int64               scalar H5T_STD_I64LE
-//   string (dataset)    scalar variable-length UTF-8 (h5py's encoding of a Python str)
-//   string attribute    scalar variable-length UTF-8
+//   string (dataset)    scalar fixed-length, null-padded UTF-8 of width max(len, 1) (h5py reads it
+//                       as bytes; Keras decodes it)
+//   string attribute    the same
 //   string-list attr    1-D fixed-length, null-padded ASCII of width max(len) (a numpy 'S' array,
 //                       as Keras writes `layer_names` / `weight_names`)
 //
@@ -17,8 +18,12 @@
 //
 // Checksums: every dataset H5File writes carries an attribute `keel_crc32`, zlib's CRC-32 of its
 // stored (little-endian) bytes: the float32 or int64 values, or the string's bytes. Every read checks
-// the bytes it returns against it, when present; after require_checksums(true) a dataset without
-// one is refused too. h5py and Keras ignore the attribute.
+// the bytes it returns against it, when present. h5py and Keras ignore the attribute.
+//
+// Strict mode (set_strict, for files keel wrote in checkpoint format >= 2): a dataset without a
+// checksum is refused, and so is any variable-length string. keel writes strings fixed-length, so
+// that its files have no HDF5 global heap: libhdf5 (1.10) crashes on a damaged global heap, while
+// everything else in a 1.8-format file is guarded by HDF5's own metadata checksums or by keel's.
 //
 // Errors: every failure throws CheckpointError naming the file and the object path.
 #pragma once
@@ -81,9 +86,9 @@ class H5File {
   // Accepts variable- and fixed-length string storage.
   std::string read_string(const std::string& path);
 
-  // --- checksums ---
-  // From now on, reading a dataset without a checksum throws (files of a format that has them).
-  void require_checksums(bool on) { require_checksums_ = on; }
+  // --- checksums and strictness (see the header comment) ---
+  // From now on, a dataset without a checksum and a variable-length string are refused.
+  void set_strict(bool on) { strict_ = on; }
   // Reads every dataset in the file and checks its checksum; throws CheckpointError naming the
   // first damaged one. Returns the number of datasets read.
   int64_t verify_checksums();
@@ -113,7 +118,7 @@ class H5File {
 
   std::string path_;
   int64_t id_ = -1;
-  bool require_checksums_ = false;  // hid_t; int64_t here so this header does not pull in <hdf5.h>
+  bool strict_ = false;  // hid_t; int64_t here so this header does not pull in <hdf5.h>
 };
 
 }  // namespace keel

@@ -42,7 +42,7 @@ void H5FileImpl::write_checksum(const std::string& abs, const void* bytes, size_
 void H5FileImpl::verify_checksum(hid_t dataset, const std::string& what, const void* bytes, size_t size) const {
   const htri_t has = check(H5Aexists(dataset, kChecksumAttr), "cannot look up the checksum of " + what);
   if (has == 0) {
-    if (require_checksums) fail(what + " has no checksum (" + kChecksumAttr + "): the file is damaged or was edited");
+    if (strict) fail(what + " has no checksum (" + kChecksumAttr + "): the file is damaged or was edited");
     return;
   }
   Id attr = check_id(H5Aopen(dataset, kChecksumAttr, H5P_DEFAULT), "cannot open the checksum of " + what);
@@ -106,14 +106,14 @@ int64_t H5File::verify_checksums() {
   std::vector<std::string> paths;
   {
     h5_internal::Hdf5Lock lock;
-    paths = all_datasets(H5FileImpl{path_, checked_id(), require_checksums_});
+    paths = all_datasets(H5FileImpl{path_, checked_id(), strict_});
   }
   std::vector<float> buffer;
   for (const std::string& path : paths) {
     int class_id = 0;
     {
       h5_internal::Hdf5Lock lock;
-      H5FileImpl impl{path_, checked_id(), require_checksums_};
+      H5FileImpl impl{path_, checked_id(), strict_};
       Id dataset = impl.open_dataset(path);
       Id type = impl.check_id(H5Dget_type(dataset.get()), "cannot inspect dataset " + path);
       class_id = H5Tget_class(type.get());
@@ -126,7 +126,7 @@ int64_t H5File::verify_checksums() {
       read_int64(path);
     } else if (class_id == H5T_STRING) {
       read_string(path);
-    } else if (require_checksums_) {
+    } else if (strict_) {
       throw CheckpointError("checkpoint " + path_ + ": dataset " + path + " has a type keel never writes");
     }
   }

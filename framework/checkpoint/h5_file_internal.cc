@@ -76,6 +76,14 @@ Id variable_string_type(H5T_cset_t cset) {
   return type;
 }
 
+Id fixed_string_type(size_t width, H5T_cset_t cset) {
+  Id type(H5Tcopy(H5T_C_S1));
+  if (type.get() < 0 || H5Tset_size(type.get(), width == 0 ? 1 : width) < 0 || H5Tset_cset(type.get(), cset) < 0 ||
+      H5Tset_strpad(type.get(), H5T_STR_NULLPAD) < 0)
+    return Id();
+  return type;
+}
+
 void H5FileImpl::fail(const std::string& what) const {
   throw CheckpointError("checkpoint " + file + ": " + what);
 }

@@ -96,13 +96,15 @@ std::string type_name(hid_t type);
 
 // A variable-length string type in `cset` (h5py's encoding of a Python str when cset is UTF-8).
 Id variable_string_type(H5T_cset_t cset);
+// A fixed-length, null-padded string type of `width` bytes (at least 1) in `cset`.
+Id fixed_string_type(size_t width, H5T_cset_t cset);
 
 // Private helpers that need the file; kept out of h5_file.h so that it does not need <hdf5.h>.
 // Contract: every function here is called with the HDF5 lock held.
 struct H5FileImpl {
   const std::string& file;
   hid_t id;
-  bool require_checksums = false;  // a dataset without kChecksumAttr is refused (checkpoint format >= 2)
+  bool strict = false;  // H5File::set_strict: checksums required, variable-length strings refused
 
   [[noreturn]] void fail(const std::string& what) const;
   // Throws with HDF5's own description appended when an HDF5 call returned failure.
@@ -159,6 +161,7 @@ struct H5FileImpl {
     H5T_cset_t cset = check(H5Tget_cset(file_type), "cannot inspect " + what);
     // Same character set in memory as on disk: HDF5 refuses to convert between ASCII and UTF-8.
     if (check(H5Tis_variable_str(file_type), "cannot inspect " + what) > 0) {
+      if (strict) fail(what + " is a variable-length string, which keel never writes: the file is damaged");
       Id mem_type = variable_string_type(cset);
       if (mem_type.get() < 0) fail("cannot read " + what + hdf5_detail());
       std::vector<char*> buffer(n, nullptr);
@@ -198,7 +201,7 @@ struct H5FileImpl {
 
   // Checksums (h5_file_checksum.cc): `bytes` are a dataset's values as stored (little-endian).
   void write_checksum(const std::string& abs, const void* bytes, size_t size) const;
-  // Compares with the dataset's kChecksumAttr; a dataset without one passes unless require_checksums.
+  // Compares with the dataset's kChecksumAttr; a dataset without one passes unless strict.
   void verify_checksum(hid_t dataset, const std::string& what, const void* bytes, size_t size) const;
 
   // Reads one integer element (attribute or dataset) as int64, refusing values that overflow.

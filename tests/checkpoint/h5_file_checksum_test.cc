@@ -58,7 +58,7 @@ using testing::flip_byte;
 TEST_F(H5FileChecksumTest, EveryDatasetCarriesItsChecksumAndReadsVerify) {
   const std::string p = write_sample();
   H5File f = H5File::open_read(p);
-  f.require_checksums(true);
+  f.set_strict(true);
   for (const char* d : {"w/kernel:0", "w/iterations:0", "keel/train_state"}) EXPECT_TRUE(f.has_attr(d, "keel_crc32")) << d;
   std::vector<float> out(32);
   f.read_floats("w/kernel:0", {4, 8}, out.data());
@@ -100,7 +100,7 @@ TEST_F(H5FileChecksumTest, FlippedIntegerAndStringBytesAreDetected) {
     EXPECT_THROW(f.read_int64("w/iterations:0"), CheckpointError);
   }
   {
-    // A variable-length string lives in HDF5's global heap: find its bytes there.
+    // Find the string's bytes in the file.
     const std::string p = path("string.h5");
     fs::copy_file(clean, p);
     const int64_t at = find_bytes(p, "\"model\": \"mlp\"");
@@ -129,7 +129,7 @@ TEST_F(H5FileChecksumTest, ADatasetWithoutChecksumPassesOnlyWhenNoneIsRequired) 
   std::vector<float> out(32);
   f.read_floats("w/kernel:0", {4, 8}, out.data());  // a file of a format without checksums
   EXPECT_EQ(out, values_);
-  f.require_checksums(true);
+  f.set_strict(true);
   try {
     f.read_floats("w/kernel:0", {4, 8}, out.data());
     ADD_FAILURE() << "read without its checksum";

@@ -37,17 +37,18 @@ def load_attributes_from_hdf5_group(group, name):
 
 def check_keras_layout(path):
     with h5py.File(path, "r") as f:
-        # Root attributes: variable-length UTF-8 strings, which h5py returns as str.
+        # Root attributes: fixed-length UTF-8 strings (no HDF5 global heap), which h5py returns as
+        # bytes and Keras decodes, as in its legacy loader.
         keras_version = f.attrs["keras_version"]
         if hasattr(keras_version, "decode"):
             keras_version = keras_version.decode("utf8")
         expect(keras_version == "2.13.1", f"keras_version = {keras_version!r}")
-        expect(f.attrs["backend"] == "keel", f"backend = {f.attrs['backend']!r}")
+        expect(f.attrs["backend"].decode("utf8") == "keel", f"backend = {f.attrs['backend']!r}")
         for name in ("keras_version", "backend", "model_config"):
             info = h5py.check_string_dtype(f.attrs.get_id(name).dtype)
-            expect(info is not None and info.encoding == "utf-8" and info.length is None,
-                   f"root attribute {name} is not a variable-length UTF-8 string: {info}")
-        config = json.loads(f.attrs["model_config"])
+            expect(info is not None and info.encoding == "utf-8" and info.length is not None,
+                   f"root attribute {name} is not a fixed-length UTF-8 string: {info}")
+        config = json.loads(f.attrs["model_config"].decode("utf8"))
         expect(config["class_name"] == "Sequential", f"model_config = {config!r}")
         expect(config["config"]["name"] == "mlp \u2713", f"model_config name = {config!r}")
         expect(int(f.attrs["keel_format_version"]) == 1,

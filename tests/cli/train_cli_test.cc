@@ -136,7 +136,7 @@ TEST_F(TrainCli, EvaluateJsonAndCheckpointReadableByH5py) {
       "assert int(f['optimizer_weights/Adam/iterations:0'][()]) == 468\n"
       "state = json.loads(f['keel/train_state'][()])\n"
       "assert state['step'] == 468 and state['epoch'] == 1, state\n"
-      "assert f.attrs['backend'] == 'keel' and int(f.attrs['keel_format_version']) == 2\n"
+      "assert f.attrs['backend'] == b'keel' and int(f.attrs['keel_format_version']) == 2\n"
       "import zlib\n"
       "k = f['model_weights/dense/dense/kernel:0']\n"
       "assert zlib.crc32(k[()].astype('<f4').tobytes()) == int(k.attrs['keel_crc32'])\n"
