@@ -29,7 +29,10 @@ H5File H5File::create(const std::string& path) {
   // failing at HDF5's 64 KiB object-header limit; HDF5 >= 1.8 (every h5py) reads it.
   impl.check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18),
              "cannot set a property list");
-  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+  // No timestamps (here for the root group): the same content gives the same bytes.
+  Id fcpl = h5_internal::untimed_creation_plist(H5P_FILE_CREATE);
+  if (fcpl.get() < 0) throw CheckpointError("cannot create checkpoint " + path + hdf5_detail());
+  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get());
   if (id < 0) throw CheckpointError("cannot create checkpoint " + path + hdf5_detail());
   return H5File(path, id);
 }
@@ -93,9 +96,7 @@ void H5File::create_group(const std::string& path) {
     return;
   }
   impl.check_creatable(abs);
-  Id lcpl = impl.intermediate_groups_lcpl();
-  impl.check_id(H5Gcreate2(impl.id, abs.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
-                "cannot create group " + abs);
+  impl.create_groups(abs);
 }
 
 bool H5File::exists(const std::string& path) {

@@ -125,10 +125,21 @@ void H5FileImpl::check_creatable(const std::string& abs) const {
   if (exists(abs)) fail("cannot create " + abs + ": it already exists");
 }
 
-Id H5FileImpl::intermediate_groups_lcpl() const {
-  Id lcpl = check_id(H5Pcreate(H5P_LINK_CREATE), "cannot create a property list");
-  check(H5Pset_create_intermediate_group(lcpl.get(), 1), "cannot set a property list");
-  return lcpl;
+Id untimed_creation_plist(hid_t cls) {
+  Id plist(H5Pcreate(cls));
+  if (plist.get() < 0 || H5Pset_obj_track_times(plist.get(), false) < 0) return Id();
+  return plist;
+}
+
+void H5FileImpl::create_groups(const std::string& abs) const {
+  Id gcpl = untimed_creation_plist(H5P_GROUP_CREATE);
+  if (gcpl.get() < 0) fail("cannot create a property list" + hdf5_detail());
+  std::string prefix;
+  for (const std::string& part : split_path(abs)) {
+    prefix += "/" + part;
+    if (exists(prefix)) continue;
+    check_id(H5Gcreate2(id, prefix.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), "cannot create group " + prefix);
+  }
 }
 
 void H5FileImpl::create_dataset(const std::string& path, hid_t file_type, hid_t mem_type, const Shape& shape,
@@ -148,9 +159,11 @@ void H5FileImpl::create_dataset(const std::string& path, hid_t file_type, hid_t 
     space = check_id(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
                      "cannot create a dataspace");
   }
-  Id lcpl = intermediate_groups_lcpl();
+  create_groups(abs.substr(0, abs.rfind('/')));
+  Id dcpl = untimed_creation_plist(H5P_DATASET_CREATE);
+  if (dcpl.get() < 0) fail("cannot create a property list" + hdf5_detail());
   Id dataset = check_id(
-      H5Dcreate2(id, abs.c_str(), file_type, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
+      H5Dcreate2(id, abs.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
       "cannot create dataset " + abs);
   if (num_elements(shape) > 0)
     check(H5Dwrite(dataset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),

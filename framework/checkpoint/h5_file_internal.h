@@ -96,6 +96,9 @@ std::string type_name(hid_t type);
 
 // A variable-length string type in `cset` (h5py's encoding of a Python str when cset is UTF-8).
 Id variable_string_type(H5T_cset_t cset);
+// An object creation property list of class `cls` that stores no timestamps, so that the same
+// content always gives the same file, byte for byte.
+Id untimed_creation_plist(hid_t cls);
 // A fixed-length, null-padded string type of `width` bytes (at least 1) in `cset`.
 Id fixed_string_type(size_t width, H5T_cset_t cset);
 
@@ -124,7 +127,8 @@ struct H5FileImpl {
   // the link-creation property list), and `abs` itself must not exist.
   void check_creatable(const std::string& abs) const;
 
-  Id intermediate_groups_lcpl() const;
+  // Creates `abs` and every missing group above it (check_creatable first).
+  void create_groups(const std::string& abs) const;
 
   // Writes a new scalar-or-array dataset of `file_type` from `data` in `mem_type`.
   void create_dataset(const std::string& path, hid_t file_type, hid_t mem_type, const Shape& shape,

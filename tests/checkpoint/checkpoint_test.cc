@@ -4,7 +4,9 @@
 #include "framework/checkpoint/checkpoint.h"
 
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -414,6 +416,17 @@ TEST_F(CheckpointTest, RandomBitFlipsAnywhereAreDetectedOrHarmless) {
   EXPECT_GT(detected, flips / 4);
   std::printf("%d random bit flips in a %lld-byte checkpoint: %d detected, %d in bytes nothing reads\n", flips,
               static_cast<long long>(size), detected, harmless);
+}
+
+// No timestamps in the file: the same state saved a second later gives the same bytes (a resumed
+// run's checkpoints can be compared with `cmp`).
+TEST_F(CheckpointTest, TheSameStateGivesTheSameBytes) {
+  std::unique_ptr<Sequential> source;
+  const std::string a = saved(&source);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const std::string b = path("again.h5");
+  save_checkpoint(b, *source, source->optimizer(), a_state(3));
+  EXPECT_EQ(testing::read_file(a), testing::read_file(b));
 }
 
 }  // namespace

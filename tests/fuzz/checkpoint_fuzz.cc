@@ -134,7 +134,7 @@ void replace_dataset(hid_t file, const std::string& path, const Value& v) {
   // sometimes none or a wrong one.
   if (ds.ok() && v.checksum != Checksum::kNone) {
     const std::string& first = v.strings.empty() ? std::string() : v.strings.front();
-    uint32_t crc = v.vlen ? H5File::crc32(first.data(), first.size()) : H5File::crc32(v.bytes.data(), v.bytes.size());
+    uint32_t crc = v.vlen ? keel::H5File::crc32(first.data(), first.size()) : keel::H5File::crc32(v.bytes.data(), v.bytes.size());
     if (v.checksum == Checksum::kWrong) crc ^= 1u;
     Handle space(H5Screate(H5S_SCALAR));
     Handle attr(H5Acreate2(ds.get(), "keel_crc32", H5T_STD_U32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
