@@ -164,6 +164,28 @@ nlohmann::json GlobalAveragePooling2D::get_config() const {
   return c;
 }
 
+GlobalMaxPooling2D::GlobalMaxPooling2D(std::string name) : Layer("global_max_pooling2d", name) {}
+
+Shape GlobalMaxPooling2D::compute_output_shape(const Shape& s) const {
+  check_image("GlobalMaxPooling2D '" + name() + "'", s);
+  return {s[2]};
+}
+
+// One max pool whose window is the whole image, then (N, 1, 1, C) -> (N, C): max_pool2d's backward
+// (the gradient to the first maximum) is TensorFlow's reduce_max gradient on ties too.
+Tensor GlobalMaxPooling2D::call(const Tensor& x, bool training) {
+  if (x.rank() != 4) throw std::invalid_argument("GlobalMaxPooling2D '" + name() + "' expects (N, H, W, C), got " + shape_string(x.shape()));
+  const std::array<int, 2> window = {static_cast<int>(x.dim(1)), static_cast<int>(x.dim(2))};
+  return ops::reshape(ops::max_pool2d(x, window, window, ops::Padding::valid), {x.dim(0), x.dim(3)});
+}
+
+nlohmann::json GlobalMaxPooling2D::get_config() const {
+  nlohmann::json c = Layer::get_config();
+  c["data_format"] = "channels_last";
+  c["keepdims"] = false;
+  return c;
+}
+
 Add::Add(std::string name) : Layer("add", name) {}
 
 void Add::build_weights_multi(const std::vector<Shape>& shapes) { compute_output_shape_multi(shapes); }
@@ -244,6 +266,9 @@ std::shared_ptr<layers::Pooling2D> AveragePooling2D(int pool_size, int strides, 
 }
 std::shared_ptr<layers::GlobalAveragePooling2D> GlobalAveragePooling2D(std::string name) {
   return std::make_shared<layers::GlobalAveragePooling2D>(std::move(name));
+}
+std::shared_ptr<layers::GlobalMaxPooling2D> GlobalMaxPooling2D(std::string name) {
+  return std::make_shared<layers::GlobalMaxPooling2D>(std::move(name));
 }
 std::shared_ptr<layers::Add> Add(std::string name) { return std::make_shared<layers::Add>(std::move(name)); }
 std::shared_ptr<layers::Concatenate> Concatenate(int axis, std::string name) {

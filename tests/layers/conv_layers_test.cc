@@ -266,6 +266,23 @@ TEST(GlobalAveragePooling2DTest, MeansEveryChannelOverHeightAndWidth) {
   EXPECT_THROW(g->compute_output_shape({7, 2048}), std::invalid_argument);
 }
 
+TEST(GlobalMaxPooling2DTest, TakesEveryChannelsMaxAndRoutesItsGradientThere) {
+  HostScope scope;
+  clear_session();
+  auto g = GlobalMaxPooling2D();
+  EXPECT_EQ(g->name(), "global_max_pooling2d");
+  EXPECT_EQ(g->compute_output_shape({7, 7, 2048}), (Shape{2048}));
+  const Tensor x = host({2, 2, 2, 2}, {1, 10, 2, 20, 3, 30, 4, 40, -1, 0, -2, 5, -3, 0, -4, 0});
+  const Tensor y = (*g)(x);
+  EXPECT_EQ(y.shape(), (Shape{2, 2}));
+  expect_near_all(y.to_vector(), {4.0f, 40.0f, -1.0f, 5.0f});
+  EXPECT_EQ(g->get_config()["keepdims"], false);
+  EXPECT_THROW(g->compute_output_shape({7, 2048}), std::invalid_argument);
+  // Distinct values (no ties), so the gradient is well defined for finite differences.
+  testing::expect_gradients_match([&](const std::vector<Tensor>& in) { return (*g)(in[0]); },
+                                  {testing::random_host({2, 3, 4, 3}, -1, 1, 41)});
+}
+
 TEST(AddTest, SumsItsInputs) {
   HostScope scope;
   clear_session();

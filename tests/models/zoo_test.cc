@@ -81,6 +81,23 @@ TEST(ZooTest, BadClassesAndInputShapesAreRefused) {
   EXPECT_THROW(zoo::build("mlp", options({28, -28})), std::invalid_argument);
 }
 
+TEST(ZooTest, ResNetsWithoutTopPoolAsKerasApplicationsDo) {
+  for (const char* pooling : {"avg", "max"}) {
+    clear_session();
+    zoo::ModelOptions options;
+    options.include_top = false;
+    options.pooling = pooling;
+    const std::unique_ptr<Model> m = zoo::build("resnet18", options);
+    EXPECT_EQ(m->layers().back()->name(), std::string(pooling) + "_pool");
+    EXPECT_EQ(m->layers().back()->compute_output_shape({1, 1, 512}), (Shape{512}));
+  }
+  clear_session();
+  zoo::ModelOptions bad;
+  bad.include_top = false;
+  bad.pooling = "sum";
+  EXPECT_THROW(zoo::build("resnet18", bad), std::invalid_argument);
+}
+
 TEST(ZooTest, ModelsAreBuiltInTheCurrentScope) {
   clear_session();
   ReplicatedStrategy s(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.abstract = true, .host_threads = 0});

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "framework/checkpoint/checkpoint.h"
+#include "framework/checkpoint/keras_weights.h"
 #include "framework/checkpoint/run_directory.h"
 #include "framework/layers/initializers.h"
 #include "framework/layers/layer.h"
@@ -141,8 +142,10 @@ void print_evaluation(const po::variables_map& vm, const std::string& file, cons
 
 po::options_description evaluate_options() {
   po::options_description d("Usage: keel evaluate RUN_DIR|CHECKPOINT [--split test] [--json]\n"
-                            "       keel evaluate RUN_DIR --recompute-bn-stats 100 [--output FILE.h5]\n\n"
-                            "Loss and accuracy of a checkpoint on a dataset split.");
+                            "       keel evaluate RUN_DIR --recompute-bn-stats 100 [--output FILE.h5]\n"
+                            "       keel evaluate --model resnet50 --weights FILE.h5 [--input-shape S] [--classes N] "
+                            "[--device D] [--batch-per-core B] [--by-name]\n\n"
+                            "Loss and accuracy of a checkpoint, or of a Keras weight file, on a dataset split.");
   d.add_options()("help,h", "this help")
       ("target", po::value<std::string>(), "run directory (its newest checkpoint that verifies) or a ckpt-<step>.h5 file")
       ("split", po::value<std::string>()->default_value("test"), "train | test")
@@ -154,8 +157,48 @@ po::options_description evaluate_options() {
        "weights frozen (for short runs, whose moving averages lag behind the weights)")
       ("output", po::value<std::string>(), "with --recompute-bn-stats: also save the checkpoint with the recomputed "
                                            "statistics as this new .h5 file, outside the run directory")
-      ("json", po::bool_switch(), "print {\"loss\": x, \"accuracy\": x, \"samples\": n}");
+      ("json", po::bool_switch(), "print {\"loss\": x, \"accuracy\": x, \"samples\": n}")
+      ("weights", po::value<std::string>(), "evaluate a Keras weight file (model.save_weights, model.save, "
+                                            "keras.applications) loaded into --model, instead of a run")
+      ("by-name", po::bool_switch(), "--weights: match layers by name (default: in order, as Keras's load_weights)");
+  po::options_description model_opts("Model and device (with --weights)");
+  add_model_options(model_opts);
+  add_device_options(model_opts);
+  d.add(model_opts);
   return d;
+}
+
+// keel evaluate --model M --weights FILE: no run, a Keras weight file.
+int evaluate_weights(const po::variables_map& vm, const std::string& split) {
+  if (vm.count("target")) throw UsageError("give a run directory or checkpoint, or --weights FILE, not both");
+  if (vm.count("recompute-bn-stats") || vm.count("output")) throw UsageError("--recompute-bn-stats goes with a run, not --weights");
+  const std::string file = vm["weights"].as<std::string>();
+  if (!std::filesystem::is_regular_file(file)) throw UsageError("--weights: no such file: " + file.substr(0, 300));
+  RunConfig config;
+  apply_model_options(vm, config);
+  apply_device_options(vm, config);
+  if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
+  if (vm.count("dataset")) config.dataset = vm["dataset"].as<std::string>();
+  parse_dataset_source(config.dataset);
+  if (vm["skip-corrupt"].as<bool>()) config.skip_corrupt = true;
+  Dataset data = evaluation_dataset(config, split);
+
+  clear_session();
+  set_random_seed(config.seed);
+  ReplicatedStrategy strategy(config.device);
+  std::unique_ptr<Model> model;
+  KerasWeightsReport report;
+  {
+    auto scope = strategy.scope();
+    model = build_model(config);
+    report = load_keras_weights(file, *model, {vm["by-name"].as<bool>(), false});
+  }
+  if (!vm["json"].as<bool>()) {
+    std::printf("Loaded %lld layers (%lld values) from %s\n", static_cast<long long>(report.layers_loaded),
+                static_cast<long long>(report.values_loaded), file.c_str());
+  }
+  print_evaluation(vm, file, config, split, model->evaluate(data), 0);
+  return kExitOk;
 }
 
 }  // namespace
@@ -169,9 +212,13 @@ int evaluate_command(const std::vector<std::string>& args) {
     std::cout << d << "\n";
     return kExitOk;
   }
-  if (!vm.count("target")) throw UsageError("keel evaluate needs a run directory or checkpoint, e.g. `keel evaluate checkpoints/mlp`");
   const std::string split = vm["split"].as<std::string>();
   if (split != "train" && split != "test") throw UsageError("--split must be train or test, got '" + split + "'");
+  if (vm.count("weights")) return evaluate_weights(vm, split);
+  if (!vm.count("target")) throw UsageError("keel evaluate needs a run directory or checkpoint, e.g. `keel evaluate checkpoints/mlp`");
+  for (const char* flag : {"model", "input-shape", "classes", "device", "cores", "hbm-per-core", "batch-per-core"}) {
+    if (vm.count(flag)) throw UsageError(std::string("--") + flag + " goes with --weights; a run evaluates with its own");
+  }
   if (vm.count("output") && !vm.count("recompute-bn-stats")) throw UsageError("--output goes with --recompute-bn-stats");
   if (vm.count("output")) check_output_path(vm["output"].as<std::string>());
   const SelectedCheckpoint selected = checkpoint_file(vm["target"].as<std::string>());
@@ -213,6 +260,7 @@ int memory_command(const std::vector<std::string>& args) {
   po::options_description d("Usage: keel memory --model resnet50 --input-shape 224x224x3 --device v3-8 "
                             "--batch-per-core 128 [--max-batch] [--json]\n\n"
                             "What each core needs for one training step, planned without allocating it.");
+  add_freeze_option(model_opts);
   d.add_options()("help,h", "this help")
       ("max-batch", po::bool_switch(), "also find the largest per-core batch that fits")
       ("json", po::bool_switch(), "print one JSON object");
@@ -225,6 +273,7 @@ int memory_command(const std::vector<std::string>& args) {
   RunConfig config;
   apply_model_options(vm, config);
   apply_device_options(vm, config);
+  if (vm.count("freeze")) config.freeze = vm["freeze"].as<std::string>();
   const ModelFactory factory = model_factory(config);
   const Shape labels = label_shape(config);
   MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, labels);
@@ -240,7 +289,8 @@ int memory_command(const std::vector<std::string>& args) {
 int summary_command(const std::vector<std::string>& args) {
   po::options_description model_opts("Model");
   add_model_options(model_opts);
-  po::options_description d("Usage: keel summary --model mlp [--classes N] [--input-shape S]\n\n"
+  add_head_options(model_opts);
+  po::options_description d("Usage: keel summary --model mlp [--classes N] [--input-shape S] [--include-top false --pooling avg]\n\n"
                             "Keras-style summary table with exact parameter counts.");
   d.add_options()("help,h", "this help");
   d.add(model_opts);
@@ -251,6 +301,7 @@ int summary_command(const std::vector<std::string>& args) {
   }
   RunConfig config;
   apply_model_options(vm, config);
+  apply_head_options(vm, config);
   clear_session();
   // Shapes only: the summary of a large model needs none of its memory.
   ReplicatedStrategy strategy(DeviceSpec::preset("cpu"), ReplicatedStrategy::Options{/*abstract=*/true, 0});

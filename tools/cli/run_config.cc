@@ -33,7 +33,13 @@ nlohmann::json RunConfig::to_json() const {
           {"classes", classes},
           {"keep", keep},
           {"save_every_steps", save_every_steps},
-          {"skip_corrupt", skip_corrupt}};
+          {"skip_corrupt", skip_corrupt},
+          {"include_top", include_top},
+          {"pooling", pooling},
+          {"freeze", freeze},
+          {"init_weights", init_weights},
+          {"init_by_name", init_by_name},
+          {"init_skip_mismatch", init_skip_mismatch}};
 }
 
 RunConfig RunConfig::from_json(const nlohmann::json& j) {
@@ -59,6 +65,12 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   c.keep = j.at("keep").get<int>();
   c.save_every_steps = j.at("save_every_steps").get<int64_t>();
   c.skip_corrupt = j.value("skip_corrupt", false);
+  c.include_top = j.value("include_top", true);
+  c.pooling = j.value("pooling", std::string());
+  c.freeze = j.value("freeze", std::string());
+  c.init_weights = j.value("init_weights", std::string());
+  c.init_by_name = j.value("init_by_name", false);
+  c.init_skip_mismatch = j.value("init_skip_mismatch", false);
   return c;
 }
 
@@ -189,7 +201,10 @@ std::unique_ptr<Model> build_model(const RunConfig& config) {
   zoo::ModelOptions options;
   options.input_shape = config.input_shape;
   options.classes = config.classes;
+  options.include_top = config.include_top;
+  options.pooling = config.pooling;
   std::unique_ptr<Model> model = zoo::build(config.model, options);
+  freeze_layers(config, *model);
   std::shared_ptr<Optimizer> optimizer = make_optimizer(config.optimizer, config.learning_rate, config.momentum, config.nesterov);
   // Training always knows its decay steps (run() sets them); planning and summaries do not need them.
   if (config.lr_schedule == "cosine" && config.decay_steps > 0) {

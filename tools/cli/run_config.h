@@ -49,6 +49,12 @@ struct RunConfig {
   int keep = 3;
   int64_t save_every_steps = 0;  // 0: only at epoch ends
   bool skip_corrupt = false;     // tfrecord:/images: skip and count corrupt records instead of stopping
+  bool include_top = true;       // ResNets: the classification head (keras.applications' include_top)
+  std::string pooling;           // ResNets without top: "", "avg" or "max"
+  std::string freeze;            // ECMAScript regex: layers whose name it matches are frozen ("" none)
+  std::string init_weights;      // the Keras weight file the run started from ("" none)
+  bool init_by_name = false;     // ... loaded by layer name (else topologically)
+  bool init_skip_mismatch = false;
 
   int64_t global_batch() const { return batch_per_core * device.cores; }
   nlohmann::json to_json() const;
@@ -72,6 +78,18 @@ po::variables_map parse_args(const std::vector<std::string>& args, const po::opt
 
 // "224x224x3" → {224, 224, 3}.
 Shape parse_shape(const std::string& text);
+
+// --include-top, --pooling (model options) and --freeze (training); see tools/cli/weights_options.cc.
+void add_head_options(po::options_description& d);
+void apply_head_options(const po::variables_map& vm, RunConfig& config);
+// Marks the layers config.freeze matches non-trainable; UsageError when it matches none.
+void freeze_layers(const RunConfig& config, Model& model);
+// train's --init-weights FILE [--by-name] [--skip-mismatch] and --freeze REGEX.
+void add_init_options(po::options_description& d);
+void add_freeze_option(po::options_description& d);  // --freeze alone (keel memory)
+void apply_init_options(const po::variables_map& vm, RunConfig& config);
+// Loads config.init_weights into a new run's model (in the strategy's scope) and says what it loaded.
+void load_init_weights(const RunConfig& config, Model& model);
 
 // Builds (in the current scope) and compiles the configured model.
 std::unique_ptr<Model> build_model(const RunConfig& config);

@@ -218,6 +218,7 @@ int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int
   {
     auto scope = strategy.scope();
     model = build_model(config);
+    if (!resume_from) load_init_weights(config, *model);
   }
   FitOptions fit;
   fit.epochs = config.epochs;
@@ -245,16 +246,18 @@ int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int
 }  // namespace
 
 int train_command(const std::vector<std::string>& args) {
-  po::options_description model_opts("Model"), device_opts("Device"), training_opts("Training");
+  po::options_description model_opts("Model"), device_opts("Device"), training_opts("Training"),
+      init_opts("Initial weights (fine-tuning)");
   add_model_options(model_opts);
   add_device_options(device_opts);
   add_training_options(training_opts);
+  add_init_options(init_opts);
   po::options_description d("Usage: keel train --model mlp --dataset fashion_mnist --device v3-8 --batch-per-core 16 "
                             "--epochs 10 --checkpoint-dir DIR [options]\n\nTrains a zoo model and checkpoints it.");
   d.add_options()("help,h", "this help")
       ("checkpoint-dir", po::value<std::string>(), "run directory for ckpt-<step>.h5 files and `latest` (required)")
       ("overwrite", po::bool_switch(), "start a new run in a directory that already holds one");
-  d.add(model_opts).add(device_opts).add(training_opts).add(run_control_options());
+  d.add(model_opts).add(device_opts).add(training_opts).add(init_opts).add(run_control_options());
   po::variables_map vm = parse_args(args, d);
   if (vm.count("help")) {
     std::cout << d << "\n";
@@ -264,6 +267,7 @@ int train_command(const std::vector<std::string>& args) {
   apply_model_options(vm, config);
   apply_device_options(vm, config);
   apply_training_options(vm, config);
+  apply_init_options(vm, config);
   if (!vm.count("checkpoint-dir")) throw UsageError("--checkpoint-dir is required (e.g. --checkpoint-dir checkpoints/mlp)");
   RunDirectory dir(vm["checkpoint-dir"].as<std::string>());
   const RunLock lock = RunLock::acquire(dir.dir());
