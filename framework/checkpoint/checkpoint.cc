@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "framework/checkpoint/checkpoint_snapshot.h"
 #include "framework/checkpoint/h5_file.h"
 
 namespace keel {
@@ -9,7 +10,8 @@ namespace {
 
 constexpr const char* kKerasVersion = "2.13.1";  // the legacy H5 layout keel writes
 
-std::string weight_name(const Variable& v) { return v.name() + ":0"; }  // "dense/kernel:0"
+std::string weight_name(const std::string& variable) { return variable + ":0"; }  // "dense/kernel:0"
+std::string weight_name(const Variable& v) { return weight_name(v.name()); }
 
 nlohmann::json state_to_json(const TrainState& s) {
   return {{"step", s.step},
@@ -128,47 +130,46 @@ int64_t stage_optimizer_weights(H5File& f, const std::string& path, const Model&
 }  // namespace
 
 void save_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer, const TrainState& state) {
+  write_checkpoint(path, snapshot_checkpoint(model, optimizer, state));
+}
+
+void write_checkpoint(const std::string& path, const CheckpointSnapshot& snapshot) {
   H5File f = H5File::create(path);
   f.set_attr_int64("/", "keel_format_version", kCheckpointFormatVersion);
   f.set_attr_string("/", "keras_version", kKerasVersion);
   f.set_attr_string("/", "backend", "keel");
-  f.set_attr_string("/", "model_config", model.to_config().dump());
-  f.set_attr_string("/", "training_config",
-                    nlohmann::json{{"loss", model.loss().get_config()},
-                                   {"metrics", {"accuracy"}},
-                                   {"optimizer_config", {{"class_name", optimizer.name()}, {"config", optimizer.get_config()}}}}
-                        .dump());
+  f.set_attr_string("/", "model_config", snapshot.model_config);
+  f.set_attr_string("/", "training_config", snapshot.training_config);
 
   f.create_group("model_weights");
   std::vector<std::string> layer_names;
-  for (Layer* layer : model.layers()) layer_names.push_back(layer->name());
+  for (const SnapshotLayer& layer : snapshot.layers) layer_names.push_back(layer.name);
   f.set_attr_string_list("model_weights", "layer_names", layer_names);
   f.set_attr_string("model_weights", "backend", "keel");
   f.set_attr_string("model_weights", "keras_version", kKerasVersion);
-  for (Layer* layer : model.layers()) {
-    const std::string group = "model_weights/" + layer->name();
+  for (const SnapshotLayer& layer : snapshot.layers) {
+    const std::string group = "model_weights/" + layer.name;
     f.create_group(group);
     std::vector<std::string> names;
-    for (Variable* v : layer->weights()) {
-      names.push_back(weight_name(*v));
-      const Tensor& t = v->value();
-      f.write_floats(group + "/" + weight_name(*v), t.shape(), t.data());
+    for (const SnapshotValue& v : layer.weights) {
+      names.push_back(weight_name(v.name));
+      f.write_floats(group + "/" + weight_name(v.name), v.shape, v.values.data());
     }
     f.set_attr_string_list(group, "weight_names", names);
   }
 
   f.create_group("optimizer_weights");
-  const std::string iterations = optimizer.name() + "/iterations:0";
+  const std::string iterations = snapshot.optimizer_name + "/iterations:0";
   std::vector<std::string> opt_names = {iterations};
-  f.write_int64("optimizer_weights/" + iterations, optimizer.iterations());
-  for (Variable* slot : optimizer.slot_variables()) {
-    opt_names.push_back(weight_name(*slot));
-    f.write_floats("optimizer_weights/" + weight_name(*slot), slot->shape(), slot->value().data());
+  f.write_int64("optimizer_weights/" + iterations, snapshot.iterations);
+  for (const SnapshotValue& slot : snapshot.slots) {
+    opt_names.push_back(weight_name(slot.name));
+    f.write_floats("optimizer_weights/" + weight_name(slot.name), slot.shape, slot.values.data());
   }
   f.set_attr_string_list("optimizer_weights", "weight_names", opt_names);
 
   f.create_group("keel");
-  f.write_string("keel/train_state", state_to_json(state).dump());
+  f.write_string("keel/train_state", state_to_json(snapshot.state).dump());
   f.close();
 }
 

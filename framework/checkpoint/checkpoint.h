@@ -34,6 +34,7 @@ struct TrainState {
   nlohmann::json config;         // how the run was started (model, data, device, optimizer, seed...)
 };
 
+// write_checkpoint(path, snapshot_checkpoint(model, optimizer, state)) (checkpoint_snapshot.h).
 void save_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer, const TrainState& state);
 // Restores weights, optimizer slots and iterations; returns the training state.
 TrainState load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer);
