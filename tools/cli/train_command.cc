@@ -1,11 +1,13 @@
 // `keel train` and `keel resume`: fit with checkpoints, preemption-safe.
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 
 #include "framework/data/data_error.h"
+#include "framework/checkpoint/async_checkpointer.h"
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/run_directory.h"
 #include "framework/layers/initializers.h"
@@ -26,16 +28,32 @@ extern "C" void on_signal(int sig) {
   std::signal(sig, SIG_DFL);
 }
 
-// Saves checkpoints at epoch ends, every N steps, after --stop-after-steps and on SIGINT/SIGTERM.
+// What one invocation of `keel train`/`keel resume` does beside the run's configuration.
+struct RunControl {
+  int64_t stop_after_steps = 0;  // 0: train to the end
+  bool quiet = false;
+  bool sync_save = false;        // write each checkpoint in the step instead of in the background
+};
+
+// Saves checkpoints at epoch ends, every N steps, after --stop-after-steps and on SIGINT/SIGTERM, and
+// never a step whose loss or gradients were not finite. Each save snapshots the state at the step
+// boundary; a writer thread writes it while training goes on (AsyncCheckpointer), or the step writes
+// it (--sync-save). Either way the training thread's time in save() is its stall.
 class CheckpointCallback : public Callback {
  public:
-  CheckpointCallback(RunDirectory& dir, const RunConfig& config, int64_t stop_after_steps)
-      : dir_(dir), config_(config), stop_after_steps_(stop_after_steps) {}
+  CheckpointCallback(RunDirectory& dir, const RunConfig& config, const RunControl& control)
+      : dir_(dir), config_(config), control_(control) {
+    if (!control.sync_save) {
+      async_ = std::make_unique<AsyncCheckpointer>(
+          [this](const CheckpointSnapshot& snapshot) { save_to_run_directory(dir_, snapshot, config_.keep); });
+    }
+  }
 
   void on_train_batch_end(TrainingState& st, const Logs&) override {
     ++steps_this_run_;
     const int64_t step = st.model->optimizer().iterations();
-    const bool stop_requested = (stop_after_steps_ > 0 && steps_this_run_ >= stop_after_steps_) || g_signal != 0;
+    const bool stop_requested =
+        (control_.stop_after_steps > 0 && steps_this_run_ >= control_.stop_after_steps) || g_signal != 0;
     const bool periodic = config_.save_every_steps > 0 && step % config_.save_every_steps == 0;
     if (stop_requested) {
       st.stop_training = true;
@@ -61,24 +79,56 @@ class CheckpointCallback : public Callback {
     save(st, s);
   }
 
+  // Waits for the save in flight; rethrows its error.
+  void finish() {
+    if (async_) async_->wait();
+  }
   bool stopped_early() const { return stopped_early_; }
   int64_t last_saved_step() const { return last_saved_; }
+  // "Checkpoint saves: 3, training stalled 2.1 ms per save (asynchronous; snapshot 1.55 MiB)"
+  std::string stall_report() const {
+    char line[256];
+    std::snprintf(line, sizeof line, "Checkpoint saves: %lld, training stalled %.1f ms per save (%s; snapshot %s)",
+                  static_cast<long long>(saves_), saves_ ? 1000.0 * stall_seconds_ / static_cast<double>(saves_) : 0.0,
+                  async_ ? "asynchronous" : "synchronous, --sync-save", format_bytes(snapshot_bytes_).c_str());
+    return line;
+  }
 
  private:
   void save(TrainingState& st, TrainState& s) {
-    if (s.step == last_saved_) return;
+    if (s.step == last_saved_ || st.non_finite) return;
+    const auto start = std::chrono::steady_clock::now();
     s.config = config_.to_json();
     Model& model = *st.model;
-    dir_.save(s.step, [&](const std::string& tmp) { save_checkpoint(tmp, model, model.optimizer(), s); }, config_.keep);
+    if (async_) async_->wait();  // one snapshot at a time; a failed earlier save ends the run here
+    CheckpointSnapshot snapshot = snapshot_checkpoint(model, model.optimizer(), s);
+    // The values leave the cores for host memory (mirrored: core 0's copy).
+    model.strategy().ledger().core(0).record_core_to_host(snapshot.bytes());
+    if (snapshot_bytes_ == 0 && !control_.quiet) {
+      std::printf("  checkpoint snapshot: %s of host memory per save, %s\n", format_bytes(snapshot.bytes()).c_str(),
+                  async_ ? "written in the background (--sync-save: in the step)" : "written in the step (--sync-save)");
+    }
+    snapshot_bytes_ = snapshot.bytes();
+    if (async_) {
+      async_->save(std::move(snapshot));
+    } else {
+      save_to_run_directory(dir_, snapshot, config_.keep);
+    }
+    stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++saves_;
     last_saved_ = s.step;
   }
 
   RunDirectory& dir_;
   const RunConfig& config_;
-  int64_t stop_after_steps_;
+  RunControl control_;
   int64_t steps_this_run_ = 0;
   int64_t last_saved_ = -1;
   bool stopped_early_ = false;
+  int64_t saves_ = 0;
+  double stall_seconds_ = 0.0;
+  int64_t snapshot_bytes_ = 0;
+  std::unique_ptr<AsyncCheckpointer> async_;  // last: its destructor lets a save in flight finish first
 };
 
 // After each epoch: the bytes infeed moved to the cores and how much of the step time the cores
@@ -119,8 +169,17 @@ po::options_description run_control_options() {
   po::options_description d("Run control");
   d.add_options()
       ("stop-after-steps", po::value<int64_t>(), "stop after N steps of this invocation with a checkpoint, as a preemption would")
+      ("sync-save", po::bool_switch(), "write each checkpoint in the training step (default: snapshot it and write it in the background)")
       ("quiet", po::bool_switch(), "no progress output");
   return d;
+}
+
+RunControl run_control(const po::variables_map& vm) {
+  RunControl c;
+  if (vm.count("stop-after-steps")) c.stop_after_steps = vm["stop-after-steps"].as<int64_t>();
+  c.quiet = vm["quiet"].as<bool>();
+  c.sync_save = vm["sync-save"].as<bool>();
+  return c;
 }
 
 // A cosine schedule spans the whole run as first configured; resuming keeps its length.
@@ -178,6 +237,18 @@ class SignalHandlers {
   Handler old_term_;
 };
 
+// A run stopped by TerminateOnNaN ends here: one line naming the step and the first non-finite
+// variable (exit 4). The step was not saved, nor anything after the last finite step.
+void throw_if_diverged(const TerminateOnNaN& terminate_on_nan, const RunDirectory& dir) {
+  const std::optional<NonFiniteStep>& t = terminate_on_nan.terminated();
+  if (!t) return;
+  const std::optional<std::string> latest = dir.latest();
+  throw TrainingDiverged("training diverged at " + t->describe() + "; nothing after step " +
+                         std::to_string(t->step - 1) + " was saved (" +
+                         (latest ? "newest checkpoint: " + *latest : "no checkpoint in " + dir.dir()) +
+                         "); lower the learning rate (--lr) and start again with `keel train --overwrite`");
+}
+
 void print_outcome(const RunConfig& config, const RunDirectory& dir, const CheckpointCallback& checkpoints,
                    Model& model, int64_t stop_after_steps) {
   if (g_signal != 0) {
@@ -191,10 +262,11 @@ void print_outcome(const RunConfig& config, const RunDirectory& dir, const Check
     std::printf("Trained %d epochs (step %lld); checkpoint in %s\n", config.epochs,
                 static_cast<long long>(model.optimizer().iterations()), dir.dir().c_str());
   }
+  std::printf("%s\n", checkpoints.stall_report().c_str());
 }
 
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
-int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int64_t stop_after_steps, bool quiet) {
+int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, const RunControl& control) {
   Dataset train = training_dataset(config);  // data errors before any model work
   set_cosine_decay_steps(config, train);
 
@@ -215,16 +287,20 @@ int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int
   std::fflush(stdout);
 
   ProgbarLogger progbar(stdout);
-  CheckpointCallback checkpoints(dir, config, stop_after_steps);
-  InfeedReport infeed_report(quiet);
-  if (!quiet) fit.callbacks.push_back(&progbar);
+  CheckpointCallback checkpoints(dir, config, control);
+  InfeedReport infeed_report(control.quiet);
+  TerminateOnNaN terminate_on_nan(control.quiet ? nullptr : stdout);
+  if (!control.quiet) fit.callbacks.push_back(&progbar);
   fit.callbacks.push_back(&infeed_report);
+  fit.callbacks.push_back(&terminate_on_nan);
   fit.callbacks.push_back(&checkpoints);
 
   g_signal = 0;
   const SignalHandlers handlers;
   model->fit(train, fit);
-  print_outcome(config, dir, checkpoints, *model, stop_after_steps);
+  checkpoints.finish();  // the save in flight completes, or its error ends the run
+  throw_if_diverged(terminate_on_nan, dir);
+  print_outcome(config, dir, checkpoints, *model, control.stop_after_steps);
   return kExitOk;
 }
 
@@ -256,8 +332,7 @@ int train_command(const std::vector<std::string>& args) {
     throw UsageError(dir.dir() + " already holds a run (" + *latest + "); continue it with `keel resume " + dir.dir() +
                      "`, or pass --overwrite to start a new one there");
   }
-  return run(config, dir, nullptr, vm.count("stop-after-steps") ? vm["stop-after-steps"].as<int64_t>() : 0,
-             vm["quiet"].as<bool>());
+  return run(config, dir, nullptr, run_control(vm));
 }
 
 int resume_command(const std::vector<std::string>& args) {
@@ -296,8 +371,7 @@ int resume_command(const std::vector<std::string>& args) {
   if (vm.count("keep")) config.keep = vm["keep"].as<int>();
   if (vm.count("save-every-steps")) config.save_every_steps = vm["save-every-steps"].as<int64_t>();
   if (vm["skip-corrupt"].as<bool>()) config.skip_corrupt = true;
-  return run(config, dir, &*latest, vm.count("stop-after-steps") ? vm["stop-after-steps"].as<int64_t>() : 0,
-             vm["quiet"].as<bool>());
+  return run(config, dir, &*latest, run_control(vm));
 }
 
 }  // namespace keel::cli
