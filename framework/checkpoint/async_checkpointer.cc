@@ -32,14 +32,23 @@ AsyncCheckpointer::~AsyncCheckpointer() {
   }
 }
 
-void AsyncCheckpointer::save(CheckpointSnapshot snapshot) {
+CheckpointSnapshot& AsyncCheckpointer::next() {
   wait();
+  return buffer_;
+}
+
+void AsyncCheckpointer::save() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = std::make_unique<CheckpointSnapshot>(std::move(snapshot));
+    if (busy_) throw std::logic_error("AsyncCheckpointer::save: a save is in flight (call next() first)");
     busy_ = true;
   }
   cv_.notify_all();
+}
+
+void AsyncCheckpointer::save(CheckpointSnapshot snapshot) {
+  next() = std::move(snapshot);
+  save();
 }
 
 void AsyncCheckpointer::wait() {
@@ -61,17 +70,15 @@ void AsyncCheckpointer::run() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || job_ != nullptr; });
-    if (job_ == nullptr) return;  // stopping, nothing left to write
-    std::unique_ptr<CheckpointSnapshot> job = std::move(job_);
+    cv_.wait(lock, [&] { return stop_ || busy_; });
+    if (!busy_) return;  // stopping, nothing left to write
     lock.unlock();
     std::exception_ptr error;
     try {
-      writer_(*job);
+      writer_(buffer_);
     } catch (...) {
       error = std::current_exception();
     }
-    job.reset();  // the snapshot's memory is free before a next save may take one
     lock.lock();
     if (error && !error_) error_ = error;
     busy_ = false;

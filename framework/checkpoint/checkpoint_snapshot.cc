@@ -5,10 +5,12 @@
 namespace keel {
 namespace {
 
-SnapshotValue copy_of(const Variable& v) {
+void copy_into(const Variable& v, SnapshotValue& into) {
   const Tensor& t = v.value();
   if (t.is_abstract()) throw std::logic_error("snapshot_checkpoint: variable '" + v.name() + "' has no storage (abstract)");
-  return SnapshotValue{v.name(), t.shape(), std::vector<float>(t.data(), t.data() + t.size())};
+  into.name = v.name();
+  into.shape = t.shape();
+  into.values.assign(t.data(), t.data() + t.size());
 }
 
 }  // namespace
@@ -22,23 +24,33 @@ int64_t CheckpointSnapshot::bytes() const {
   return n;
 }
 
-CheckpointSnapshot snapshot_checkpoint(const Model& model, const Optimizer& optimizer, const TrainState& state) {
-  CheckpointSnapshot s;
-  s.model_config = model.to_config().dump();
-  s.training_config =
+void snapshot_checkpoint(const Model& model, const Optimizer& optimizer, const TrainState& state, CheckpointSnapshot& into) {
+  into.model_config = model.to_config().dump();
+  into.training_config =
       nlohmann::json{{"loss", model.loss().get_config()},
                      {"metrics", {"accuracy"}},
                      {"optimizer_config", {{"class_name", optimizer.name()}, {"config", optimizer.get_config()}}}}
           .dump();
-  for (Layer* layer : model.layers()) {
-    SnapshotLayer& l = s.layers.emplace_back();
-    l.name = layer->name();
-    for (Variable* v : layer->weights()) l.weights.push_back(copy_of(*v));
+  const std::vector<Layer*> layers = model.layers();
+  into.layers.resize(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    SnapshotLayer& l = into.layers[i];
+    l.name = layers[i]->name();
+    const std::vector<Variable*> weights = layers[i]->weights();
+    l.weights.resize(weights.size());
+    for (size_t j = 0; j < weights.size(); ++j) copy_into(*weights[j], l.weights[j]);
   }
-  s.optimizer_name = optimizer.name();
-  s.iterations = optimizer.iterations();
-  for (Variable* slot : optimizer.slot_variables()) s.slots.push_back(copy_of(*slot));
-  s.state = state;
+  into.optimizer_name = optimizer.name();
+  into.iterations = optimizer.iterations();
+  const std::vector<Variable*> slots = optimizer.slot_variables();
+  into.slots.resize(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) copy_into(*slots[i], into.slots[i]);
+  into.state = state;
+}
+
+CheckpointSnapshot snapshot_checkpoint(const Model& model, const Optimizer& optimizer, const TrainState& state) {
+  CheckpointSnapshot s;
+  snapshot_checkpoint(model, optimizer, state, s);
   return s;
 }
 

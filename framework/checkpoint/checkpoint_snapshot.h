@@ -36,7 +36,11 @@ struct CheckpointSnapshot {
   int64_t bytes() const;
 };
 
-// Copies everything save_checkpoint writes; the model and optimizer may change as soon as it returns.
+// Copies everything save_checkpoint writes into `into`; the model and optimizer may change as soon as
+// it returns. The values reuse `into`'s memory where it is large enough, so refilling a snapshot of
+// the same model allocates nothing for them (and touches no fresh page).
+void snapshot_checkpoint(const Model& model, const Optimizer& optimizer, const TrainState& state, CheckpointSnapshot& into);
+// The same into a new snapshot.
 CheckpointSnapshot snapshot_checkpoint(const Model& model, const Optimizer& optimizer, const TrainState& state);
 // Writes the checkpoint file (checkpoint.h's layout) at `path`. Reads nothing but `snapshot`, so it
 // may run on another thread while training goes on.

@@ -1,5 +1,6 @@
 // AsyncCheckpointer: a save completes in the background; saves never overlap, a later one waits for
-// the one in flight; the destructor lets it finish; a writer's error is reported, never lost.
+// the one in flight (next() hands out the one buffer only then); the destructor lets it finish; a
+// writer's error is reported, never lost.
 #include "framework/checkpoint/async_checkpointer.h"
 
 #include <atomic>
@@ -106,6 +107,24 @@ TEST(AsyncCheckpointerTest, TwoSavesNeverOverlapAndKeepTheirOrder) {
   checkpointer.wait();
   EXPECT_EQ(w.steps(), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(w.most_at_once.load(), 1);
+}
+
+TEST(AsyncCheckpointerTest, NextHandsOutTheBufferOnlyOnceTheWriterIsDone) {
+  std::atomic<bool> writing{false};
+  std::atomic<bool> touched_while_writing{false};
+  AsyncCheckpointer checkpointer([&](const CheckpointSnapshot&) {
+    writing = true;
+    std::this_thread::sleep_for(100ms);
+    writing = false;
+  });
+  checkpointer.next() = snapshot_of_step(1);
+  checkpointer.save();
+  CheckpointSnapshot& buffer = checkpointer.next();  // waits for step 1's write
+  touched_while_writing = writing.load();
+  EXPECT_FALSE(touched_while_writing.load());
+  EXPECT_EQ(buffer.state.step, 1) << "the same buffer, for the caller to refill";
+  checkpointer.save();
+  EXPECT_THROW(checkpointer.save(), std::logic_error) << "save() again without next() while one is in flight";
 }
 
 TEST(AsyncCheckpointerTest, TheDestructorLetsTheSaveInFlightFinish) {

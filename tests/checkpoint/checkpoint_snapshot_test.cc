@@ -92,6 +92,28 @@ TEST_F(CheckpointSnapshotTest, IsACopyThatTrainingMayMovePast) {
   EXPECT_EQ(st.iterator_state, state_at(3).iterator_state);
 }
 
+TEST_F(CheckpointSnapshotTest, ARefillReusesTheMemoryOfTheLastOne) {
+  auto m = mlp(1);
+  train(*m, 1);
+  CheckpointSnapshot s;
+  snapshot_checkpoint(*m, m->optimizer(), state_at(1), s);
+  std::vector<const float*> where;
+  for (const SnapshotLayer& l : s.layers) {
+    for (const SnapshotValue& w : l.weights) where.push_back(w.values.data());
+  }
+  for (const SnapshotValue& v : s.slots) where.push_back(v.values.data());
+  train(*m, 1);
+  snapshot_checkpoint(*m, m->optimizer(), state_at(2), s);
+  size_t i = 0;
+  for (const SnapshotLayer& l : s.layers) {
+    for (const SnapshotValue& w : l.weights) EXPECT_EQ(w.values.data(), where[i++]) << w.name;
+  }
+  for (const SnapshotValue& v : s.slots) EXPECT_EQ(v.values.data(), where[i++]) << v.name;
+  EXPECT_EQ(s.iterations, 2);
+  EXPECT_EQ(s.state.step, 2);
+  EXPECT_EQ(s.layers[1].weights[1].values, m->layers()[1]->weights()[1]->value().to_vector());
+}
+
 TEST_F(CheckpointSnapshotTest, WritesWhatSaveCheckpointWrites) {
   auto m = mlp(1);
   train(*m, 2);

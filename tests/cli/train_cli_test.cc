@@ -157,7 +157,7 @@ TEST_F(TrainCli, AsyncAndSyncSavesStopAndResumeToIdenticalCheckpoints) {
   CommandResult a1 = run_keel("train " + kRun + "--epochs 2 --save-every-steps 100 --keep 0 --stop-after-steps 650 --checkpoint-dir " +
                               dir_ + "/async");
   ASSERT_EQ(a1.exit_code, 0) << a1.err;
-  EXPECT_THAT(a1.out, HasSubstr("(asynchronous; snapshot 1.16 MiB)"));
+  EXPECT_THAT(a1.out, HasSubstr("(asynchronous; snapshot 1.16 MiB; "));
   CommandResult a2 = run_keel("resume " + dir_ + "/async --quiet");
   ASSERT_EQ(a2.exit_code, 0) << a2.err;
   CommandResult s1 = run_keel("train " + kRun + "--sync-save --epochs 2 --save-every-steps 100 --keep 0 --stop-after-steps 650 "
@@ -172,6 +172,21 @@ TEST_F(TrainCli, AsyncAndSyncSavesStopAndResumeToIdenticalCheckpoints) {
   CommandResult straight = run_keel("train " + kRun + "--epochs 2 --checkpoint-dir " + dir_ + "/straight");
   ASSERT_EQ(straight.exit_code, 0) << straight.err;
   expect_bit_identical(dir_ + "/straight/ckpt-936.h5", dir_ + "/async/ckpt-936.h5");
+}
+
+// A background save that fails ends the run with its error (exit 2), as a synchronous one does; it is
+// never lost. Here ckpt-5.h5 cannot be renamed into place: a directory holds that name.
+TEST_F(TrainCli, AFailedBackgroundSaveIsReportedAsASynchronousOneIs) {
+  for (const std::string save : {"", "--sync-save "}) {
+    const std::string run = dir_ + "/run" + (save.empty() ? "-async" : "-sync");
+    std::filesystem::create_directories(run + "/ckpt-5.h5/occupied");
+    CommandResult r = run_keel("train " + kRun + save + "--epochs 1 --save-every-steps 5 --stop-after-steps 7 " +
+                               "--checkpoint-dir " + run);
+    EXPECT_EQ(r.exit_code, 2) << save << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("ckpt-5.h5: Is a directory")) << save;
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("saved step"))) << save;
+    EXPECT_FALSE(std::filesystem::exists(run + "/latest")) << save;
+  }
 }
 
 TEST_F(TrainCli, EvaluateJsonAndCheckpointReadableByH5py) {
