@@ -46,7 +46,7 @@ one_run() {
   saves="$(sed -E 's/^Checkpoint saves: ([0-9]+),.*/\1/' <<<"$line")"
   stall="$(sed -E 's/.*stalled ([0-9.]+) ms per save.*/\1/' <<<"$line")"
   snapshot="$(sed -E 's/.*snapshot ([0-9.]+ [KMG]?i?B).*/\1/' <<<"$line")"
-  local waiting="0"
+  local waiting="-"
   grep -q 'ms of it waiting' <<<"$line" && waiting="$(sed -E 's/.*; ([0-9.]+) ms of it waiting.*/\1/' <<<"$line")"
   echo "$stall $waiting $saves $snapshot $(echo "$end - $start" | bc)"
   rm -rf "$run"
@@ -57,7 +57,7 @@ for rep in $(seq "$REPEATS"); do
   for mode in async sync; do
     echo "run_save_bench: $mode (run $rep of $REPEATS)" >&2
     read -r stall waiting n snap_num snap_unit wall <<<"$(one_run "$mode")"
-    echo "  $mode: stalled $stall ms per save ($waiting ms waiting for the save before) over $n saves, run wall time ${wall}s" >&2
+    echo "  $mode: stalled $stall ms per save (waiting for the save before: $waiting ms) over $n saves, run wall time ${wall}s" >&2
     saves[$mode]="$n"
     snapshot[$mode]="$snap_num $snap_unit"
     if [[ -z "${best_stall[$mode]:-}" ]] || (($(echo "$stall < ${best_stall[$mode]}" | bc))); then
