@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <string>
 
 namespace keel {
@@ -66,6 +67,25 @@ void ProgbarLogger::draw(const TrainingState& st, const Logs& logs, bool final) 
     std::fprintf(out_, "%s\n", line.c_str());
   }
   std::fflush(out_);
+}
+
+void TerminateOnNaN::on_train_batch_end(TrainingState& st, const Logs& logs) {
+  const auto loss = logs.find("loss");
+  const bool bad_loss = loss != logs.end() && !std::isfinite(loss->second);
+  if (!bad_loss && !st.non_finite) return;
+  if (st.non_finite) {
+    terminated_ = st.non_finite;
+  } else {  // logs that did not come from fit's step (a caller's own)
+    const int64_t step = st.model != nullptr && st.model->compiled() ? st.model->optimizer().iterations() : st.batch;
+    terminated_ = NonFiniteStep{step, loss->second, "", false};
+  }
+  if (out_ != nullptr) {
+    // Keras numbers the batch from 0 within the epoch.
+    std::fprintf(out_, "Batch %lld: Invalid %s, terminating training: %s\n", static_cast<long long>(st.batch - 1),
+                 bad_loss || terminated_->variable.empty() ? "loss" : "gradient", terminated_->describe().c_str());
+    std::fflush(out_);
+  }
+  st.stop_training = true;
 }
 
 }  // namespace keel

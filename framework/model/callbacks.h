@@ -1,8 +1,9 @@
-// Keras-style callbacks that keel's fit uses: the progress bar, and stopping after N steps.
+// Keras-style callbacks that keel's fit uses: the progress bar, and stopping a diverging run.
 #pragma once
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "framework/model/model.h"
 
@@ -24,6 +25,24 @@ class ProgbarLogger : public Callback {
   std::chrono::steady_clock::time_point epoch_start_;
   std::chrono::steady_clock::time_point last_draw_;
   int64_t first_batch_ = 0;  // batches already done when this epoch's timing started (resume)
+};
+
+// Keras's TerminateOnNaN: at the end of a batch whose loss is NaN or infinite it prints
+// "Batch 2: Invalid loss, terminating training" and stops training. keel also stops on a batch whose
+// gradients were not finite (TrainingState::non_finite; the optimizer skipped that update), and says
+// which step and which variable. terminated() tells the caller where it stopped; such a step is
+// never one to save (the CLI's checkpoints skip it and `keel train` exits with status 4).
+class TerminateOnNaN : public Callback {
+ public:
+  // Messages go to `out` (nullptr: silent).
+  explicit TerminateOnNaN(std::FILE* out = stdout) : out_(out) {}
+  void on_train_batch_end(TrainingState& st, const Logs& logs) override;
+  // The step training stopped at, or nullopt while every step has been finite.
+  const std::optional<NonFiniteStep>& terminated() const { return terminated_; }
+
+ private:
+  std::FILE* out_;
+  std::optional<NonFiniteStep> terminated_;
 };
 
 }  // namespace keel

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,17 @@ struct StepTotals {
   }
 };
 
+// A training step whose loss or gradients were not all finite (a diverging run). The optimizer
+// skips an update with a non-finite gradient (framework/train/optimizers.h), so the variables and
+// slots are still the last finite step's; a step whose loss alone was not finite was applied.
+struct NonFiniteStep {
+  int64_t step = 0;          // 1-based: the optimizer's iterations before it, plus one
+  double loss = 0.0;         // the step's mean loss (NaN or +-inf when it is the loss that was not finite)
+  std::string variable;      // the first variable whose all-reduced gradient was not finite; empty if none
+  bool update_skipped = false;
+  // "step 3: loss nan, gradient of 'dense/kernel' not finite (the update was not applied)"
+  std::string describe() const;
+};
 
 // What callbacks see during fit (Keras passes the model; keel adds the resumable position).
 struct TrainingState {
@@ -55,6 +67,9 @@ struct TrainingState {
   nlohmann::json iterator_state() const { return iterator->save(*position); }
   StepTotals epoch_totals;       // summed over this epoch's batches so far
   bool stop_training = false;    // set by a callback: fit returns after this step
+  // In on_train_batch_end (and the on_epoch_end that may follow it): set when this step's loss or
+  // gradients were not finite. Such a step must not be saved; TerminateOnNaN stops training on it.
+  std::optional<NonFiniteStep> non_finite;
   // In on_train_batch_end: this batch was the epoch's last (known even when the cardinality is not,
   // because the next batch has already been pulled into the prefetch slot).
   bool last_batch_of_epoch = false;
@@ -147,6 +162,8 @@ class Model {
   StepTotals train_step_on_cores(std::vector<Batch> shards);
   // Forward in inference mode; loss and correct predictions summed over the batch.
   StepTotals test_step(const Batch& global);
+  // Set by the last train_step when its loss or gradients were not finite; nullopt otherwise.
+  const std::optional<NonFiniteStep>& last_step_non_finite() const { return non_finite_; }
 
  protected:
   // Called by subclasses once the layers exist, inside the scope the model was created in.
@@ -162,6 +179,7 @@ class Model {
   std::shared_ptr<Optimizer> optimizer_;
   std::shared_ptr<Loss> loss_;
   std::vector<std::string> metrics_;
+  std::optional<NonFiniteStep> non_finite_;
 };
 
 // Keras's Sequential: layers applied in order. Built at construction when the first layer declares

@@ -2,9 +2,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -104,6 +107,86 @@ TEST_F(TrainCli, KeepPrunesOldCheckpoints) {
   EXPECT_EQ(count, 2);
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt-468.h5"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt-400.h5"));
+}
+
+// SGD at 1e7 takes the MLP's loss and gradients to NaN within a few steps (measured: step 5).
+TEST_F(TrainCli, ADivergingRunExits4AndEveryCheckpointLeftIsFinite) {
+  for (const std::string save : {"", "--sync-save "}) {
+    const std::string run = dir_ + "/diverge" + (save.empty() ? "-async" : "-sync");
+    CommandResult r = run_keel("train " + kRun + save + "--epochs 1 --optimizer sgd --lr 1e7 --save-every-steps 1 --keep 0 " +
+                               "--checkpoint-dir " + run);
+    ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+    // One line naming the step and the first non-finite variable.
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(r.err, m, std::regex("keel train: training diverged at step ([0-9]+): [^\n]*the gradient of "
+                                                      "(dense|dense_1)/(kernel|bias) is not finite \\(the update was not "
+                                                      "applied[^\n]*\n")))
+        << r.err;
+    const int64_t diverged = std::stoll(m[1].str());
+    ASSERT_GE(diverged, 3) << "the test needs finite checkpoints before the divergence";
+    // Every step before it was saved (--save-every-steps 1), none from it on, and each is finite.
+    std::vector<int64_t> steps;
+    for (const auto& e : std::filesystem::directory_iterator(run)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("ckpt-", 0) == 0) steps.push_back(std::stoll(name.substr(5)));
+    }
+    std::sort(steps.begin(), steps.end());
+    std::vector<int64_t> expected;
+    for (int64_t s = 1; s < diverged; ++s) expected.push_back(s);
+    EXPECT_EQ(steps, expected) << save;
+    EXPECT_EQ(read_file(run + "/latest"), "ckpt-" + std::to_string(diverged - 1) + ".h5\n");
+    for (int64_t s : steps) {
+      const auto values = read_checkpoint_values(run + "/ckpt-" + std::to_string(s) + ".h5");
+      EXPECT_GE(values.size(), 5u);
+      for (const auto& [name, v] : values) {
+        for (float x : v) ASSERT_TRUE(std::isfinite(x)) << "ckpt-" << s << " " << name;
+      }
+    }
+    // Resuming diverges again at the same step, and saves nothing.
+    const std::string before = md5_of_dir(run);
+    CommandResult again = run_keel("resume " + run + " --quiet");
+    EXPECT_EQ(again.exit_code, 4) << again.err;
+    EXPECT_THAT(again.err, HasSubstr("keel resume: training diverged at step " + std::to_string(diverged) + ":"));
+    EXPECT_EQ(md5_of_dir(run), before);
+  }
+}
+
+// Saves are asynchronous by default; --sync-save writes them in the step. Both, stopped and resumed,
+// reach the same bits, and the same bits as a straight run.
+TEST_F(TrainCli, AsyncAndSyncSavesStopAndResumeToIdenticalCheckpoints) {
+  CommandResult a1 = run_keel("train " + kRun + "--epochs 2 --save-every-steps 100 --keep 0 --stop-after-steps 650 --checkpoint-dir " +
+                              dir_ + "/async");
+  ASSERT_EQ(a1.exit_code, 0) << a1.err;
+  EXPECT_THAT(a1.out, HasSubstr("(asynchronous; snapshot 1.16 MiB; "));
+  CommandResult a2 = run_keel("resume " + dir_ + "/async --quiet");
+  ASSERT_EQ(a2.exit_code, 0) << a2.err;
+  CommandResult s1 = run_keel("train " + kRun + "--sync-save --epochs 2 --save-every-steps 100 --keep 0 --stop-after-steps 650 "
+                              "--checkpoint-dir " + dir_ + "/sync");
+  ASSERT_EQ(s1.exit_code, 0) << s1.err;
+  EXPECT_THAT(s1.out, HasSubstr("(synchronous, --sync-save; snapshot 1.16 MiB)"));
+  CommandResult s2 = run_keel("resume " + dir_ + "/sync --quiet --sync-save");
+  ASSERT_EQ(s2.exit_code, 0) << s2.err;
+  for (const char* ckpt : {"ckpt-650.h5", "ckpt-900.h5", "ckpt-936.h5"}) {
+    expect_bit_identical(dir_ + "/async/" + ckpt, dir_ + "/sync/" + ckpt);
+  }
+  CommandResult straight = run_keel("train " + kRun + "--epochs 2 --checkpoint-dir " + dir_ + "/straight");
+  ASSERT_EQ(straight.exit_code, 0) << straight.err;
+  expect_bit_identical(dir_ + "/straight/ckpt-936.h5", dir_ + "/async/ckpt-936.h5");
+}
+
+// A background save that fails ends the run with its error (exit 2), as a synchronous one does; it is
+// never lost. Here ckpt-5.h5 cannot be renamed into place: a directory holds that name.
+TEST_F(TrainCli, AFailedBackgroundSaveIsReportedAsASynchronousOneIs) {
+  for (const std::string save : {"", "--sync-save "}) {
+    const std::string run = dir_ + "/run" + (save.empty() ? "-async" : "-sync");
+    std::filesystem::create_directories(run + "/ckpt-5.h5/occupied");
+    CommandResult r = run_keel("train " + kRun + save + "--epochs 1 --save-every-steps 5 --stop-after-steps 7 " +
+                               "--checkpoint-dir " + run);
+    EXPECT_EQ(r.exit_code, 2) << save << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("ckpt-5.h5: Is a directory")) << save;
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("saved step"))) << save;
+    EXPECT_FALSE(std::filesystem::exists(run + "/latest")) << save;
+  }
 }
 
 TEST_F(TrainCli, EvaluateJsonAndCheckpointReadableByH5py) {

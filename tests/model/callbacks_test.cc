@@ -1,4 +1,5 @@
 // ProgbarLogger: Keras's progress line, one plain line per epoch off a terminal, redrawn in place on one.
+// TerminateOnNaN: stops training at a non-finite loss or gradient, and says where.
 #include "framework/model/callbacks.h"
 
 #include <fcntl.h>
@@ -7,7 +8,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <cstdlib>
 #include <memory>
 #include <regex>
@@ -231,6 +234,97 @@ TEST(ProgbarLoggerTest, PrintsFitsEpochsWithTheLossesOfTheHistory) {
   ASSERT_NE(second, std::string::npos);
   EXPECT_THAT(text.substr(0, second), HasSubstr(loss0));
   EXPECT_THAT(text.substr(second), HasSubstr(loss1));
+}
+
+TEST(TerminateOnNaNTest, AFiniteLossDoesNothing) {
+  File out;
+  TerminateOnNaN t(out.get());
+  TrainingState st = state(0, 1, 3, 10);
+  t.on_train_batch_end(st, {{"loss", 0.5}, {"accuracy", 0.25}});
+  EXPECT_FALSE(st.stop_training);
+  EXPECT_FALSE(t.terminated().has_value());
+  EXPECT_EQ(out.contents(), "");
+}
+
+TEST(TerminateOnNaNTest, ANanOrInfiniteLossStopsTrainingWithKerasMessage) {
+  for (const double loss : {std::nan(""), std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()}) {
+    File out;
+    TerminateOnNaN t(out.get());
+    TrainingState st = state(0, 1, 3, 10);  // the third batch: Keras's batch index 2
+    t.on_train_batch_end(st, {{"loss", loss}});
+    EXPECT_TRUE(st.stop_training) << loss;
+    ASSERT_TRUE(t.terminated().has_value()) << loss;
+    EXPECT_THAT(out.contents(), MatchesRegex("Batch 2: Invalid loss, terminating training: step [0-9]+: the loss is "
+                                             "(nan|inf|-inf)\n"));
+  }
+}
+
+TEST(TerminateOnNaNTest, ANonFiniteGradientStopsTrainingNamingStepAndVariable) {
+  File out;
+  TerminateOnNaN t(out.get());
+  TrainingState st = state(1, 2, 5, 10);
+  st.non_finite = NonFiniteStep{15, 0.75, "dense_1/kernel", true};
+  t.on_train_batch_end(st, {{"loss", 0.75}});
+  EXPECT_TRUE(st.stop_training);
+  ASSERT_TRUE(t.terminated().has_value());
+  EXPECT_EQ(t.terminated()->step, 15);
+  EXPECT_EQ(t.terminated()->variable, "dense_1/kernel");
+  EXPECT_EQ(out.contents(),
+            "Batch 4: Invalid gradient, terminating training: step 15: the gradient of dense_1/kernel is not finite "
+            "(the update was not applied; loss 0.75)\n");
+}
+
+TEST(TerminateOnNaNTest, SilentWithoutAnOutput) {
+  TerminateOnNaN t(nullptr);
+  TrainingState st = state(0, 1, 1, 10);
+  t.on_train_batch_end(st, {{"loss", std::nan("")}});
+  EXPECT_TRUE(st.stop_training);
+  EXPECT_TRUE(t.terminated().has_value());
+}
+
+// Sees what every callback after TerminateOnNaN sees: the steps and whether fit flagged them.
+class StepRecorder : public Callback {
+ public:
+  void on_train_batch_end(TrainingState& st, const Logs&) override {
+    steps.push_back(st.model->optimizer().iterations());
+    flagged.push_back(st.non_finite.has_value());
+  }
+  std::vector<int64_t> steps;
+  std::vector<bool> flagged;
+};
+
+TEST(TerminateOnNaNTest, FitStopsAtTheDivergingStepWithoutApplyingIt) {
+  clear_session();
+  File out;
+  TerminateOnNaN terminate(out.get());
+  StepRecorder recorder;
+  Sequential m({Dense(4, "relu", Shape{2}), Dense(2, "softmax")});
+  // A learning rate no training survives: the first update is finite but huge, and the next step's
+  // logits overflow.
+  m.compile(std::make_shared<SGD>(SGD::Options{.learning_rate = 1e30f}), std::make_shared<CategoricalCrossentropy>());
+  const Tensor x = testing::random_host({32, 2}, -1, 1, 4);
+  std::vector<float> labels;
+  for (int i = 0; i < 32; ++i) labels.insert(labels.end(), {i % 2 ? 1.0f : 0.0f, i % 2 ? 0.0f : 1.0f});
+  const Tensor y = testing::host({32, 2}, labels);
+  FitOptions o;
+  o.epochs = 3;
+  o.callbacks = {&terminate, &recorder};
+  m.fit(Dataset::from_tensor_slices({x, y}).batch(4), o);
+  ASSERT_TRUE(terminate.terminated().has_value()) << out.contents();
+  const NonFiniteStep& t = *terminate.terminated();
+  // Every step before it was finite and applied; this one was flagged and stopped the run.
+  ASSERT_EQ(recorder.steps.size(), static_cast<size_t>(t.step)) << out.contents();
+  for (size_t i = 0; i + 1 < recorder.flagged.size(); ++i) EXPECT_FALSE(recorder.flagged[i]) << i;
+  EXPECT_TRUE(recorder.flagged.back());
+  EXPECT_GE(t.step, 2);
+  EXPECT_TRUE(t.update_skipped);
+  EXPECT_FALSE(t.variable.empty());
+  EXPECT_EQ(m.optimizer().iterations(), t.step - 1) << "the diverging update was not applied";
+  for (Variable* v : m.variables()) {
+    for (float value : v->value().to_vector()) ASSERT_TRUE(std::isfinite(value)) << v->name();
+  }
+  EXPECT_THAT(out.contents(), HasSubstr("terminating training: step " + std::to_string(t.step) + ": "));
+  EXPECT_THAT(out.contents(), HasSubstr("the gradient of " + t.variable + " is not finite"));
 }
 
 }  // namespace

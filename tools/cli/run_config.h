@@ -22,9 +22,17 @@ namespace keel::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitUsage = 2;      // bad usage or input
 inline constexpr int kExitExhausted = 3;  // HBM exhausted
+inline constexpr int kExitDiverged = 4;   // training diverged: a non-finite loss or gradient
 
 // Bad usage: printed as one line, exit 2.
 struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Training stopped at a step whose loss or gradients were not finite (TerminateOnNaN): one line
+// naming the step and the first non-finite variable, exit 4. Nothing after the last finite step was
+// saved.
+struct TrainingDiverged : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
