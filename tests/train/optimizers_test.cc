@@ -1,6 +1,7 @@
 #include "framework/train/optimizers.h"
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -178,6 +179,20 @@ TEST(OptimizerTest, MismatchedArgumentsThrowInvalidArgument) {
   Variable a("a", host({2}, {1, 1}), true);
   EXPECT_THROW(adam.apply_gradients({host({2}, {1, 1}), host({2}, {1, 1})}, {&a}), std::invalid_argument);
   EXPECT_THROW(adam.apply_gradients({host({3}, {1, 1, 1})}, {&a}), std::invalid_argument);
+}
+
+TEST(OptimizerTest, LearningRatesMustBeFiniteAndPositive) {
+  for (float lr : {0.0f, -0.5f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    EXPECT_THROW(Adam(Adam::Options{.learning_rate = lr}), std::invalid_argument) << lr;
+    EXPECT_THROW(SGD(SGD::Options{.learning_rate = lr}), std::invalid_argument) << lr;
+  }
+  for (float lr : {0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                   std::numeric_limits<float>::quiet_NaN()}) {
+    EXPECT_THROW(make_optimizer("adam", lr), std::invalid_argument) << lr;
+  }
+  EXPECT_EQ(make_optimizer("adam", -1.0f)->learning_rate(), 0.001f) << "negative: Keras's default";
+  EXPECT_THROW(SGD(SGD::Options{.momentum = 1.5f}), std::invalid_argument);
+  EXPECT_THROW(SGD(SGD::Options{.momentum = std::numeric_limits<float>::quiet_NaN()}), std::invalid_argument);
 }
 
 TEST(OptimizerTest, SlotsAreChargedAsOptimizerOnEveryCoreWhenMirrored) {
