@@ -13,6 +13,7 @@
 #include "tools/cli/commands.h"
 #include "tools/cli/data_sources.h"
 #include "tools/cli/run_config.h"
+#include "tools/cli/stored_run.h"
 
 namespace keel::cli {
 namespace {
@@ -177,13 +178,9 @@ int evaluate_command(const std::vector<std::string>& args) {
   if (vm.count("output") && !vm.count("recompute-bn-stats")) throw UsageError("--output goes with --recompute-bn-stats");
   if (vm.count("output")) check_output_path(vm["output"].as<std::string>());
   const std::string file = checkpoint_file(vm["target"].as<std::string>());
-  TrainState state = read_train_state(file);
-  RunConfig config;
-  try {
-    config = RunConfig::from_json(state.config);
-  } catch (const std::exception& e) {
-    throw CheckpointError("checkpoint " + file + ": its run configuration is damaged (" + e.what() + ")");
-  }
+  const StoredRun stored = read_stored_run(file);
+  const TrainState& state = stored.state;
+  RunConfig config = stored.config;
   if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
   const RunConfig trained = config;  // recomputed statistics come from the run's own training data
   if (vm.count("dataset")) {
@@ -200,6 +197,7 @@ int evaluate_command(const std::vector<std::string>& args) {
   {
     auto scope = strategy.scope();
     model = build_model(config);
+    check_model_matches(stored, *model);
     load_checkpoint(file, *model, model->optimizer());
   }
   const int64_t bn_batches = vm.count("recompute-bn-stats") ? recompute_statistics(vm, trained, state, *model) : 0;
@@ -226,6 +224,7 @@ int memory_command(const std::vector<std::string>& args) {
   RunConfig config;
   apply_model_options(vm, config);
   apply_device_options(vm, config);
+  config.validate();
   const ModelFactory factory = model_factory(config);
   const Shape labels = label_shape(config);
   MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, labels);
@@ -252,6 +251,7 @@ int summary_command(const std::vector<std::string>& args) {
   }
   RunConfig config;
   apply_model_options(vm, config);
+  config.validate();
   clear_session();
   // Shapes only: the summary of a large model needs none of its memory.
   ReplicatedStrategy strategy(DeviceSpec::preset("cpu"), ReplicatedStrategy::Options{/*abstract=*/true, 0});

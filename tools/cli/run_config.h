@@ -50,9 +50,15 @@ struct RunConfig {
   int64_t save_every_steps = 0;  // 0: only at epoch ends
   bool skip_corrupt = false;     // tfrecord:/images: skip and count corrupt records instead of stopping
 
-  int64_t global_batch() const { return batch_per_core * device.cores; }
+  int64_t global_batch() const { return batch_per_core * device.cores; }  // validate() checked the product
   nlohmann::json to_json() const;
+  // A stored configuration (a checkpoint's): every field present with its JSON type, then validate().
+  // Throws std::invalid_argument naming the field (and limit).
   static RunConfig from_json(const nlohmann::json& j);
+  // Every value against keel's limits (framework/core/limits.h; README "Limits"), names against what
+  // keel knows: std::invalid_argument naming the value, the flag and the limit. Each verb calls it
+  // once its flags are applied; from_json calls it on what it read.
+  void validate() const;
 };
 
 // --- option groups shared by the verbs ---
@@ -70,8 +76,11 @@ void apply_training_options(const po::variables_map& vm, RunConfig& config);
 po::variables_map parse_args(const std::vector<std::string>& args, const po::options_description& options,
                              const po::positional_options_description* positional = nullptr);
 
-// "224x224x3" → {224, 224, 3}.
+// "224x224x3" → {224, 224, 3}, within keel's input limits.
 Shape parse_shape(const std::string& text);
+// --hbm-per-core: a size ("16GiB"), or "unbounded" (0: no budget). 0 bytes is refused: it used to
+// mean "unbounded" silently.
+int64_t parse_hbm_per_core(const std::string& text);
 
 // Builds (in the current scope) and compiles the configured model.
 std::unique_ptr<Model> build_model(const RunConfig& config);

@@ -1,6 +1,9 @@
 // `keel train` and `keel resume`: fit with checkpoints, preemption-safe.
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -8,12 +11,15 @@
 #include "framework/data/data_error.h"
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/run_directory.h"
+#include "framework/core/limits.h"
 #include "framework/layers/initializers.h"
 #include "framework/layers/layer.h"
 #include "framework/model/callbacks.h"
+#include "framework/model/planner.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/data_sources.h"
 #include "tools/cli/run_config.h"
+#include "tools/cli/stored_run.h"
 
 namespace keel::cli {
 namespace {
@@ -123,6 +129,11 @@ po::options_description run_control_options() {
   return d;
 }
 
+int64_t stop_after_steps(const po::variables_map& vm) {
+  if (!vm.count("stop-after-steps")) return 0;
+  return check_in_range("--stop-after-steps", vm["stop-after-steps"].as<int64_t>(), 0, kMaxSteps);
+}
+
 // A cosine schedule spans the whole run as first configured; resuming keeps its length.
 void set_cosine_decay_steps(RunConfig& config, const Dataset& train) {
   if (config.lr_schedule != "cosine" || config.decay_steps != 0) return;
@@ -193,8 +204,39 @@ void print_outcome(const RunConfig& config, const RunDirectory& dir, const Check
   }
 }
 
+// This host's physical memory: the budget of a device without HBM (the `cpu` preset).
+int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return INT64_MAX;
+  return static_cast<int64_t>(pages) * page;
+}
+
+// Before any data or weight exists: the training step, planned on abstract tensors through the same
+// code path (framework/model/planner.h), must fit every core's HBM — the ledger's own report (exit 3)
+// otherwise — or, on a device without a budget, this host's memory. A model or batch too large thus
+// ends before anything is allocated, never after gigabytes were.
+void check_step_fits(const RunConfig& config) {
+  const ModelFactory factory = model_factory(config);
+  if (config.device.has_budget()) {
+    check_training_step_fits(factory, config.device, config.batch_per_core, label_shape(config));
+    return;
+  }
+  const MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, label_shape(config));
+  const int64_t host = host_memory_bytes();
+  for (const CoreMemory& m : plan.per_core) {
+    if (m.peak <= host) continue;
+    throw ResourceExhausted(m.core, m.peak,
+                            "Resource exhausted: one training step of " + config.model + " at " +
+                                std::to_string(config.batch_per_core) + " per core needs " + format_bytes(m.peak) +
+                                " on core " + std::to_string(m.core) + ", more than this host's " + format_bytes(host) +
+                                " of memory (device " + config.device.name + " has no HBM budget). Nothing was "
+                                "allocated. Reduce --batch-per-core (see `keel memory`).");
+  }
+}
+
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
-int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int64_t stop_after_steps, bool quiet) {
+int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, int64_t stop_after_steps, bool quiet) {
+  check_step_fits(config);
   Dataset train = training_dataset(config);  // data errors before any model work
   set_cosine_decay_steps(config, train);
 
@@ -208,7 +250,10 @@ int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int
   }
   FitOptions fit;
   fit.epochs = config.epochs;
-  if (resume_from && !resume_from_checkpoint(*resume_from, config, dir, strategy, *model, fit)) return kExitOk;
+  if (resume_from) {
+    check_model_matches(*resume_from, *model);
+    if (!resume_from_checkpoint(resume_from->file, config, dir, strategy, *model, fit)) return kExitOk;
+  }
   std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
               config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
               static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
@@ -250,14 +295,14 @@ int train_command(const std::vector<std::string>& args) {
   apply_model_options(vm, config);
   apply_device_options(vm, config);
   apply_training_options(vm, config);
+  config.validate();
   if (!vm.count("checkpoint-dir")) throw UsageError("--checkpoint-dir is required (e.g. --checkpoint-dir checkpoints/mlp)");
   RunDirectory dir(vm["checkpoint-dir"].as<std::string>());
   if (auto latest = dir.latest(); latest && !vm["overwrite"].as<bool>()) {
     throw UsageError(dir.dir() + " already holds a run (" + *latest + "); continue it with `keel resume " + dir.dir() +
                      "`, or pass --overwrite to start a new one there");
   }
-  return run(config, dir, nullptr, vm.count("stop-after-steps") ? vm["stop-after-steps"].as<int64_t>() : 0,
-             vm["quiet"].as<bool>());
+  return run(config, dir, nullptr, stop_after_steps(vm), vm["quiet"].as<bool>());
 }
 
 int resume_command(const std::vector<std::string>& args) {
@@ -283,21 +328,15 @@ int resume_command(const std::vector<std::string>& args) {
   if (!std::filesystem::is_directory(dir.dir())) throw UsageError("run directory " + dir.dir() + " does not exist");
   std::optional<std::string> latest = dir.latest();
   if (!latest) throw UsageError(dir.dir() + " holds no checkpoint to resume (no `latest`); start one with `keel train`");
-  TrainState state = read_train_state(*latest);
-  RunConfig config;
-  try {
-    config = RunConfig::from_json(state.config);
-  } catch (const std::exception& e) {
-    throw CheckpointError("checkpoint " + *latest + ": its run configuration is damaged (" + e.what() + ")");
-  }
+  const StoredRun stored = read_stored_run(*latest);
+  RunConfig config = stored.config;
   if (vm.count("epochs")) config.epochs = vm["epochs"].as<int>();
-  if (config.epochs <= 0) throw UsageError("--epochs must be positive");
   if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
   if (vm.count("keep")) config.keep = vm["keep"].as<int>();
   if (vm.count("save-every-steps")) config.save_every_steps = vm["save-every-steps"].as<int64_t>();
   if (vm["skip-corrupt"].as<bool>()) config.skip_corrupt = true;
-  return run(config, dir, &*latest, vm.count("stop-after-steps") ? vm["stop-after-steps"].as<int64_t>() : 0,
-             vm["quiet"].as<bool>());
+  config.validate();
+  return run(config, dir, &stored, stop_after_steps(vm), vm["quiet"].as<bool>());
 }
 
 }  // namespace keel::cli
