@@ -4,6 +4,8 @@
 //   2  bad usage or input: UsageError, DataError, CheckpointError, a flag Boost.Program_options
 //      rejects, std::invalid_argument (a value the library refuses)
 //   3  HBM exhausted: ResourceExhausted (its XLA-style report)
+//   128 + signal (130, 143): `train`/`resume` interrupted by SIGINT/SIGTERM before the first step,
+//      nothing saved (tools/cli/train_command.cc; during training a signal saves and ends in 0)
 //   70 internal error in keel (EX_SOFTWARE): a broken invariant (std::logic_error) or anything else;
 //      the message says so and asks for a report, so that nobody hunts for a mistake that is not theirs
 #pragma once

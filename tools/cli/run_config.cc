@@ -379,6 +379,15 @@ Dataset adapted(const RunConfig& config, Dataset batched) {
   });
 }
 
+// The training split must hold at least one global batch (batches drop their remainder): refused
+// before step 0, with both sizes. `examples` < 0: unknown (checked when an epoch ends instead).
+void check_enough_examples(const RunConfig& config, int64_t examples) {
+  if (examples < 0 || examples >= config.global_batch()) return;
+  throw UsageError("the training data holds " + std::to_string(examples) + " examples, fewer than one global batch of " +
+                   std::to_string(config.global_batch()) + " (" + std::to_string(config.batch_per_core) + " per core x " +
+                   std::to_string(config.device.cores) + " cores); use a smaller --batch-per-core or more data");
+}
+
 ExampleOptions example_options(const RunConfig& config, bool training) {
   ExampleOptions o;
   o.input = model_input(config);
@@ -402,11 +411,14 @@ std::shared_ptr<std::atomic<int64_t>> skipped_records() {
 Dataset training_dataset(const RunConfig& config) {
   const DatasetSource source = parse_dataset_source(config.dataset);
   if (source.kind != DatasetSource::Kind::kFashionMnist) {
+    check_enough_examples(config, file_examples_count(source, "train"));
     return file_examples(source, "train", example_options(config, /*training=*/true))
         .batch(config.global_batch(), /*drop_remainder=*/true)
         .prefetch(AUTOTUNE);
   }
-  return adapted(config, labeled_slices(config, "train")
+  const Dataset slices = labeled_slices(config, "train");
+  check_enough_examples(config, slices.cardinality());
+  return adapted(config, slices
                              .shuffle(config.shuffle_buffer, config.seed)
                              .batch(config.global_batch(), /*drop_remainder=*/true))
       .prefetch(AUTOTUNE);

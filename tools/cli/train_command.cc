@@ -61,6 +61,13 @@ class CheckpointCallback : public Callback {
   }
 
   void on_epoch_end(TrainingState& st, const Logs&) override {
+    // A pipeline of unknown size that held less than one global batch: nothing to save, and a
+    // checkpoint of an empty epoch could not be resumed.
+    if (st.batch == 0) {
+      throw UsageError("the training data gave no full global batch of " + std::to_string(config_.global_batch()) +
+                       " examples in epoch " + std::to_string(st.epoch + 1) +
+                       " (it holds fewer); use a smaller --batch-per-core or fewer cores");
+    }
     TrainState s;
     s.step = st.model->optimizer().iterations();
     s.epoch = st.epoch + 1;
@@ -173,6 +180,9 @@ bool resume_from_checkpoint(const std::string& resume_from, const RunConfig& con
 }
 
 // Routes SIGINT and SIGTERM to on_signal while it lives, then restores the previous handlers.
+// `keel train` and `keel resume` install it first of all, so that a signal during the slow part
+// before training (the plan, loading data, restoring a checkpoint) ends with a message, never with a
+// silent kill.
 class SignalHandlers {
  public:
   SignalHandlers() : old_int_(std::signal(SIGINT, on_signal)), old_term_(std::signal(SIGTERM, on_signal)) {}
@@ -234,11 +244,25 @@ void check_step_fits(const RunConfig& config) {
   }
 }
 
+// A signal before the first step: this invocation trained and saved nothing. Ends the shell's way
+// for a signal (128 + its number), after saying so.
+int interrupted_before_training(const RunDirectory& dir, bool resuming) {
+  const int sig = g_signal.load();
+  if (resuming) {
+    std::fprintf(stderr, "keel resume: interrupted by signal %d before the first step; %s is as it was: continue "
+                 "with `keel resume %s`\n", sig, dir.dir().c_str(), dir.dir().c_str());
+  } else {
+    std::fprintf(stderr, "keel train: interrupted by signal %d before the first step; nothing was saved\n", sig);
+  }
+  return 128 + sig;
+}
+
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
 int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, int64_t stop_after_steps, bool quiet) {
   check_step_fits(config);
   Dataset train = training_dataset(config);  // data errors before any model work
   set_cosine_decay_steps(config, train);
+  if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
 
   clear_session();
   set_random_seed(config.seed);
@@ -254,6 +278,7 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, int64
     check_model_matches(*resume_from, *model);
     if (!resume_from_checkpoint(resume_from->file, config, dir, strategy, *model, fit)) return kExitOk;
   }
+  if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
   std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
               config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
               static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
@@ -266,8 +291,6 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, int64
   fit.callbacks.push_back(&infeed_report);
   fit.callbacks.push_back(&checkpoints);
 
-  g_signal = 0;
-  const SignalHandlers handlers;
   model->fit(train, fit);
   print_outcome(config, dir, checkpoints, *model, stop_after_steps);
   return kExitOk;
@@ -276,6 +299,7 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, int64
 }  // namespace
 
 int train_command(const std::vector<std::string>& args) {
+  const SignalHandlers handlers;
   po::options_description model_opts("Model"), device_opts("Device"), training_opts("Training");
   add_model_options(model_opts);
   add_device_options(device_opts);
@@ -306,6 +330,7 @@ int train_command(const std::vector<std::string>& args) {
 }
 
 int resume_command(const std::vector<std::string>& args) {
+  const SignalHandlers handlers;
   po::options_description d("Usage: keel resume RUN_DIR [--epochs N] [options]\n\n"
                             "Continues a run exactly from its latest checkpoint. --epochs is the new total.");
   d.add_options()("help,h", "this help")
