@@ -6,6 +6,7 @@
 
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/run_directory.h"
+#include "framework/core/limits.h"
 #include "framework/layers/initializers.h"
 #include "framework/layers/layer.h"
 #include "framework/model/planner.h"
@@ -25,7 +26,7 @@ std::string checkpoint_file(const std::string& target) {
     if (!latest) throw UsageError(target + " holds no checkpoint (no `latest`)");
     return *latest;
   }
-  if (!std::filesystem::exists(target)) throw UsageError("no such run directory or checkpoint: " + target);
+  if (!std::filesystem::exists(target)) throw UsageError("no such run directory or checkpoint: " + quote_untrusted(target));
   return target;
 }
 
@@ -95,7 +96,7 @@ namespace {
 void check_output_path(const std::string& output) {
   namespace fs = std::filesystem;
   const fs::path path(output);
-  if (path.extension() != ".h5") throw UsageError("--output must name a .h5 file, got '" + output + "'");
+  if (path.extension() != ".h5") throw UsageError("--output must name a .h5 file, got '" + quote_untrusted(output) + "'");
   std::error_code ec;
   if (fs::exists(fs::symlink_status(path, ec))) {
     throw UsageError("--output " + output + " already exists; keel never writes over a file: choose a new name");
@@ -174,7 +175,7 @@ int evaluate_command(const std::vector<std::string>& args) {
   }
   if (!vm.count("target")) throw UsageError("keel evaluate needs a run directory or checkpoint, e.g. `keel evaluate checkpoints/mlp`");
   const std::string split = vm["split"].as<std::string>();
-  if (split != "train" && split != "test") throw UsageError("--split must be train or test, got '" + split + "'");
+  if (split != "train" && split != "test") throw UsageError("--split must be train or test, got '" + quote_untrusted(split) + "'");
   if (vm.count("output") && !vm.count("recompute-bn-stats")) throw UsageError("--output goes with --recompute-bn-stats");
   if (vm.count("output")) check_output_path(vm["output"].as<std::string>());
   const std::string file = checkpoint_file(vm["target"].as<std::string>());
