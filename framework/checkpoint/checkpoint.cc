@@ -1,7 +1,10 @@
 #include "framework/checkpoint/checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <stdexcept>
 
 #include "framework/checkpoint/checkpoint_snapshot.h"
 #include "framework/checkpoint/h5_file.h"
@@ -25,6 +28,21 @@ nlohmann::json state_to_json(const TrainState& s) {
           {"memory", s.memory}};
 }
 
+// A field of the train state that is not what keel writes.
+struct FieldError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// An integer field as stored: a float such as 1e30 (whose conversion would be undefined) is refused.
+int64_t integer(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    throw FieldError(std::string(key) + " does not fit in 64 bits");
+  }
+  if (!v.is_number_integer()) throw FieldError(std::string(key) + " is not an integer");
+  return v.get<int64_t>();
+}
+
 // A train state's counters are never negative, and an epoch's totals count its samples.
 void check_state_ranges(const std::string& path, const TrainState& s) {
   auto refuse = [&](const std::string& what) {
@@ -44,19 +62,20 @@ TrainState state_from_json(const std::string& path, const std::string& text) {
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
     TrainState s;
-    s.step = j.at("step").get<int64_t>();
-    s.epoch = j.at("epoch").get<int>();
-    s.batch_in_epoch = j.at("batch_in_epoch").get<int64_t>();
+    s.step = integer(j, "step");
+    s.epoch = static_cast<int>(std::clamp<int64_t>(integer(j, "epoch"), -1, std::numeric_limits<int>::max()));
+    s.batch_in_epoch = integer(j, "batch_in_epoch");
     s.iterator_state = j.at("iterator_state");
     const auto& t = j.at("epoch_totals");
     s.epoch_totals.loss_sum = t.at("loss_sum").get<double>();
-    s.epoch_totals.correct = t.at("correct").get<int64_t>();
-    s.epoch_totals.samples = t.at("samples").get<int64_t>();
+    s.epoch_totals.correct = integer(t, "correct");
+    s.epoch_totals.samples = integer(t, "samples");
     s.config = j.at("config");
     s.memory = j.value("memory", nlohmann::json());
     if (!s.memory.is_null() && !s.memory.is_object()) throw CheckpointError("checkpoint " + path + ": /keel/train_state's memory is not an object");
-    check_state_ranges(path, s);
     return s;
+  } catch (const FieldError& e) {
+    throw CheckpointError("checkpoint " + path + ": /keel/train_state is damaged (" + e.what() + ")");
   } catch (const nlohmann::json::exception& e) {
     std::string reason = e.what();
     if (reason.size() > 300) reason = reason.substr(0, 300) + "...";
@@ -285,6 +304,7 @@ CheckpointCheck verify_checkpoint(const std::string& path) {
 TrainState load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer) {
   H5File f = open_keel_checkpoint(path);
   TrainState state = state_from_json(path, f.read_string("keel/train_state"));
+  check_state_ranges(path, state);
 
   StagedWeights staged;  // read everything before assigning anything
   stage_model_weights(f, path, model, staged);

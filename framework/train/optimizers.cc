@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "framework/core/limits.h"
 #include "framework/device/context.h"
 #include "framework/device/replica_context.h"
 
@@ -24,6 +25,12 @@ float CosineDecay::operator()(int64_t step) const {
 nlohmann::json CosineDecay::get_config() const {
   return {{"class_name", "CosineDecay"},
           {"config", {{"initial_learning_rate", initial_}, {"decay_steps", decay_steps_}, {"alpha", alpha_}}}};
+}
+
+Optimizer::Optimizer(std::string name, float learning_rate) : name_(std::move(name)), learning_rate_(learning_rate) {
+  if (!(std::isfinite(learning_rate) && learning_rate > 0.0f)) {
+    throw std::invalid_argument("the learning rate must be finite and positive, got " + std::to_string(learning_rate));
+  }
 }
 
 GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars) {
@@ -156,6 +163,12 @@ nlohmann::json Adam::get_config() const {
   return c;
 }
 
+SGD::SGD(Options options) : Optimizer("SGD", options.learning_rate), options_(options) {
+  if (!(options_.momentum >= 0.0f && options_.momentum <= 1.0f)) {
+    throw std::invalid_argument("SGD momentum must be in [0, 1], got " + std::to_string(options_.momentum));
+  }
+}
+
 std::vector<std::string> SGD::slot_names() const {
   if (options_.momentum != 0.0f) return {"momentum"};
   return {};
@@ -186,6 +199,9 @@ nlohmann::json SGD::get_config() const {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate, float momentum, bool nesterov) {
+  if (std::isnan(learning_rate) || std::isinf(learning_rate) || learning_rate == 0.0f) {
+    throw std::invalid_argument("the learning rate must be finite and positive, got " + std::to_string(learning_rate));
+  }
   std::string lower = name;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   if (lower == "adam") {
@@ -200,7 +216,7 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learnin
     o.nesterov = nesterov;
     return std::make_unique<SGD>(o);
   }
-  throw std::invalid_argument("unknown optimizer '" + name + "' (known: adam, sgd)");
+  throw std::invalid_argument("unknown optimizer '" + quote_untrusted(name) + "' (known: adam, sgd)");
 }
 
 }  // namespace keel

@@ -54,7 +54,8 @@ struct GradientUpdate {
 
 class Optimizer {
  public:
-  Optimizer(std::string name, float learning_rate) : name_(std::move(name)), learning_rate_(learning_rate) {}
+  // The learning rate must be finite and positive (std::invalid_argument otherwise).
+  Optimizer(std::string name, float learning_rate);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -134,7 +135,8 @@ class SGD : public Optimizer {
     bool nesterov = false;
   };
   SGD() : SGD(Options{}) {}
-  explicit SGD(Options options) : Optimizer("SGD", options.learning_rate), options_(options) {}
+  // momentum finite in [0, 1].
+  explicit SGD(Options options);
   nlohmann::json get_config() const override;
 
  protected:
@@ -145,7 +147,8 @@ class SGD : public Optimizer {
   Options options_;
 };
 
-// "adam" | "sgd" with a learning rate (negative: the optimizer's default).
+// "adam" | "sgd" with a learning rate (negative: the optimizer's default; otherwise finite and
+// positive). std::invalid_argument for an unknown name or a value out of range.
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate = -1.0f,
                                           float momentum = 0.0f, bool nesterov = false);
 

@@ -2,10 +2,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <thread>
@@ -86,6 +91,83 @@ TEST_F(TrainCli, SigtermSavesACheckpointAndExitsCleanly) {
   EXPECT_THAT(out, HasSubstr("Interrupted by signal"));
   ASSERT_TRUE(std::filesystem::exists(run + "/latest")) << out;
   CommandResult resumed = run_keel("resume " + run + " --epochs 1 --quiet");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+}
+
+// A signal reaches keel before anything slow: sent as soon as `keel train` catches it (it still has to
+// plan the step and load the data), it ends the run with a message and the shell's status for the
+// signal — never a silent kill — and nothing is saved.
+TEST_F(TrainCli, SigintBeforeTheFirstStepEndsWithAMessage) {
+  const std::string run = dir_ + "/early";
+  const auto start = std::chrono::steady_clock::now();
+  const BackgroundKeel p = start_keel({"train", "--model", "mlp", "--device", "v3-8", "--epochs", "1", "--quiet",
+                                      "--checkpoint-dir", run},
+                                     dir_ + "/out", dir_ + "/err");
+  ASSERT_TRUE(wait_until_catching(p.pid, SIGINT, 10000)) << read_file(p.err_path);
+  const auto caught = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(::kill(p.pid, SIGINT), 0);
+  const int status = wait_for(p);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT) << read_file(p.out_path) << read_file(p.err_path);
+  EXPECT_THAT(read_file(p.err_path), HasSubstr("keel train: interrupted by signal 2 before the first step; nothing was saved"));
+  EXPECT_FALSE(std::filesystem::exists(run + "/latest"));
+  // Installed first of all, well within the first half second (slack for a loaded machine).
+  EXPECT_LT(caught, std::chrono::milliseconds(2000));
+}
+
+TEST_F(TrainCli, SigtermWhileResumingLeavesTheRunAsItWas) {
+  const std::string run = dir_ + "/run";
+  CommandResult a = run_keel("train " + kRun + "--epochs 1 --stop-after-steps 2 --checkpoint-dir " + run);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const std::string before = md5_of_dir(run);
+  const BackgroundKeel p = start_keel({"resume", run, "--quiet"}, dir_ + "/out", dir_ + "/err");
+  ASSERT_TRUE(wait_until_catching(p.pid, SIGTERM, 10000)) << read_file(p.err_path);
+  ASSERT_EQ(::kill(p.pid, SIGTERM), 0);
+  const int status = wait_for(p);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << read_file(p.out_path) << read_file(p.err_path);
+  EXPECT_THAT(read_file(p.err_path), HasSubstr("keel resume: interrupted by signal 15 before the first step; " + run +
+                                               " is as it was"));
+  EXPECT_EQ(md5_of_dir(run), before);
+}
+
+// Tiny IDX files in `dir`: `n` blank 28x28 images and labels 0..9 (gzip'd, as Debian ships them).
+void write_tiny_fashion_mnist(const std::string& dir, int n) {
+  std::filesystem::create_directories(dir);
+  auto be32 = [](std::string& s, uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) s.push_back(static_cast<char>((v >> shift) & 0xff));
+  };
+  for (const std::string split : {"train", "t10k"}) {
+    std::string images, labels;
+    be32(images, 0x803);
+    be32(images, static_cast<uint32_t>(n));
+    be32(images, 28);
+    be32(images, 28);
+    images.append(static_cast<size_t>(n) * 28 * 28, '\0');
+    be32(labels, 0x801);
+    be32(labels, static_cast<uint32_t>(n));
+    for (int i = 0; i < n; ++i) labels.push_back(static_cast<char>(i % 10));
+    std::ofstream(dir + "/" + split + "-images-idx3-ubyte", std::ios::binary) << images;
+    std::ofstream(dir + "/" + split + "-labels-idx1-ubyte", std::ios::binary) << labels;
+  }
+  ASSERT_EQ(run_command("gzip -f " + dir + "/*-ubyte").exit_code, 0);
+}
+
+// Batches drop their remainder, so data smaller than one global batch would train no step at all
+// (and used to save a step-0 checkpoint it could not resume): refused before step 0, with both sizes.
+TEST_F(TrainCli, DataSmallerThanOneGlobalBatchIsRefusedBeforeStepZero) {
+  write_tiny_fashion_mnist(dir_ + "/tiny", 100);
+  const std::string run = dir_ + "/run";
+  CommandResult r = run_keel("train --model mlp --device v3-8 --batch-per-core 16 --epochs 1 --quiet --data-dir " +
+                             dir_ + "/tiny --checkpoint-dir " + run);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("holds 100 examples, fewer than one global batch of 128 (16 per core x 8 cores)"));
+  EXPECT_FALSE(std::filesystem::exists(run + "/latest"));
+  // One global batch is enough.
+  CommandResult ok = run_keel("train --model mlp --device v3-8 --batch-per-core 12 --epochs 1 --quiet --data-dir " +
+                              dir_ + "/tiny --checkpoint-dir " + run);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  CommandResult resumed = run_keel("resume " + run + " --epochs 2 --quiet");
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
 }
 

@@ -155,6 +155,9 @@ TEST(Conv2DTest, BadArgumentsAreRefused) {
   EXPECT_THROW(Conv2D(0, 3), std::invalid_argument);
   EXPECT_THROW(Conv2D(4, 0), std::invalid_argument);
   EXPECT_THROW(Conv2D(4, std::array<int, 2>{3, -1}), std::invalid_argument);
+  EXPECT_THROW(Conv2D(int64_t{1} << 40, 3), std::invalid_argument) << "filters past keel's limit, 2^24";
+  EXPECT_THROW(Conv2D(4, 5000), std::invalid_argument) << "a kernel past keel's limit, 2^12";
+  EXPECT_THROW(Conv2D(4, 3, conv_options({1, 1}, "valid", {100000, 1})), std::invalid_argument);
   EXPECT_THROW(Conv2D(4, 3, conv_options({0, 1})), std::invalid_argument);
   EXPECT_THROW(Conv2D(4, 3, conv_options({1, 1}, "valid", {1, 0})), std::invalid_argument);
   EXPECT_THROW(Conv2D(4, 3, conv_options({1, 1}, "full")), std::invalid_argument);
@@ -194,6 +197,7 @@ TEST(ZeroPadding2DTest, ShapesValuesAndConfig) {
 TEST(ZeroPadding2DTest, BadArgumentsAreRefused) {
   EXPECT_THROW(ZeroPadding2D(-1), std::invalid_argument);
   EXPECT_THROW(ZeroPadding2D({{{0, 0}, {0, -2}}}), std::invalid_argument);
+  EXPECT_THROW(ZeroPadding2D(1 << 20), std::invalid_argument) << "padding past keel's limit, 2^12";
   EXPECT_THROW(ZeroPadding2D(1)->compute_output_shape({5, 5}), std::invalid_argument);
 }
 
@@ -245,6 +249,7 @@ TEST(Pooling2DTest, SamePoolingAveragesOnlyPixelsInsideTheImage) {
 TEST(Pooling2DTest, BadArgumentsAreRefused) {
   using layers::Pooling2D;
   EXPECT_THROW(MaxPooling2D(0), std::invalid_argument);
+  EXPECT_THROW(MaxPooling2D(1 << 20), std::invalid_argument) << "a pool past keel's limit, 2^12";
   EXPECT_THROW(AveragePooling2D(2, 2, "full"), std::invalid_argument);
   EXPECT_THROW(Pooling2D(Pooling2D::Kind::max, {2, 2}, {0, 2}, "valid", ""), std::invalid_argument);
   EXPECT_THROW(Pooling2D(Pooling2D::Kind::average, {2, -1}, {2, 2}, "valid", ""), std::invalid_argument);

@@ -182,6 +182,20 @@ TEST(OptimizerTest, MismatchedArgumentsThrowInvalidArgument) {
   EXPECT_THROW(adam.apply_gradients({host({3}, {1, 1, 1})}, {&a}), std::invalid_argument);
 }
 
+TEST(OptimizerTest, LearningRatesMustBeFiniteAndPositive) {
+  for (float lr : {0.0f, -0.5f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    EXPECT_THROW(Adam(Adam::Options{.learning_rate = lr}), std::invalid_argument) << lr;
+    EXPECT_THROW(SGD(SGD::Options{.learning_rate = lr}), std::invalid_argument) << lr;
+  }
+  for (float lr : {0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                   std::numeric_limits<float>::quiet_NaN()}) {
+    EXPECT_THROW(make_optimizer("adam", lr), std::invalid_argument) << lr;
+  }
+  EXPECT_EQ(make_optimizer("adam", -1.0f)->learning_rate(), 0.001f) << "negative: Keras's default";
+  EXPECT_THROW(SGD(SGD::Options{.momentum = 1.5f}), std::invalid_argument);
+  EXPECT_THROW(SGD(SGD::Options{.momentum = std::numeric_limits<float>::quiet_NaN()}), std::invalid_argument);
+}
+
 TEST(OptimizerTest, SlotsAreChargedAsOptimizerOnEveryCoreWhenMirrored) {
   Ledger ledger(DeviceSpec::custom(2, 0));
   DeviceContext mirrored;

@@ -9,6 +9,7 @@
 #include "framework/checkpoint/checkpoint_snapshot.h"
 #include "framework/checkpoint/keras_weights.h"
 #include "framework/checkpoint/run_directory.h"
+#include "framework/core/limits.h"
 #include "framework/layers/initializers.h"
 #include "framework/layers/layer.h"
 #include "framework/model/planner.h"
@@ -18,6 +19,7 @@
 #include "tools/cli/data_sources.h"
 #include "tools/cli/memory_report.h"
 #include "tools/cli/run_config.h"
+#include "tools/cli/stored_run.h"
 
 namespace keel::cli {
 namespace {
@@ -26,7 +28,7 @@ namespace {
 // are) or a checkpoint file (verified whole).
 SelectedCheckpoint checkpoint_file(const std::string& target) {
   if (std::filesystem::is_directory(target)) return select_checkpoint(RunDirectory(target), /*move_aside=*/false, "evaluate");
-  if (!std::filesystem::exists(target)) throw UsageError("no such run directory or checkpoint: " + target.substr(0, 300));
+  if (!std::filesystem::exists(target)) throw UsageError("no such run directory or checkpoint: " + quote_untrusted(target));
   return verify_file(target, "evaluate");
 }
 
@@ -34,7 +36,7 @@ SelectedCheckpoint checkpoint_file(const std::string& target) {
 void check_output_path(const std::string& output) {
   namespace fs = std::filesystem;
   const fs::path path(output);
-  if (path.extension() != ".h5") throw UsageError("--output must name a .h5 file, got '" + output.substr(0, 300) + "'");
+  if (path.extension() != ".h5") throw UsageError("--output must name a .h5 file, got '" + quote_untrusted(output) + "'");
   std::error_code ec;
   if (fs::exists(fs::symlink_status(path, ec))) {
     throw UsageError("--output " + output + " already exists; keel never writes over a file: choose a new name");
@@ -117,6 +119,8 @@ void print_evaluation(const po::variables_map& vm, const Evaluation& e, const st
 // the loaded weights on (peaks restart there).
 Evaluation run_evaluation(const RunConfig& config, const std::string& split, ReplicatedStrategy& strategy,
                           const std::function<void(Model&)>& load, const std::function<int64_t(Model&)>& before) {
+  // Every value checked before anything is built from it.
+  config.validate();
   Evaluation e;
   e.config = config;
   Dataset data = evaluation_dataset(config, split);
@@ -136,13 +140,9 @@ Evaluation run_evaluation(const RunConfig& config, const std::string& split, Rep
 
 Evaluation evaluate_target(const po::variables_map& vm, const std::string& target, const std::string& split) {
   const SelectedCheckpoint selected = checkpoint_file(target);
-  const TrainState& state = selected.check.state;
-  RunConfig config;
-  try {
-    config = RunConfig::from_json(state.config);
-  } catch (const std::exception& e) {
-    throw CheckpointError("checkpoint " + selected.path + ": its run configuration is damaged (" + e.what() + ")");
-  }
+  const StoredRun stored = read_stored_run(selected.path);  // within keel's limits, or refused
+  const TrainState& state = stored.state;
+  RunConfig config = stored.config;
   if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
   const RunConfig trained = config;  // recomputed statistics come from the run's own training data
   if (vm.count("dataset")) {
@@ -157,7 +157,10 @@ Evaluation evaluate_target(const po::variables_map& vm, const std::string& targe
   if (vm.count("recompute-bn-stats")) {
     before = [&](Model& m) { return recompute_statistics(vm, trained, selected.path, state, m); };
   }
-  Evaluation e = run_evaluation(config, split, strategy, [&](Model& m) { load_model_weights(selected.path, m); }, before);
+  Evaluation e = run_evaluation(config, split, strategy, [&](Model& m) {
+    check_model_matches(stored, m);
+    load_model_weights(selected.path, m);
+  }, before);
   e.file = selected.path;
   e.training_memory = state.memory;
   e.checkpoint_bytes = static_cast<int64_t>(std::filesystem::file_size(selected.path));
@@ -267,7 +270,7 @@ int evaluate_command(const std::vector<std::string>& args) {
     return kExitOk;
   }
   const std::string split = vm["split"].as<std::string>();
-  if (split != "train" && split != "test") throw UsageError("--split must be train or test, got '" + split + "'");
+  if (split != "train" && split != "test") throw UsageError("--split must be train or test, got '" + quote_untrusted(split) + "'");
   if (vm["json"].as<bool>() && vm["csv"].as<bool>()) throw UsageError("give --json or --csv, not both");
   if (vm.count("weights")) return evaluate_weights(vm, split);
   if (!vm.count("target")) throw UsageError("keel evaluate needs a run directory or checkpoint, e.g. `keel evaluate checkpoints/mlp`");

@@ -8,6 +8,7 @@
 #include "framework/checkpoint/checkpoint_snapshot.h"
 #include "framework/checkpoint/keras_weights.h"
 #include "framework/checkpoint/run_directory.h"
+#include "framework/core/limits.h"
 #include "framework/layers/initializers.h"
 #include "framework/layers/layer.h"
 #include "framework/model/planner.h"
@@ -17,6 +18,7 @@
 #include "tools/cli/data_sources.h"
 #include "tools/cli/memory_report.h"
 #include "tools/cli/run_config.h"
+#include "tools/cli/stored_run.h"
 
 namespace keel::cli {
 namespace {
@@ -73,17 +75,12 @@ int memory_of_run(const po::variables_map& vm) {
   }
   const std::string target = vm["run"].as<std::string>();
   if (!std::filesystem::is_directory(target) && !std::filesystem::exists(target)) {
-    throw UsageError("no such run directory or checkpoint: " + target.substr(0, 300));
+    throw UsageError("no such run directory or checkpoint: " + quote_untrusted(target));
   }
   const SelectedCheckpoint selected = std::filesystem::is_directory(target)
                                           ? select_checkpoint(RunDirectory(target), /*move_aside=*/false, "memory")
                                           : verify_file(target, "memory");
-  RunConfig config;
-  try {
-    config = RunConfig::from_json(selected.check.state.config);
-  } catch (const std::exception& e) {
-    throw CheckpointError("checkpoint " + selected.path + ": its run configuration is damaged (" + e.what() + ")");
-  }
+  const RunConfig config = read_stored_run(selected.path).config;  // within keel's limits, or refused
   const ModelFactory factory = model_factory(config);
   MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, label_shape(config));
   if (vm["max-batch"].as<bool>()) plan.max_batch_per_core = find_max_batch(factory, config.device, label_shape(config));

@@ -64,9 +64,15 @@ struct RunConfig {
   bool init_by_name = false;     // ... loaded by layer name (else topologically)
   bool init_skip_mismatch = false;
 
-  int64_t global_batch() const { return batch_per_core * device.cores; }
+  int64_t global_batch() const { return batch_per_core * device.cores; }  // validate() checked the product
   nlohmann::json to_json() const;
+  // A stored configuration (a checkpoint's): every field present with its JSON type, then validate().
+  // Throws std::invalid_argument naming the field (and limit).
   static RunConfig from_json(const nlohmann::json& j);
+  // Every value against keel's limits (framework/core/limits.h; README "Limits"), names against what
+  // keel knows: std::invalid_argument naming the value, the flag and the limit. Each verb calls it
+  // once its flags are applied; from_json calls it on what it read.
+  void validate() const;
 };
 
 // --- option groups shared by the verbs ---
@@ -84,8 +90,11 @@ void apply_training_options(const po::variables_map& vm, RunConfig& config);
 po::variables_map parse_args(const std::vector<std::string>& args, const po::options_description& options,
                              const po::positional_options_description* positional = nullptr);
 
-// "224x224x3" → {224, 224, 3}.
+// "224x224x3" → {224, 224, 3}, within keel's input limits.
 Shape parse_shape(const std::string& text);
+// --hbm-per-core: a size ("16GiB"), or "unbounded" (0: no budget). 0 bytes is refused: it used to
+// mean "unbounded" silently.
+int64_t parse_hbm_per_core(const std::string& text);
 
 // --include-top, --pooling (model options) and --freeze (training); see tools/cli/weights_options.cc.
 void add_head_options(po::options_description& d);

@@ -1,7 +1,10 @@
 // `keel train` and `keel resume`: fit with checkpoints, preemption-safe.
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -11,14 +14,17 @@
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/run_directory.h"
 #include "framework/checkpoint/run_lock.h"
+#include "framework/core/limits.h"
 #include "framework/layers/initializers.h"
 #include "framework/layers/layer.h"
 #include "framework/model/callbacks.h"
+#include "framework/model/planner.h"
 #include "tools/cli/checkpoint_selection.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/memory_report.h"
 #include "tools/cli/data_sources.h"
 #include "tools/cli/run_config.h"
+#include "tools/cli/stored_run.h"
 
 namespace keel::cli {
 namespace {
@@ -89,6 +95,13 @@ class CheckpointCallback : public Callback {
   }
 
   void on_epoch_end(TrainingState& st, const Logs&) override {
+    // A pipeline of unknown size that held less than one global batch: nothing to save, and a
+    // checkpoint of an empty epoch could not be resumed.
+    if (st.batch == 0) {
+      throw UsageError("the training data gave no full global batch of " + std::to_string(config_.global_batch()) +
+                       " examples in epoch " + std::to_string(st.epoch + 1) +
+                       " (it holds fewer); use a smaller --batch-per-core or fewer cores");
+    }
     TrainState s;
     s.step = st.model->optimizer().iterations();
     s.epoch = st.epoch + 1;
@@ -211,7 +224,9 @@ po::options_description run_control_options() {
 
 RunControl run_control(const po::variables_map& vm) {
   RunControl c;
-  if (vm.count("stop-after-steps")) c.stop_after_steps = vm["stop-after-steps"].as<int64_t>();
+  if (vm.count("stop-after-steps")) {
+    c.stop_after_steps = check_in_range("--stop-after-steps", vm["stop-after-steps"].as<int64_t>(), 0, kMaxSteps);
+  }
   c.quiet = vm["quiet"].as<bool>();
   c.sync_save = vm["sync-save"].as<bool>();
   return c;
@@ -258,6 +273,9 @@ bool resume_from_checkpoint(const std::string& resume_from, const RunConfig& con
 }
 
 // Routes SIGINT and SIGTERM to on_signal while it lives, then restores the previous handlers.
+// `keel train` and `keel resume` install it first of all, so that a signal during the slow part
+// before training (the plan, loading data, restoring a checkpoint) ends with a message, never with a
+// silent kill.
 class SignalHandlers {
  public:
   SignalHandlers() : old_int_(std::signal(SIGINT, on_signal)), old_term_(std::signal(SIGTERM, on_signal)) {}
@@ -302,10 +320,55 @@ void print_outcome(const RunConfig& config, const RunDirectory& dir, const Check
   std::printf("%s\n", checkpoints.stall_report().c_str());
 }
 
+// This host's physical memory: the budget of a device without HBM (the `cpu` preset).
+int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return INT64_MAX;
+  return static_cast<int64_t>(pages) * page;
+}
+
+// Before any data or weight exists: the training step, planned on abstract tensors through the same
+// code path (framework/model/planner.h), must fit every core's HBM — the ledger's own report (exit 3)
+// otherwise — or, on a device without a budget, this host's memory. A model or batch too large thus
+// ends before anything is allocated, never after gigabytes were.
+void check_step_fits(const RunConfig& config) {
+  const ModelFactory factory = model_factory(config);
+  if (config.device.has_budget()) {
+    check_training_step_fits(factory, config.device, config.batch_per_core, label_shape(config));
+    return;
+  }
+  const MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, label_shape(config));
+  const int64_t host = host_memory_bytes();
+  for (const CoreMemory& m : plan.per_core) {
+    if (m.peak <= host) continue;
+    throw ResourceExhausted(m.core, m.peak,
+                            "Resource exhausted: one training step of " + config.model + " at " +
+                                std::to_string(config.batch_per_core) + " per core needs " + format_bytes(m.peak) +
+                                " on core " + std::to_string(m.core) + ", more than this host's " + format_bytes(host) +
+                                " of memory (device " + config.device.name + " has no HBM budget). Nothing was "
+                                "allocated. Reduce --batch-per-core (see `keel memory`).");
+  }
+}
+
+// A signal before the first step: this invocation trained and saved nothing. Ends the shell's way
+// for a signal (128 + its number), after saying so.
+int interrupted_before_training(const RunDirectory& dir, bool resuming) {
+  const int sig = g_signal.load();
+  if (resuming) {
+    std::fprintf(stderr, "keel resume: interrupted by signal %d before the first step; %s is as it was: continue "
+                 "with `keel resume %s`\n", sig, dir.dir().c_str(), dir.dir().c_str());
+  } else {
+    std::fprintf(stderr, "keel train: interrupted by signal %d before the first step; nothing was saved\n", sig);
+  }
+  return 128 + sig;
+}
+
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
-int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, const RunControl& control) {
+int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const RunControl& control) {
+  check_step_fits(config);
   Dataset train = training_dataset(config);  // data errors before any model work
   set_cosine_decay_steps(config, train);
+  if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
 
   clear_session();
   set_random_seed(config.seed);
@@ -319,7 +382,11 @@ int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, con
   FitOptions fit;
   fit.epochs = config.epochs;
   nlohmann::json memory_before;  // null: a new run, or a checkpoint from before keel recorded it
-  if (resume_from && !resume_from_checkpoint(*resume_from, config, dir, strategy, *model, fit, memory_before)) return kExitOk;
+  if (resume_from) {
+    check_model_matches(*resume_from, *model);
+    if (!resume_from_checkpoint(resume_from->file, config, dir, strategy, *model, fit, memory_before)) return kExitOk;
+  }
+  if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
   {
     // Keras's optimizer.build(model.trainable_variables): a fresh run's slots (zeros) exist before its
     // first step, as the first step would create them, so the checkpoint snapshot is sized up front.
@@ -342,8 +409,6 @@ int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, con
   fit.callbacks.push_back(&terminate_on_nan);
   fit.callbacks.push_back(&checkpoints);
 
-  g_signal = 0;
-  const SignalHandlers handlers;
   model->fit(train, fit);
   checkpoints.finish();  // the save in flight completes, or its error ends the run
   throw_if_diverged(terminate_on_nan, dir);
@@ -354,6 +419,7 @@ int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, con
 }  // namespace
 
 int train_command(const std::vector<std::string>& args) {
+  const SignalHandlers handlers;
   po::options_description model_opts("Model"), device_opts("Device"), training_opts("Training"),
       init_opts("Initial weights (fine-tuning)");
   add_model_options(model_opts);
@@ -376,6 +442,7 @@ int train_command(const std::vector<std::string>& args) {
   apply_device_options(vm, config);
   apply_training_options(vm, config);
   apply_init_options(vm, config);
+  config.validate();
   if (!vm.count("checkpoint-dir")) throw UsageError("--checkpoint-dir is required (e.g. --checkpoint-dir checkpoints/mlp)");
   RunDirectory dir(vm["checkpoint-dir"].as<std::string>());
   const RunLock lock = RunLock::acquire(dir.dir());
@@ -390,6 +457,7 @@ int train_command(const std::vector<std::string>& args) {
 }
 
 int resume_command(const std::vector<std::string>& args) {
+  const SignalHandlers handlers;
   po::options_description d("Usage: keel resume RUN_DIR [--epochs N] [options]\n\n"
                             "Continues a run exactly from its newest checkpoint that verifies. --epochs is the new total.");
   d.add_options()("help,h", "this help")
@@ -412,19 +480,15 @@ int resume_command(const std::vector<std::string>& args) {
   if (!std::filesystem::is_directory(dir.dir())) throw UsageError("run directory " + dir.dir() + " does not exist");
   const RunLock lock = RunLock::acquire(dir.dir());
   const SelectedCheckpoint selected = select_checkpoint(dir, /*move_aside=*/true, "resume");
-  RunConfig config;
-  try {
-    config = RunConfig::from_json(selected.check.state.config);
-  } catch (const std::exception& e) {
-    throw CheckpointError("checkpoint " + selected.path + ": its run configuration is damaged (" + e.what() + ")");
-  }
+  const StoredRun stored = read_stored_run(selected.path);
+  RunConfig config = stored.config;
   if (vm.count("epochs")) config.epochs = vm["epochs"].as<int>();
-  if (config.epochs <= 0) throw UsageError("--epochs must be positive");
   if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
   if (vm.count("keep")) config.keep = vm["keep"].as<int>();
   if (vm.count("save-every-steps")) config.save_every_steps = vm["save-every-steps"].as<int64_t>();
   if (vm["skip-corrupt"].as<bool>()) config.skip_corrupt = true;
-  return run(config, dir, &selected.path, run_control(vm));
+  config.validate();
+  return run(config, dir, &stored, run_control(vm));
 }
 
 }  // namespace keel::cli
