@@ -39,7 +39,15 @@ nlohmann::json RunConfig::to_json() const {
           {"freeze", freeze},
           {"init_weights", init_weights},
           {"init_by_name", init_by_name},
-          {"init_skip_mismatch", init_skip_mismatch}};
+          {"init_skip_mismatch", init_skip_mismatch},
+          {"validation_split", validation_split},
+          {"validation_data", validation_data},
+          {"validation_freq", validation_freq},
+          {"early_stopping_patience", early_stopping_patience},
+          {"early_stopping_monitor", early_stopping_monitor},
+          {"restore_best_weights", restore_best_weights},
+          {"reduce_lr_patience", reduce_lr_patience},
+          {"reduce_lr_factor", reduce_lr_factor}};
 }
 
 RunConfig RunConfig::from_json(const nlohmann::json& j) {
@@ -71,6 +79,14 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   c.init_weights = j.value("init_weights", std::string());
   c.init_by_name = j.value("init_by_name", false);
   c.init_skip_mismatch = j.value("init_skip_mismatch", false);
+  c.validation_split = j.value("validation_split", 0.0);
+  c.validation_data = j.value("validation_data", std::string());
+  c.validation_freq = j.value("validation_freq", 1);
+  c.early_stopping_patience = j.value("early_stopping_patience", -1);
+  c.early_stopping_monitor = j.value("early_stopping_monitor", std::string("val_loss"));
+  c.restore_best_weights = j.value("restore_best_weights", false);
+  c.reduce_lr_patience = j.value("reduce_lr_patience", -1);
+  c.reduce_lr_factor = j.value("reduce_lr_factor", 0.1);
   return c;
 }
 
@@ -282,14 +298,42 @@ std::shared_ptr<std::atomic<int64_t>> skipped_records() {
   return counter;
 }
 
+namespace {
+
+// Keras's validation_split: the first int(n * (1 - split)) examples train; the rest validate.
+int64_t split_at(const Dataset& slices, double validation_split) {
+  return static_cast<int64_t>(static_cast<double>(slices.cardinality()) * (1.0 - validation_split));
+}
+
+Dataset training_slices(const RunConfig& config) {
+  Dataset slices = labeled_slices(config, "train");
+  return config.validation_split > 0.0 ? slices.take(split_at(slices, config.validation_split)) : slices;
+}
+
+}  // namespace
+
+std::optional<Dataset> validation_dataset(const RunConfig& config) {
+  if (!config.validation_data.empty()) return evaluation_dataset(config, config.validation_data);
+  if (config.validation_split <= 0.0) return std::nullopt;
+  if (parse_dataset_source(config.dataset).kind != DatasetSource::Kind::kFashionMnist) {
+    throw UsageError("--validation-split takes the last examples of Fashion-MNIST's arrays; for " + config.dataset +
+                     " use --validation-data test");
+  }
+  Dataset slices = labeled_slices(config, "train");
+  return adapted(config, slices.skip(split_at(slices, config.validation_split))
+                             .batch(config.global_batch(), /*drop_remainder=*/false))
+      .prefetch(AUTOTUNE);
+}
+
 Dataset training_dataset(const RunConfig& config) {
   const DatasetSource source = parse_dataset_source(config.dataset);
   if (source.kind != DatasetSource::Kind::kFashionMnist) {
+    if (config.validation_split > 0.0) validation_dataset(config);  // the message above
     return file_examples(source, "train", example_options(config, /*training=*/true))
         .batch(config.global_batch(), /*drop_remainder=*/true)
         .prefetch(AUTOTUNE);
   }
-  return adapted(config, labeled_slices(config, "train")
+  return adapted(config, training_slices(config)
                              .shuffle(config.shuffle_buffer, config.seed)
                              .batch(config.global_batch(), /*drop_remainder=*/true))
       .prefetch(AUTOTUNE);
