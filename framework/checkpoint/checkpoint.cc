@@ -25,7 +25,8 @@ nlohmann::json state_to_json(const TrainState& s) {
           {"epoch_totals", {{"loss_sum", s.epoch_totals.loss_sum}, {"correct", s.epoch_totals.correct},
                             {"samples", s.epoch_totals.samples}}},
           {"config", s.config},
-          {"memory", s.memory}};
+          {"memory", s.memory},
+          {"callbacks", s.callbacks}};
 }
 
 // A field of the train state that is not what keel writes.
@@ -73,6 +74,8 @@ TrainState state_from_json(const std::string& path, const std::string& text) {
     s.config = j.at("config");
     s.memory = j.value("memory", nlohmann::json());
     if (!s.memory.is_null() && !s.memory.is_object()) throw CheckpointError("checkpoint " + path + ": /keel/train_state's memory is not an object");
+    s.callbacks = j.value("callbacks", nlohmann::json());
+    if (!s.callbacks.is_null() && !s.callbacks.is_object()) throw CheckpointError("checkpoint " + path + ": /keel/train_state's callbacks is not an object");
     return s;
   } catch (const FieldError& e) {
     throw CheckpointError("checkpoint " + path + ": /keel/train_state is damaged (" + e.what() + ")");

@@ -39,6 +39,8 @@ struct TrainState {
   nlohmann::json config;         // how the run was started (model, data, device, optimizer, seed...)
   nlohmann::json memory;         // what training measured so far, per core (tools/cli/memory_report.h);
                                  // null in checkpoints written before keel recorded it
+  nlohmann::json callbacks;      // the callbacks' resumable state by name ({"EarlyStopping": {...}});
+                                 // null when none kept any, and in checkpoints from before keel did
 };
 
 // write_checkpoint(path, snapshot_checkpoint(model, optimizer, state)) (checkpoint_snapshot.h).

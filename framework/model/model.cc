@@ -242,6 +242,11 @@ Batch to_batch(const Element& e) {
 
 History Model::fit(const Dataset& dataset, const FitOptions& options) {
   if (!compiled()) throw std::logic_error("fit: call compile() first");
+  if (options.validation_split != 0.0) {
+    throw std::invalid_argument("fit: validation_split is not supported for Dataset inputs (as in Keras); "
+                                "split the data before batching and pass validation_data");
+  }
+  if (options.validation_freq <= 0) throw std::invalid_argument("fit: validation_freq must be positive");
   History history;
   TrainingState st;
   st.model = this;
@@ -266,7 +271,7 @@ History Model::fit(const Dataset& dataset, const FitOptions& options) {
     st.collective_bytes = 0;
     for (Callback* cb : options.callbacks) cb->on_epoch_begin(st);
     if (train_epoch(it, st, options.callbacks)) {
-      const Logs logs = logs_of(st.epoch_totals);
+      const Logs logs = epoch_logs(st, options);
       history.epochs.push_back(logs);
       for (Callback* cb : options.callbacks) cb->on_epoch_end(st, logs);
     }
@@ -274,6 +279,16 @@ History Model::fit(const Dataset& dataset, const FitOptions& options) {
   }
   for (Callback* cb : options.callbacks) cb->on_train_end(st);
   return history;
+}
+
+Logs Model::epoch_logs(const TrainingState& st, const FitOptions& options) {
+  Logs logs = logs_of(st.epoch_totals);
+  if (options.validation_data && (st.epoch + 1) % options.validation_freq == 0) {
+    const Logs val = evaluate(*options.validation_data);
+    logs["val_loss"] = val.at("loss");
+    logs["val_accuracy"] = val.at("accuracy");
+  }
+  return logs;
 }
 
 bool Model::train_epoch(Iterator& it, TrainingState& st, const std::vector<Callback*>& callbacks) {

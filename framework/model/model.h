@@ -102,6 +102,13 @@ struct FitOptions {
   nlohmann::json initial_iterator_state;
   StepTotals initial_epoch_totals;
   std::vector<Callback*> callbacks;
+  // Keras's validation: evaluated after every validation_freq-th epoch (epoch + 1 divisible by it),
+  // adding val_loss and val_accuracy to that epoch's logs. validation_split (Keras: the last fraction
+  // of the arrays, before shuffling) cannot be taken from a Dataset, as in Keras; fit refuses it, and
+  // `keel train --validation-split` applies it where the arrays are (tools/cli/run_config.cc).
+  std::optional<Dataset> validation_data;
+  int validation_freq = 1;
+  double validation_split = 0.0;
 };
 
 struct History {
@@ -172,6 +179,8 @@ class Model {
  private:
   // fit()'s steps over one epoch; false when a callback stopped training before the epoch's end.
   bool train_epoch(Iterator& it, TrainingState& st, const std::vector<Callback*>& callbacks);
+  // The logs of an epoch that ended: its totals, and the validation's when this epoch has one.
+  Logs epoch_logs(const TrainingState& st, const FitOptions& options);
 
   std::string name_;
   ReplicatedStrategy* strategy_ = nullptr;

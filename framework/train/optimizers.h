@@ -65,6 +65,7 @@ class Optimizer {
   void set_learning_rate(float lr) { learning_rate_ = lr; }
   // With a schedule, the rate of an update is schedule(iterations before it), as in Keras.
   void set_schedule(std::shared_ptr<LearningRateSchedule> schedule) { schedule_ = std::move(schedule); }
+  bool has_schedule() const { return schedule_ != nullptr; }
   float learning_rate_at(int64_t iterations) const { return schedule_ ? (*schedule_)(iterations) : learning_rate_; }
   int64_t iterations() const { return iterations_; }
   void set_iterations(int64_t n) { iterations_ = n; }

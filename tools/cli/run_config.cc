@@ -41,7 +41,15 @@ nlohmann::json RunConfig::to_json() const {
           {"freeze", freeze},
           {"init_weights", init_weights},
           {"init_by_name", init_by_name},
-          {"init_skip_mismatch", init_skip_mismatch}};
+          {"init_skip_mismatch", init_skip_mismatch},
+          {"validation_split", validation_split},
+          {"validation_data", validation_data},
+          {"validation_freq", validation_freq},
+          {"early_stopping_patience", early_stopping_patience},
+          {"early_stopping_monitor", early_stopping_monitor},
+          {"restore_best_weights", restore_best_weights},
+          {"reduce_lr_patience", reduce_lr_patience},
+          {"reduce_lr_factor", reduce_lr_factor}};
 }
 
 namespace {
@@ -81,6 +89,14 @@ float float_field(const json& j, const char* key) {
   const double d = v.get<double>();
   if (!std::isfinite(d) || std::fabs(d) > 3.0e38) throw std::invalid_argument(std::string("\"") + key + "\" must be a finite float");
   return static_cast<float>(d);
+}
+
+double double_field(const json& j, const char* key) {
+  const json& v = field(j, key);
+  if (!v.is_number()) wrong_type(key, "a number", v);
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) throw std::invalid_argument(std::string("\"") + key + "\" must be finite");
+  return d;
 }
 
 std::string string_field(const json& j, const char* key, size_t max_bytes) {
@@ -154,6 +170,14 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   if (j.contains("init_weights")) c.init_weights = string_field(j, "init_weights", kMaxPathBytes);
   if (j.contains("init_by_name")) c.init_by_name = bool_field(j, "init_by_name");
   if (j.contains("init_skip_mismatch")) c.init_skip_mismatch = bool_field(j, "init_skip_mismatch");
+  if (j.contains("validation_split")) c.validation_split = double_field(j, "validation_split");
+  if (j.contains("validation_data")) c.validation_data = string_field(j, "validation_data", kMaxNameBytes);
+  if (j.contains("validation_freq")) c.validation_freq = narrow_field(j, "validation_freq", 1, kMaxEpochs);
+  if (j.contains("early_stopping_patience")) c.early_stopping_patience = narrow_field(j, "early_stopping_patience", -1, kMaxEpochs);
+  if (j.contains("early_stopping_monitor")) c.early_stopping_monitor = string_field(j, "early_stopping_monitor", kMaxNameBytes);
+  if (j.contains("restore_best_weights")) c.restore_best_weights = bool_field(j, "restore_best_weights");
+  if (j.contains("reduce_lr_patience")) c.reduce_lr_patience = narrow_field(j, "reduce_lr_patience", -1, kMaxEpochs);
+  if (j.contains("reduce_lr_factor")) c.reduce_lr_factor = double_field(j, "reduce_lr_factor");
   c.validate();
   return c;
 }
@@ -423,15 +447,43 @@ std::shared_ptr<std::atomic<int64_t>> skipped_records() {
   return counter;
 }
 
+namespace {
+
+// Keras's validation_split: the first int(n * (1 - split)) examples train; the rest validate.
+int64_t split_at(const Dataset& slices, double validation_split) {
+  return static_cast<int64_t>(static_cast<double>(slices.cardinality()) * (1.0 - validation_split));
+}
+
+Dataset training_slices(const RunConfig& config) {
+  Dataset slices = labeled_slices(config, "train");
+  return config.validation_split > 0.0 ? slices.take(split_at(slices, config.validation_split)) : slices;
+}
+
+}  // namespace
+
+std::optional<Dataset> validation_dataset(const RunConfig& config) {
+  if (!config.validation_data.empty()) return evaluation_dataset(config, config.validation_data);
+  if (config.validation_split <= 0.0) return std::nullopt;
+  if (parse_dataset_source(config.dataset).kind != DatasetSource::Kind::kFashionMnist) {
+    throw UsageError("--validation-split takes the last examples of Fashion-MNIST's arrays; for " + config.dataset +
+                     " use --validation-data test");
+  }
+  Dataset slices = labeled_slices(config, "train");
+  return adapted(config, slices.skip(split_at(slices, config.validation_split))
+                             .batch(config.global_batch(), /*drop_remainder=*/false))
+      .prefetch(AUTOTUNE);
+}
+
 Dataset training_dataset(const RunConfig& config) {
   const DatasetSource source = parse_dataset_source(config.dataset);
   if (source.kind != DatasetSource::Kind::kFashionMnist) {
+    if (config.validation_split > 0.0) validation_dataset(config);  // the message above
     check_enough_examples(config, file_examples_count(source, "train"));
     return file_examples(source, "train", example_options(config, /*training=*/true))
         .batch(config.global_batch(), /*drop_remainder=*/true)
         .prefetch(AUTOTUNE);
   }
-  const Dataset slices = labeled_slices(config, "train");
+  const Dataset slices = training_slices(config);
   check_enough_examples(config, slices.cardinality());
   return adapted(config, slices
                              .shuffle(config.shuffle_buffer, config.seed)

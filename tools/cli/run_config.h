@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -63,6 +64,15 @@ struct RunConfig {
   std::string init_weights;      // the Keras weight file the run started from ("" none)
   bool init_by_name = false;     // ... loaded by layer name (else topologically)
   bool init_skip_mismatch = false;
+  // Validation and Keras callbacks (tools/cli/fit_callbacks.h).
+  double validation_split = 0.0;        // the last fraction of the training arrays, taken before shuffling
+  std::string validation_data;          // "" none, "test": the dataset's test split
+  int validation_freq = 1;
+  int early_stopping_patience = -1;     // negative: no EarlyStopping
+  std::string early_stopping_monitor = "val_loss";
+  bool restore_best_weights = false;
+  int reduce_lr_patience = -1;          // negative: no ReduceLROnPlateau
+  double reduce_lr_factor = 0.1;
 
   int64_t global_batch() const { return batch_per_core * device.cores; }  // validate() checked the product
   nlohmann::json to_json() const;
@@ -119,6 +129,9 @@ Shape label_shape(const RunConfig& config);
 // --dataset forms: see tools/cli/data_sources.h.
 Dataset training_dataset(const RunConfig& config);
 Dataset evaluation_dataset(const RunConfig& config, const std::string& split);
+// fit's validation_data: the last config.validation_split of the training arrays (Fashion-MNIST), or
+// the split config.validation_data names; nullopt when neither is set.
+std::optional<Dataset> validation_dataset(const RunConfig& config);
 // Records and images skipped by --skip-corrupt in this process.
 std::shared_ptr<std::atomic<int64_t>> skipped_records();
 

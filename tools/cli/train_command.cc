@@ -21,6 +21,7 @@
 #include "framework/model/planner.h"
 #include "tools/cli/checkpoint_selection.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/fit_callbacks.h"
 #include "tools/cli/memory_report.h"
 #include "tools/cli/data_sources.h"
 #include "tools/cli/run_config.h"
@@ -108,6 +109,18 @@ class CheckpointCallback : public Callback {
     save(st, s);
   }
 
+  // What each save records of the other callbacks (EarlyStopping, ReduceLROnPlateau).
+  void record_callbacks(const FitCallbacks* callbacks) { callbacks_ = callbacks; }
+  // Saves the state at the end of `epoch` again: EarlyStopping restored the best epoch's weights.
+  void save_final_weights(Model& model, int epochs_done) {
+    TrainingState st;
+    st.model = &model;
+    TrainState s;
+    s.step = model.optimizer().iterations();
+    s.epoch = epochs_done;
+    last_saved_ = -1;
+    save(st, s);
+  }
   // The directory holds a previous run, to move aside before the first save (train --overwrite).
   void replace_previous_run() { replace_previous_run_ = true; }
   // Each checkpoint records what training measured: `before` (the resumed checkpoint's record) and
@@ -140,6 +153,7 @@ class CheckpointCallback : public Callback {
     if (s.step == last_saved_ || st.non_finite) return;
     const auto start = std::chrono::steady_clock::now();
     s.config = config_.to_json();
+    if (callbacks_ != nullptr) s.callbacks = callbacks_->state();
     Model& model = *st.model;
     s.memory = training_memory(model.strategy().ledger(), config_, steps_this_run_, memory_before_);
     CheckpointSnapshot& snapshot = buffer();  // async: once the save before is written, or its error
@@ -166,6 +180,7 @@ class CheckpointCallback : public Callback {
   RunDirectory& dir_;
   const RunConfig& config_;
   RunControl control_;
+  const FitCallbacks* callbacks_ = nullptr;
   int64_t steps_this_run_ = 0;
   int64_t last_saved_ = -1;
   bool stopped_early_ = false;
@@ -252,16 +267,26 @@ void set_cosine_decay_steps(RunConfig& config, const Dataset& train) {
 // trained config.epochs (after saying so).
 // `memory` receives what training recorded so far (null in checkpoints from before keel did).
 bool resume_from_checkpoint(const std::string& resume_from, const RunConfig& config, const RunDirectory& dir,
-                            ReplicatedStrategy& strategy, Model& model, FitOptions& fit, nlohmann::json& memory) {
+                            ReplicatedStrategy& strategy, Model& model, FitOptions& fit, nlohmann::json& memory,
+                            nlohmann::json& callbacks) {
   TrainState state;
   {
     auto scope = strategy.scope();
     state = load_checkpoint(resume_from, model, model.optimizer());
   }
   memory = state.memory;
+  callbacks = state.callbacks;
   fit.initial_epoch = state.epoch;
   fit.initial_iterator_state = state.iterator_state;
   fit.initial_epoch_totals = state.epoch_totals;
+  const bool early_stopped = callbacks.is_object() && callbacks.contains("EarlyStopping") &&
+                             callbacks["EarlyStopping"].value("stopped_epoch", 0) > 0;
+  if (early_stopped) {
+    const int stopped = callbacks["EarlyStopping"].value("stopped_epoch", 0);
+    std::printf("%s: EarlyStopping stopped it after epoch %d (step %lld); nothing to do.\n", dir.dir().c_str(), stopped + 1,
+                static_cast<long long>(state.step));
+    return false;
+  }
   if (state.epoch >= config.epochs) {
     std::printf("%s: already trained %d of %d epochs (step %lld); nothing to do.\n", dir.dir().c_str(), state.epoch,
                 config.epochs, static_cast<long long>(state.step));
@@ -305,7 +330,7 @@ void throw_if_diverged(const TerminateOnNaN& terminate_on_nan, const RunDirector
 }
 
 void print_outcome(const RunConfig& config, const RunDirectory& dir, const CheckpointCallback& checkpoints,
-                   Model& model, int64_t stop_after_steps) {
+                   Model& model, int64_t stop_after_steps, int early_stopped_epoch) {
   if (g_signal != 0) {
     std::printf("Interrupted by signal %d: saved step %lld to %s; continue with `keel resume %s`.\n", g_signal.load(),
                 static_cast<long long>(checkpoints.last_saved_step()), dir.dir().c_str(), dir.dir().c_str());
@@ -313,6 +338,9 @@ void print_outcome(const RunConfig& config, const RunDirectory& dir, const Check
     std::printf("Stopped after %lld steps: saved step %lld to %s; continue with `keel resume %s`.\n",
                 static_cast<long long>(stop_after_steps), static_cast<long long>(checkpoints.last_saved_step()),
                 dir.dir().c_str(), dir.dir().c_str());
+  } else if (early_stopped_epoch >= 0) {
+    std::printf("Epoch %d: early stopping (step %lld); checkpoint in %s\n", early_stopped_epoch + 1,
+                static_cast<long long>(model.optimizer().iterations()), dir.dir().c_str());
   } else {
     std::printf("Trained %d epochs (step %lld); checkpoint in %s\n", config.epochs,
                 static_cast<long long>(model.optimizer().iterations()), dir.dir().c_str());
@@ -381,10 +409,15 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   }
   FitOptions fit;
   fit.epochs = config.epochs;
+  fit.validation_data = validation_dataset(config);
+  fit.validation_freq = config.validation_freq;
   nlohmann::json memory_before;  // null: a new run, or a checkpoint from before keel recorded it
+  nlohmann::json callbacks_state;
   if (resume_from) {
     check_model_matches(*resume_from, *model);
-    if (!resume_from_checkpoint(resume_from->file, config, dir, strategy, *model, fit, memory_before)) return kExitOk;
+    if (!resume_from_checkpoint(resume_from->file, config, dir, strategy, *model, fit, memory_before, callbacks_state)) {
+      return kExitOk;
+    }
   }
   if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
   {
@@ -407,12 +440,18 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   if (!control.quiet) fit.callbacks.push_back(&progbar);
   fit.callbacks.push_back(&infeed_report);
   fit.callbacks.push_back(&terminate_on_nan);
+  FitCallbacks keras_callbacks(config, dir.dir(), resume_from ? fit.initial_epoch : -1, callbacks_state, control.quiet);
+  keras_callbacks.add_to(fit);  // before the checkpoints, which record their state
+  checkpoints.record_callbacks(&keras_callbacks);
   fit.callbacks.push_back(&checkpoints);
 
-  model->fit(train, fit);
+  const History history = model->fit(train, fit);
+  if (keras_callbacks.restores_best_weights() && !checkpoints.stopped_early() && !terminate_on_nan.terminated()) {
+    checkpoints.save_final_weights(*model, fit.initial_epoch + static_cast<int>(history.epochs.size()));
+  }
   checkpoints.finish();  // the save in flight completes, or its error ends the run
   throw_if_diverged(terminate_on_nan, dir);
-  print_outcome(config, dir, checkpoints, *model, control.stop_after_steps);
+  print_outcome(config, dir, checkpoints, *model, control.stop_after_steps, keras_callbacks.stopped_epoch());
   return kExitOk;
 }
 
@@ -426,12 +465,14 @@ int train_command(const std::vector<std::string>& args) {
   add_device_options(device_opts);
   add_training_options(training_opts);
   add_init_options(init_opts);
+  po::options_description callback_opts("Validation and callbacks (Keras's)");
+  add_callback_options(callback_opts);
   po::options_description d("Usage: keel train --model mlp --dataset fashion_mnist --device v3-8 --batch-per-core 16 "
                             "--epochs 10 --checkpoint-dir DIR [options]\n\nTrains a zoo model and checkpoints it.");
   d.add_options()("help,h", "this help")
       ("checkpoint-dir", po::value<std::string>(), "run directory for ckpt-<step>.h5 files and `latest` (required)")
       ("overwrite", po::bool_switch(), "start a new run in a directory that already holds one");
-  d.add(model_opts).add(device_opts).add(training_opts).add(init_opts).add(run_control_options());
+  d.add(model_opts).add(device_opts).add(training_opts).add(init_opts).add(callback_opts).add(run_control_options());
   po::variables_map vm = parse_args(args, d);
   if (vm.count("help")) {
     std::cout << d << "\n";
@@ -442,6 +483,7 @@ int train_command(const std::vector<std::string>& args) {
   apply_device_options(vm, config);
   apply_training_options(vm, config);
   apply_init_options(vm, config);
+  apply_callback_options(vm, config);
   config.validate();
   if (!vm.count("checkpoint-dir")) throw UsageError("--checkpoint-dir is required (e.g. --checkpoint-dir checkpoints/mlp)");
   RunDirectory dir(vm["checkpoint-dir"].as<std::string>());
