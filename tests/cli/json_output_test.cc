@@ -174,6 +174,14 @@ TEST_F(JsonOutput, AFailedRunEndsWithAnObjectAndItsExitStatus) {
   EXPECT_THAT(lines[0]["message"].get<std::string>(), HasSubstr(dir_ + "/none"));
   EXPECT_THAT(r.err, HasSubstr(dir_ + "/none"));  // the message, as without jsonl
   EXPECT_EQ(run_keel("train --model mlp --log-format xml --checkpoint-dir " + dir_ + "/x").exit_code, 2);
+  // A diverging run (README: step 5 with this learning rate): exit 4, and the object says so.
+  CommandResult d = run_keel("train --model mlp --device v3-8 --batch-per-core 16 --seed 1 --optimizer sgd --lr 1e7 "
+                             "--epochs 1 --log-format jsonl --checkpoint-dir " + dir_ + "/diverged");
+  EXPECT_EQ(d.exit_code, 4);
+  const std::vector<nlohmann::json> diverged = json_lines(d.out);
+  ASSERT_EQ(diverged.size(), 1u) << d.out;
+  EXPECT_EQ(diverged[0]["exit_status"], 4);
+  EXPECT_THAT(diverged[0]["message"].get<std::string>(), HasSubstr("training diverged at step 5"));
 }
 
 TEST_F(JsonOutput, DataExport) {
