@@ -32,6 +32,7 @@
 #include "datasets/tfrecord.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/data_sources.h"
+#include "tools/cli/parallel_for.h"
 #include "tools/cli/run_config.h"
 
 namespace keel::cli {
@@ -60,27 +61,6 @@ struct RawSplit {
 std::string encode(const std::string& format, const uint8_t* pixels, int quality) {
   if (format == "png") return encode_png(pixels, 28, 28, 1);
   return encode_jpeg(pixels, 28, 28, 1, quality);
-}
-
-// Runs fn(i) for i in [0, n) on the host's threads, in contiguous chunks.
-template <class Fn>
-void parallel_for(int64_t n, Fn&& fn) {
-  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), n));
-  std::vector<std::thread> pool;
-  std::exception_ptr error;
-  std::mutex mu;
-  for (int64_t t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      try {
-        for (int64_t i = n * t / threads; i < n * (t + 1) / threads; ++i) fn(i);
-      } catch (...) {
-        std::lock_guard lock(mu);
-        if (!error) error = std::current_exception();
-      }
-    });
-  }
-  for (std::thread& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
 }
 
 nlohmann::json export_tfrecords(const ExportOptions& o, const std::string& split, const RawSplit& data,

@@ -28,6 +28,7 @@
 #include "tools/cli/checkpoint_selection.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/data_sources.h"
+#include "tools/cli/parallel_for.h"
 #include "tools/cli/run_config.h"
 #include "tools/cli/stored_run.h"
 
@@ -239,12 +240,13 @@ void predict_batch(LoadedRun& run, const std::vector<InputReader::Item>& items, 
   {
     HostScope host;
     batch = Tensor::empty(shape);
-    const int64_t per_image = num_elements(input);
-    for (size_t i = 0; i < items.size(); ++i) {
-      const Tensor x = image_for_input(items[i].bytes, items[i].where(), input);
-      std::copy_n(x.data(), per_image, batch.data() + static_cast<int64_t>(i) * per_image);
-    }
   }
+  const int64_t per_image = num_elements(input);
+  parallel_for(static_cast<int64_t>(items.size()), [&](int64_t i) {
+    const InputReader::Item& item = items[static_cast<size_t>(i)];
+    const Tensor x = image_for_input(item.bytes, item.where(), input);  // decoded on this thread, in host memory
+    std::copy_n(x.data(), per_image, batch.data() + i * per_image);
+  });
   const Tensor scores = run.model->predict(batch, run.config.global_batch());
   const int64_t classes = scores.dim(1);
   for (size_t i = 0; i < items.size(); ++i) printer.print(items[i], scores.data() + static_cast<int64_t>(i) * classes);

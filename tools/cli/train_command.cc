@@ -404,6 +404,19 @@ int interrupted_before_training(const RunDirectory& dir, bool resuming) {
   return 128 + sig;
 }
 
+void print_device(const RunConfig& config) {
+  std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
+              config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
+              static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
+  std::fflush(stdout);
+}
+
+// A resumed run that had already finished (resume_from_checkpoint said so).
+int nothing_to_do(const RunControl& control, Model& model, const RunDirectory& dir, const std::string& checkpoint) {
+  if (control.json_log) control.json_log->end("nothing_to_do", model.optimizer().iterations(), dir.dir(), checkpoint);
+  return kExitOk;
+}
+
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
 int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const RunControl& control) {
   check_step_fits(config);
@@ -429,10 +442,7 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   if (resume_from) {
     check_model_matches(*resume_from, *model);
     if (!resume_from_checkpoint(resume_from->file, config, dir, strategy, *model, fit, memory_before, callbacks_state)) {
-      if (control.json_log) {
-        control.json_log->end("nothing_to_do", model->optimizer().iterations(), dir.dir(), resume_from->file);
-      }
-      return kExitOk;
+      return nothing_to_do(control, *model, dir, resume_from->file);
     }
   }
   if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
@@ -442,10 +452,7 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
     auto scope = strategy.scope();
     model->optimizer().build(model->trainable_variables());
   }
-  std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
-              config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
-              static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
-  std::fflush(stdout);
+  print_device(config);
 
   ProgbarLogger progbar(stdout);
   CheckpointCallback checkpoints(dir, config, control);
