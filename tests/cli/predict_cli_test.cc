@@ -144,6 +144,22 @@ TEST_F(PredictCli, ABadImageIsNamedWithExit2) {
   EXPECT_EQ(p.exit_code, 2);
   EXPECT_THAT(p.err, HasSubstr(dir_ + "/in/b.jpg"));
   EXPECT_EQ(std::count(p.err.begin(), p.err.end(), '\n'), 1) << p.err;
+
+  // A damaged record: the file and the record are named.
+  const std::string records = shared_export("tfrecord_jpeg_test", "--format tfrecord --shards 2 --split test");
+  const std::string damaged = dir_ + "/damaged.tfrecord";
+  fs::copy_file(records + "/test-00000-of-00002.tfrecord", damaged);
+  {
+    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(5000);
+    const char byte = static_cast<char>(f.get() ^ 0xff);
+    f.seekp(5000);
+    f.put(byte);
+  }
+  CommandResult r = run_keel("predict " + run() + " --json --input " + damaged);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr(damaged + " record "));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
 TEST_F(PredictCli, BadUsageIsExit2) {
