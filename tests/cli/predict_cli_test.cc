@@ -170,6 +170,11 @@ TEST_F(PredictCli, BadUsageIsExit2) {
     EXPECT_EQ(p.exit_code, 2) << args << "\n" << p.err;
     EXPECT_EQ(std::count(p.err.begin(), p.err.end(), '\n'), 1) << args << "\n" << p.err;
   }
+  CommandResult help = run_keel("--help");
+  EXPECT_THAT(help.out, HasSubstr("  predict "));
+  CommandResult verb_help = run_keel("predict --help");
+  EXPECT_EQ(verb_help.exit_code, 0);
+  EXPECT_THAT(verb_help.out, HasSubstr("--top-k"));
 }
 
 }  // namespace

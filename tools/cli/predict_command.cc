@@ -281,7 +281,10 @@ int predict_command(const std::vector<std::string>& args) {
     std::cout << d << "\n";
     return kExitOk;
   }
-  if (!vm.count("target")) throw UsageError("keel predict needs a run directory or checkpoint, e.g. `keel predict checkpoints/mlp --input img.png`");
+  if (!vm.count("target")) {
+    throw UsageError("keel predict needs a run directory or checkpoint before --input (which takes every path after "
+                     "it), e.g. `keel predict checkpoints/mlp --input img.png`");
+  }
   if (!vm.count("input")) throw UsageError("keel predict needs --input PATH: an image, a folder of images or TFRecord files");
   const int64_t top_k = vm["top-k"].as<int64_t>();
   if (top_k < 1) throw UsageError("--top-k must be at least 1, got " + std::to_string(top_k));
