@@ -133,6 +133,12 @@ TEST_F(PredictCli, ClassNamesOfAnImageFolderRunAreItsFolderNames) {
   for (const auto& e : fs::directory_iterator(folder + "/test")) folders.push_back(e.path().filename().string());
   std::sort(folders.begin(), folders.end());
   EXPECT_EQ(nlohmann::json::parse(p.out).at("class_names").get<std::vector<std::string>>(), folders);
+  // --dataset takes them from elsewhere; a bad one is an error, not a fallback.
+  const std::string image = " --input " + folder + "/test/9_ankle_boot/00000.jpg";
+  CommandResult keras = run_keel("predict " + dir_ + "/img --json --dataset fashion_mnist" + image);
+  ASSERT_EQ(keras.exit_code, 0) << keras.err;
+  EXPECT_EQ(nlohmann::json::parse(keras.out).at("class_names").get<std::vector<std::string>>(), kKerasNames);
+  EXPECT_EQ(run_keel("predict " + dir_ + "/img --dataset images:" + dir_ + "/none" + image).exit_code, 2);
 }
 
 TEST_F(PredictCli, ABadImageIsNamedWithExit2) {

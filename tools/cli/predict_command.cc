@@ -56,9 +56,11 @@ std::vector<std::string> expand_input(const std::string& input) {
   }
   std::vector<std::string> files;
   bool has_folders = false;
-  for (const fs::directory_entry& e : fs::directory_iterator(input)) {
-    if (e.is_directory()) has_folders = true;
-    if (e.is_regular_file() && is_image_file(e.path().string())) files.push_back(e.path().string());
+  fs::directory_iterator it(input, ec);
+  if (ec) throw UsageError("--input " + quote_untrusted(input) + ": cannot list the folder: " + ec.message());
+  for (const fs::directory_entry& e : it) {
+    if (e.is_directory(ec)) has_folders = true;
+    if (e.is_regular_file(ec) && is_image_file(e.path().string())) files.push_back(e.path().string());
   }
   std::sort(files.begin(), files.end());
   if (has_folders) {
@@ -161,12 +163,16 @@ LoadedRun load_run(const std::string& target) {
   return run;
 }
 
-// The run's dataset's class names, by label id; ids as names where they are unknown.
-std::vector<std::string> class_names(const std::string& dataset, int64_t classes) {
+// The class names of `dataset` (--dataset, whose errors end the command, or else the run's), by
+// label id; ids as names where they are unknown.
+std::vector<std::string> class_names(const po::variables_map& vm, const RunConfig& config, int64_t classes) {
+  const bool given = vm.count("dataset") > 0;
+  const std::string dataset = given ? vm["dataset"].as<std::string>() : config.dataset;
   std::vector<std::string> names;
   try {
     names = dataset_class_names(parse_dataset_source(dataset));
-  } catch (const std::exception& e) {  // the dataset moved or is gone: predictions still stand
+  } catch (const std::exception& e) {  // the run's dataset moved or is gone: predictions still stand
+    if (given) throw;
     std::fprintf(stderr, "keel predict: note: no class names from %s (%s); classes are named by their ids\n",
                  quote_untrusted(dataset).c_str(), e.what());
   }
@@ -294,8 +300,7 @@ int predict_command(const std::vector<std::string>& args) {
   }
   LoadedRun run = load_run(vm["target"].as<std::string>());
   const int64_t classes = run.model->output_shape().back();
-  const std::string dataset = vm.count("dataset") ? vm["dataset"].as<std::string>() : run.config.dataset;
-  PredictionPrinter printer(vm["json"].as<bool>(), std::min(top_k, classes), class_names(dataset, classes));
+  PredictionPrinter printer(vm["json"].as<bool>(), std::min(top_k, classes), class_names(vm, run.config, classes));
   printer.begin(run);
   InputReader reader(std::move(files));
   std::vector<InputReader::Item> items;
