@@ -12,15 +12,16 @@
 #include "framework/device/context.h"
 
 namespace keel {
-namespace {
 
-namespace fs = std::filesystem;
-
-bool is_image_file(const fs::path& p) {
-  std::string ext = p.extension().string();
+bool is_image_file(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
+
+namespace {
+
+namespace fs = std::filesystem;
 
 int color_mode_channels(const std::string& mode) {
   if (mode == "grayscale") return 1;
@@ -96,7 +97,7 @@ ImageFolderIndex index_image_folder(const std::string& directory, const std::vec
     }
     std::vector<std::string> files;
     for (const auto& entry : fs::recursive_directory_iterator(class_dir)) {
-      if (entry.is_regular_file() && is_image_file(entry.path())) files.push_back(entry.path().string());
+      if (entry.is_regular_file() && is_image_file(entry.path().string())) files.push_back(entry.path().string());
     }
     std::sort(files.begin(), files.end());
     for (std::string& f : files) {

@@ -24,6 +24,9 @@ struct ImageFolderIndex {
   std::vector<std::string> class_names;
 };
 
+// A file image_dataset_from_directory lists: .jpg, .jpeg or .png, in any case.
+bool is_image_file(const std::string& path);
+
 // Lists the image files (.jpg .jpeg .png, any case; sub-folders of a class folder included) under
 // each class folder. `class_names` empty: every sub-folder, sorted; otherwise exactly these folders,
 // in this order (as Keras's class_names=). Throws DataError naming the directory when it does not

@@ -1,5 +1,5 @@
-// The `keel` binary: train, resume, evaluate, memory, summary, models, data.
-// Exit status (contract): 0 ok, 2 bad usage or input, 3 HBM exhausted, 70 internal error in keel
+// The `keel` binary: train, resume, evaluate, predict, memory, summary, models, data.
+// Exit status (contract): 0 ok, 2 bad usage or input, 3 HBM exhausted, 4 diverged, 70 internal error in keel
 // (tools/cli/exit_status.h).
 #include <cstdio>
 #include <cstring>
@@ -20,6 +20,7 @@ const char* kUsage =
     "  train     train a zoo model on a replicated device and checkpoint it\n"
     "  resume    continue a run exactly from its latest checkpoint\n"
     "  evaluate  loss and accuracy of a checkpoint on a dataset split\n"
+    "  predict   classify images (files, folders, TFRecords) with a trained run: top-k classes and scores\n"
     "  memory    what each core needs for a training step; the largest batch that fits\n"
     "  summary   Keras-style model summary\n"
     "  models    list the model zoo\n"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     if (verb == "train") return train_command(args);
     if (verb == "resume") return resume_command(args);
     if (verb == "evaluate") return evaluate_command(args);
+    if (verb == "predict") return predict_command(args);
     if (verb == "memory") return memory_command(args);
     if (verb == "summary") return summary_command(args);
     if (verb == "models") return models_command(args);

@@ -14,13 +14,11 @@ namespace {
 
 std::atomic<uint64_t> g_node_ids{1};
 
-std::string inbound_string(const GraphNode& n) {
-  if (n.inputs.empty()) return "[]";
+// Keras's "Connected to" cell: ['a[0][0]', 'b[0][0]'].
+std::string connections_string(const std::vector<std::string>& calls) {
+  if (calls.empty()) return "[]";
   std::string s = "[";
-  for (size_t i = 0; i < n.inputs.size(); ++i) {
-    const GraphNode& in = *n.inputs[i].node();
-    s += (i ? ", '" : "'") + in.layer->name() + "[" + std::to_string(in.node_index) + "][0]'";
-  }
+  for (size_t i = 0; i < calls.size(); ++i) s += (i ? ", '" : "'") + calls[i] + "'";
   return s + "]";
 }
 
@@ -220,6 +218,21 @@ nlohmann::json Functional::to_config() const {
           {"config", {{"name", name()}, {"layers", layers}, {"input_layers", refs(inputs_)}, {"output_layers", refs(outputs_)}}}};
 }
 
+std::vector<SummaryRow> Functional::summary_rows() const {
+  std::vector<SummaryRow> rows;
+  for (const auto& node : nodes_) {
+    const GraphNode& n = *node;
+    SummaryRow r{n.layer->name(), n.layer->class_name(), n.output_shape, 0, {}};
+    r.output_shape.insert(r.output_shape.begin(), -1);
+    r.params = n.node_index == 0 ? n.layer->count_params() : 0;  // counted at a layer's first call only
+    for (const KerasTensor& in : n.inputs) {
+      r.connected_to.push_back(in.node()->layer->name() + "[" + std::to_string(in.node()->node_index) + "][0]");
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
 std::string Functional::summary() const {
   // Keras's functional summary: 98 columns ending at 33/59/71/98, two spaces between columns; a
   // cell too long for its column continues on the next line, broken after "'," where possible
@@ -254,16 +267,13 @@ std::string Functional::summary() const {
   std::ostringstream os;
   os << "Model: \"" << name() << "\"\n" << std::string(98, '_') << "\n";
   os << row("Layer (type)", "Output Shape", "Param #", "Connected to") << "\n" << std::string(98, '=') << "\n";
-  for (size_t k = 0; k < nodes_.size(); ++k) {
-    const GraphNode& n = *nodes_[k];
-    Shape out = n.output_shape;
-    out.insert(out.begin(), -1);
-    // A layer's parameters are counted at its first call only.
-    const bool first = n.node_index == 0;
-    os << row(n.layer->name() + " (" + n.layer->class_name() + ")", shape_string(out),
-              std::to_string(first ? n.layer->count_params() : 0), inbound_string(n))
+  const std::vector<SummaryRow> rows = summary_rows();
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const SummaryRow& r = rows[k];
+    os << row(r.name + " (" + r.class_name + ")", shape_string(r.output_shape), std::to_string(r.params),
+              connections_string(r.connected_to))
        << "\n";
-    if (k + 1 < nodes_.size()) os << "\n";
+    if (k + 1 < rows.size()) os << "\n";
   }
   int64_t trainable = 0, non_trainable = 0;
   for (Variable* v : variables()) (v->trainable() ? trainable : non_trainable) += num_elements(v->shape());

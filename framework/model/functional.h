@@ -76,6 +76,7 @@ class Functional : public Model {
   std::vector<Tensor> call_all(const std::vector<Tensor>& inputs, bool training);
   nlohmann::json to_config() const override;
   std::string summary() const override;
+  std::vector<SummaryRow> summary_rows() const override;  // one row per call, in execution order
 
  private:
   std::vector<KerasTensor> inputs_, outputs_;

@@ -106,18 +106,25 @@ int64_t Model::count_params() const {
   return n;
 }
 
+std::vector<SummaryRow> Model::summary_rows() const {
+  std::vector<SummaryRow> rows;
+  for (Layer* l : layers()) {
+    Shape out = l->compute_output_shape(l->input_shape());
+    out.insert(out.begin(), -1);
+    rows.push_back({l->name(), l->class_name(), out, l->count_params(), {}});
+  }
+  return rows;
+}
+
 std::string Model::summary() const {
   const std::string rule(65, '_'), double_rule(65, '=');
   std::ostringstream os;
   os << "Model: \"" << name_ << "\"\n" << rule << "\n";
   os << row("Layer (type)", "Output Shape", "Param #") << "\n";
   os << double_rule << "\n";
-  const std::vector<Layer*> ls = layers();
-  for (size_t i = 0; i < ls.size(); ++i) {
-    Shape out = ls[i]->compute_output_shape(ls[i]->input_shape());
-    out.insert(out.begin(), -1);
-    os << row(ls[i]->name() + " (" + ls[i]->class_name() + ")", shape_string(out), std::to_string(ls[i]->count_params()))
-       << "\n" << std::string(65, ' ') << "\n";
+  for (const SummaryRow& r : summary_rows()) {
+    os << row(r.name + " (" + r.class_name + ")", shape_string(r.output_shape), std::to_string(r.params)) << "\n"
+       << std::string(65, ' ') << "\n";
   }
   int64_t trainable = 0, non_trainable = 0;
   for (Variable* v : variables()) (v->trainable() ? trainable : non_trainable) += num_elements(v->shape());

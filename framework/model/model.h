@@ -115,6 +115,17 @@ struct History {
   std::vector<Logs> epochs;
 };
 
+// One row of Keras's model.summary(): a layer (a functional model: one call of it), its output shape
+// with the batch as -1, its parameters (counted at a layer's first call only) and, in a functional
+// model, the calls it is connected to, as Keras prints them ("conv1_pad[0][0]": layer, node, tensor).
+struct SummaryRow {
+  std::string name;
+  std::string class_name;
+  Shape output_shape;
+  int64_t params = 0;
+  std::vector<std::string> connected_to;  // empty for a Sequential model's rows and input layers
+};
+
 class Model {
  public:
   explicit Model(std::string name);
@@ -134,6 +145,8 @@ class Model {
   // Keras's get_config()/to_json: {"class_name": ..., "config": {...}}.
   virtual nlohmann::json to_config() const = 0;
   virtual std::string summary() const;
+  // What summary() prints, row by row (`keel summary --json`).
+  virtual std::vector<SummaryRow> summary_rows() const;
 
   std::vector<Variable*> variables() const;  // per layer: trainable, then non-trainable
   std::vector<Variable*> trainable_variables() const;

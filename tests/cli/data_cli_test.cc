@@ -29,26 +29,13 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-// Exports are shared by the tests of this file, which ctest runs as separate processes, possibly at
-// once: each kind is exported once per build directory, under a lock.
+// Exports are shared by the tests (shared_export: each kind once per build directory).
 class DataCli : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = make_temp_dir("keel-data-run"); }
   void TearDown() override { fs::remove_all(dir_); }
 
-  static std::string exported(const std::string& name, const std::string& args) {
-    const fs::path root = fs::path(KEEL_BINARY).parent_path() / "test-exports";
-    fs::create_directories(root);
-    const std::string out = (root / name).string();
-    const int lock = ::open((out + ".lock").c_str(), O_CREAT | O_RDWR, 0644);
-    ::flock(lock, LOCK_EX);
-    if (!fs::exists(out)) {
-      CommandResult r = run_keel("data export " + args + " --out " + out);
-      EXPECT_EQ(r.exit_code, 0) << r.err;
-    }
-    ::close(lock);
-    return out;
-  }
+  static std::string exported(const std::string& name, const std::string& args) { return shared_export(name, args); }
   static double evaluate(const std::string& run, const std::string& extra = "") {
     CommandResult e = run_keel("evaluate " + run + " --split test --json " + extra);
     EXPECT_EQ(e.exit_code, 0) << e.err;

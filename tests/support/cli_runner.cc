@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +26,23 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::string shared_export(const std::string& name, const std::string& args) {
+  const std::filesystem::path root = std::filesystem::path(KEEL_BINARY).parent_path() / "test-exports";
+  std::filesystem::create_directories(root);
+  const std::string out = (root / name).string();
+  const int lock = ::open((out + ".lock").c_str(), O_CREAT | O_RDWR, 0644);
+  ::flock(lock, LOCK_EX);
+  if (!std::filesystem::exists(out)) {
+    CommandResult r = run_keel("data export " + args + " --out " + out);
+    if (r.exit_code != 0) {
+      ::close(lock);
+      throw std::runtime_error("keel data export " + args + " failed: " + r.err);
+    }
+  }
+  ::close(lock);
+  return out;
 }
 
 std::string make_temp_dir(const std::string& prefix) {

@@ -19,6 +19,10 @@ CommandResult run_keel(const std::string& args);
 // A fresh empty directory under the system temp dir, removed by the test fixture that owns it.
 std::string make_temp_dir(const std::string& prefix);
 std::string read_file(const std::string& path);
+// `keel data export <args> --out <build dir>/test-exports/<name>`, once per build directory: the CLI
+// tests share exports (ctest runs them as separate processes, possibly at once, so under a lock).
+// Returns the directory.
+std::string shared_export(const std::string& name, const std::string& args);
 
 // A keel process started in the background (for signal tests): stdout and stderr go to files.
 struct BackgroundKeel {

@@ -1,7 +1,9 @@
 #include "tools/cli/checkpoint_selection.h"
 
 #include <cstdio>
+#include <filesystem>
 
+#include "framework/core/limits.h"
 #include "tools/cli/run_config.h"
 
 namespace keel::cli {
@@ -45,6 +47,12 @@ SelectedCheckpoint verify_file(const std::string& path, const std::string& verb)
   SelectedCheckpoint selected{path, verify_checkpoint(path)};
   note_unverified(selected, verb);
   return selected;
+}
+
+SelectedCheckpoint select_target(const std::string& target, const std::string& verb) {
+  if (std::filesystem::is_directory(target)) return select_checkpoint(RunDirectory(target), /*move_aside=*/false, verb);
+  if (!std::filesystem::exists(target)) throw UsageError("no such run directory or checkpoint: " + quote_untrusted(target));
+  return verify_file(target, verb);
 }
 
 }  // namespace keel::cli

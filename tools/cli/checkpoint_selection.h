@@ -22,4 +22,9 @@ SelectedCheckpoint select_checkpoint(const RunDirectory& dir, bool move_aside, c
 // A single checkpoint file, verified whole (CheckpointError when damaged).
 SelectedCheckpoint verify_file(const std::string& path, const std::string& verb);
 
+// What `keel evaluate`, `keel memory` and `keel predict` read from a RUN|FILE.h5 argument: a run
+// directory's newest checkpoint that verifies (damaged newer ones reported and left as they are), or
+// a checkpoint file verified whole. UsageError when `target` does not exist.
+SelectedCheckpoint select_target(const std::string& target, const std::string& verb);
+
 }  // namespace keel::cli

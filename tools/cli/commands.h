@@ -13,5 +13,6 @@ int memory_command(const std::vector<std::string>& args);
 int summary_command(const std::vector<std::string>& args);
 int models_command(const std::vector<std::string>& args);
 int data_command(const std::vector<std::string>& args);
+int predict_command(const std::vector<std::string>& args);
 
 }  // namespace keel::cli

@@ -32,6 +32,7 @@
 #include "datasets/tfrecord.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/data_sources.h"
+#include "tools/cli/parallel_for.h"
 #include "tools/cli/run_config.h"
 
 namespace keel::cli {
@@ -60,27 +61,6 @@ struct RawSplit {
 std::string encode(const std::string& format, const uint8_t* pixels, int quality) {
   if (format == "png") return encode_png(pixels, 28, 28, 1);
   return encode_jpeg(pixels, 28, 28, 1, quality);
-}
-
-// Runs fn(i) for i in [0, n) on the host's threads, in contiguous chunks.
-template <class Fn>
-void parallel_for(int64_t n, Fn&& fn) {
-  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), n));
-  std::vector<std::thread> pool;
-  std::exception_ptr error;
-  std::mutex mu;
-  for (int64_t t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      try {
-        for (int64_t i = n * t / threads; i < n * (t + 1) / threads; ++i) fn(i);
-      } catch (...) {
-        std::lock_guard lock(mu);
-        if (!error) error = std::current_exception();
-      }
-    });
-  }
-  for (std::thread& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
 }
 
 nlohmann::json export_tfrecords(const ExportOptions& o, const std::string& split, const RawSplit& data,
@@ -133,7 +113,9 @@ void add_export_options(po::options_description& d) {
       ("quality", po::value<int>(), "JPEG quality 1..100 (default 95)")
       ("split", po::value<std::string>(), "train, test or all (default all)")
       ("data-dir", po::value<std::string>(), "Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)")
-      ("overwrite", po::bool_switch(), "replace an existing output directory");
+      ("overwrite", po::bool_switch(), "replace an existing output directory")
+      ("json", po::bool_switch(), "print one JSON object: dataset_info.json's fields (\"format\", \"source\", "
+                                  "\"image_shape\", \"class_names\", \"splits\", ...) and \"out\", \"examples\", \"bytes\"");
 }
 
 // --format and --out (required).
@@ -210,8 +192,8 @@ struct RemoveOnError {
   }
 };
 
-// Writes every split into `dir`, with dataset_info.json; returns the number of examples written.
-int64_t write_export(const ExportOptions& o, const fs::path& dir) {
+// Writes every split into `dir`, with dataset_info.json; returns what that file says.
+nlohmann::json write_export(const ExportOptions& o, const fs::path& dir) {
   nlohmann::json info = {{"format", o.format},
                          {"source", "fashion_mnist"},
                          {"image_shape", {28, 28, 1}},
@@ -222,19 +204,17 @@ int64_t write_export(const ExportOptions& o, const fs::path& dir) {
     info["compression"] = tfrecord_compression_name(o.compression);
     info["features"] = {{"image", "bytes: encoded " + o.image_format}, {"label", "int64: class id 0..9"}};
   }
-  int64_t total = 0;
   for (const std::string& split : o.splits) {
     const RawFashionMnist raw = load_fashion_mnist_raw(split, o.data_dir);
     RawSplit data{raw.n, raw.images.data(), raw.labels.data()};
     info["splits"][split] = o.format == "tfrecord" ? export_tfrecords(o, split, data, dir)
                                                    : export_images(o, split, data, dir);
-    total += data.n;
   }
   std::ofstream f(dir / "dataset_info.json");
   f << info.dump(2) << "\n";
   f.close();
   if (!f) throw DataError("cannot write " + (dir / "dataset_info.json").string());
-  return total;
+  return info;
 }
 
 // Everything is written: move it into place atomically. Without --overwrite the rename refuses a
@@ -279,12 +259,22 @@ int export_command(const std::vector<std::string>& args) {
   const ExportOptions o = parse_export_options(vm);
   const fs::path tmp = make_staging_directory(o);
   RemoveOnError cleanup{tmp};
-  const int64_t total = write_export(o, tmp);
+  nlohmann::json info = write_export(o, tmp);
   move_into_place(o, tmp);
   cleanup.keep = true;
   std::uintmax_t bytes = 0;
   for (const auto& e : fs::recursive_directory_iterator(o.out)) {
     if (e.is_regular_file()) bytes += e.file_size();
+  }
+  int64_t total = 0;
+  for (const auto& [split, written] : info["splits"].items()) total += written["examples"].get<int64_t>();
+  if (vm["json"].as<bool>()) {
+    // dataset_info.json's fields, and where the export is, how many examples and bytes it holds.
+    info["out"] = o.out.string();
+    info["examples"] = total;
+    info["bytes"] = static_cast<int64_t>(bytes);
+    std::cout << info.dump() << "\n";
+    return kExitOk;
   }
   std::printf("Exported %lld Fashion-MNIST examples as %s%s to %s (%s)\n", static_cast<long long>(total),
               o.format.c_str(), o.format == "tfrecord" ? (" of " + o.image_format + " images").c_str() : "",

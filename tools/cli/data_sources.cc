@@ -28,29 +28,6 @@ constexpr int64_t kMaxPipelinePixels = int64_t{4096} * 4096;
 
 int64_t input_pixels(const Shape& input) { return input.size() == 3 ? input[0] * input[1] : input[0]; }
 
-// One decoded, resized, scaled image for the model's input; `where` names the record or file.
-Tensor image_for_input(const std::string& bytes, const std::string& where, const Shape& input) {
-  const int channels = input.size() == 3 ? static_cast<int>(input[2]) : 1;
-  DecodedImage image;
-  try {
-    image = decode_image(bytes, channels, std::max(kMaxPipelinePixels, 16 * input_pixels(input)));
-  } catch (const DataError& e) {
-    throw DataError(where + ": " + e.what());
-  }
-  HostScope host;
-  Tensor x = convert_image_dtype(image);  // (h, w, channels) in [0, 1]
-  if (input.size() == 3) {
-    if (x.dim(0) != input[0] || x.dim(1) != input[1]) x = resize(x, input[0], input[1], ResizeMethod::kBilinear);
-    return x;
-  }
-  if (x.size() != input[0]) {
-    // A configuration mismatch, not a damaged record: never skipped by --skip-corrupt.
-    throw UsageError(where + ": a " + shape_string(x.shape()) + " image does not fit the model's flat input of " +
-                     std::to_string(input[0]) + " values; train an image model (e.g. --model resnet18) on it");
-  }
-  return x.reshape({input[0]});
-}
-
 Tensor label_for_loss(int64_t id, const std::string& where, const ExampleOptions& o) {
   if (id < 0 || id >= o.classes) {
     throw DataError(where + ": label " + std::to_string(id) + " is outside 0.." + std::to_string(o.classes - 1) +
@@ -158,6 +135,28 @@ Dataset image_examples(const DatasetSource& source, const std::string& split, co
 
 }  // namespace
 
+Tensor image_for_input(const std::string& bytes, const std::string& where, const Shape& input) {
+  const int channels = input.size() == 3 ? static_cast<int>(input[2]) : 1;
+  DecodedImage image;
+  try {
+    image = decode_image(bytes, channels, std::max(kMaxPipelinePixels, 16 * input_pixels(input)));
+  } catch (const DataError& e) {
+    throw DataError(where + ": " + e.what());
+  }
+  HostScope host;
+  Tensor x = convert_image_dtype(image);  // (h, w, channels) in [0, 1]
+  if (input.size() == 3) {
+    if (x.dim(0) != input[0] || x.dim(1) != input[1]) x = resize(x, input[0], input[1], ResizeMethod::kBilinear);
+    return x;
+  }
+  if (x.size() != input[0]) {
+    // A configuration mismatch, not a damaged record: never skipped by --skip-corrupt.
+    throw UsageError(where + ": a " + shape_string(x.shape()) + " image does not fit the model's flat input of " +
+                     std::to_string(input[0]) + " values; train an image model (e.g. --model resnet18) on it");
+  }
+  return x.reshape({input[0]});
+}
+
 DatasetSource parse_dataset_source(const std::string& text) {
   DatasetSource s;
   auto dir_of = [&](size_t prefix) {
@@ -196,15 +195,49 @@ const std::vector<std::string>& fashion_mnist_class_dirs() {
   return dirs;
 }
 
+const std::vector<std::string>& fashion_mnist_class_names() {
+  static const std::vector<std::string> names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                 "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  return names;
+}
+
+namespace {
+
+// DIR/dataset_info.json, or null when it is missing or not JSON.
+nlohmann::json read_dataset_info(const DatasetSource& source) {
+  std::ifstream f(fs::path(source.dir) / "dataset_info.json");
+  if (!f) return nullptr;
+  nlohmann::json info = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  return info.is_discarded() ? nlohmann::json(nullptr) : info;
+}
+
+}  // namespace
+
+std::vector<std::string> dataset_class_names(const DatasetSource& source) {
+  if (source.kind == DatasetSource::Kind::kFashionMnist) return fashion_mnist_class_names();
+  if (source.kind == DatasetSource::Kind::kImages) {
+    // The training split's folders: the labels the run learned.
+    return index_image_folder(split_folder(source, "train").string()).class_names;
+  }
+  const nlohmann::json info = read_dataset_info(source);
+  if (!info.is_object()) return {};
+  if (info.value("source", "") == "fashion_mnist") return fashion_mnist_class_names();
+  std::vector<std::string> names;
+  const auto it = info.find("class_names");
+  if (it == info.end() || !it->is_array()) return {};
+  for (const nlohmann::json& n : *it) {
+    if (!n.is_string()) return {};
+    names.push_back(quote_untrusted(n.get<std::string>()));
+  }
+  return names;
+}
+
 int64_t file_examples_count(const DatasetSource& source, const std::string& split) {
   if (source.kind == DatasetSource::Kind::kImages) {
     return static_cast<int64_t>(index_image_folder(split_folder(source, split).string()).paths.size());
   }
   if (source.kind == DatasetSource::Kind::kTFRecord) {
-    std::ifstream f(fs::path(source.dir) / "dataset_info.json");
-    if (!f) return -1;
-    const nlohmann::json info = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-    if (info.is_discarded()) return -1;
+    const nlohmann::json info = read_dataset_info(source);
     const nlohmann::json* n = &info;
     for (const char* key : {"splits", split.c_str(), "examples"}) {
       if (!n->is_object() || !n->contains(key)) return -1;

@@ -48,6 +48,20 @@ struct ExampleOptions {
 // counted, or the count `keel data export` wrote into DIR/dataset_info.json for TFRecords.
 int64_t file_examples_count(const DatasetSource& source, const std::string& split);
 
+// One encoded image (JPEG or PNG bytes, whatever they are) as the model's input (H, W, C) or (N):
+// decoded (decode_image), scaled to [0, 1], resized bilinearly with half-pixel centres — the step
+// every file pipeline runs, and `keel predict`. DataError naming `where` (the file or record) for a
+// damaged image; UsageError when the image cannot fit a flat model's input.
+Tensor image_for_input(const std::string& bytes, const std::string& where, const Shape& input);
+
+// The class names of a run's dataset, by label id: Fashion-MNIST's are Keras's ("T-shirt/top",
+// "Trouser", ...), also for a TFRecord export of it (its dataset_info.json says so); an image folder's
+// are its class folders' names (sorted, as image_dataset_from_directory labels them); another TFRecord
+// set's are its dataset_info.json's "class_names". Empty when unknown (no such file).
+std::vector<std::string> dataset_class_names(const DatasetSource& source);
+// Keras's names of Fashion-MNIST's classes (keras.datasets.fashion_mnist), by label id.
+const std::vector<std::string>& fashion_mnist_class_names();
+
 // Unbatched (image, label) elements of `split` from a tfrecord:/images: source: images decoded
 // (decode_image), resized to the model's input (bilinear, half-pixel centres) and scaled to [0, 1].
 Dataset file_examples(const DatasetSource& source, const std::string& split, const ExampleOptions& options);

@@ -24,14 +24,6 @@
 namespace keel::cli {
 namespace {
 
-// A run directory (its newest checkpoint that verifies; damaged ones are reported and left as they
-// are) or a checkpoint file (verified whole).
-SelectedCheckpoint checkpoint_file(const std::string& target) {
-  if (std::filesystem::is_directory(target)) return select_checkpoint(RunDirectory(target), /*move_aside=*/false, "evaluate");
-  if (!std::filesystem::exists(target)) throw UsageError("no such run directory or checkpoint: " + quote_untrusted(target));
-  return verify_file(target, "evaluate");
-}
-
 // --output: a new file, outside every run directory (a run's pruning and `latest` must never meet it).
 void check_output_path(const std::string& output) {
   namespace fs = std::filesystem;
@@ -139,7 +131,7 @@ Evaluation run_evaluation(const RunConfig& config, const std::string& split, Rep
 }
 
 Evaluation evaluate_target(const po::variables_map& vm, const std::string& target, const std::string& split) {
-  const SelectedCheckpoint selected = checkpoint_file(target);
+  const SelectedCheckpoint selected = select_target(target, "evaluate");
   const StoredRun stored = read_stored_run(selected.path);  // within keel's limits, or refused
   const TrainState& state = stored.state;
   RunConfig config = stored.config;

@@ -74,12 +74,7 @@ int memory_of_run(const po::variables_map& vm) {
     if (vm.count(flag)) throw UsageError(std::string("--") + flag + " describes a new run; `keel memory RUN` plans the run's own");
   }
   const std::string target = vm["run"].as<std::string>();
-  if (!std::filesystem::is_directory(target) && !std::filesystem::exists(target)) {
-    throw UsageError("no such run directory or checkpoint: " + quote_untrusted(target));
-  }
-  const SelectedCheckpoint selected = std::filesystem::is_directory(target)
-                                          ? select_checkpoint(RunDirectory(target), /*move_aside=*/false, "memory")
-                                          : verify_file(target, "memory");
+  const SelectedCheckpoint selected = select_target(target, "memory");
   const RunConfig config = read_stored_run(selected.path).config;  // within keel's limits, or refused
   const ModelFactory factory = model_factory(config);
   MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, label_shape(config));
@@ -144,13 +139,49 @@ int memory_command(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
+namespace {
+
+// A shape with the batch dimension (-1 in summary rows) as JSON's null, as Keras writes (None, 10).
+nlohmann::json shape_json(const Shape& shape) {
+  nlohmann::json j = nlohmann::json::array();
+  for (int64_t d : shape) j.push_back(d < 0 ? nlohmann::json(nullptr) : nlohmann::json(d));
+  return j;
+}
+
+// `keel summary --json` (contract, README): the rows of the text table, and its totals.
+nlohmann::json summary_json(const Model& model) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const SummaryRow& r : model.summary_rows()) {
+    layers.push_back({{"name", r.name}, {"class_name", r.class_name}, {"output_shape", shape_json(r.output_shape)},
+                      {"params", r.params}, {"connected_to", r.connected_to}});
+  }
+  int64_t trainable = 0, non_trainable = 0;
+  for (Variable* v : model.variables()) (v->trainable() ? trainable : non_trainable) += num_elements(v->shape());
+  Shape input = model.input_shape(), output = model.output_shape();
+  input.insert(input.begin(), -1);
+  output.insert(output.begin(), -1);
+  return {{"name", model.name()},
+          {"class_name", model.class_name()},
+          {"input_shape", shape_json(input)},
+          {"output_shape", shape_json(output)},
+          {"layers", layers},
+          {"total_params", trainable + non_trainable},
+          {"trainable_params", trainable},
+          {"non_trainable_params", non_trainable}};
+}
+
+}  // namespace
+
 int summary_command(const std::vector<std::string>& args) {
   po::options_description model_opts("Model");
   add_model_options(model_opts);
   add_head_options(model_opts);
-  po::options_description d("Usage: keel summary --model mlp [--classes N] [--input-shape S] [--include-top false --pooling avg]\n\n"
+  po::options_description d("Usage: keel summary --model mlp [--classes N] [--input-shape S] [--include-top false --pooling avg] [--json]\n\n"
                             "Keras-style summary table with exact parameter counts.");
-  d.add_options()("help,h", "this help");
+  d.add_options()("help,h", "this help")
+      ("json", po::bool_switch(), "print one JSON object: {\"name\", \"class_name\", \"input_shape\", \"output_shape\", "
+                                  "\"layers\": [{\"name\", \"class_name\", \"output_shape\", \"params\", \"connected_to\"}], "
+                                  "\"total_params\", \"trainable_params\", \"non_trainable_params\"}");
   d.add(model_opts);
   po::variables_map vm = parse_args(args, d);
   if (vm.count("help")) {
@@ -165,19 +196,32 @@ int summary_command(const std::vector<std::string>& args) {
   ReplicatedStrategy strategy(DeviceSpec::preset("cpu"), ReplicatedStrategy::Options{/*abstract=*/true, 0});
   auto scope = strategy.scope();
   std::unique_ptr<Model> model = build_model(config);
-  std::cout << model->summary();
+  if (vm["json"].as<bool>()) {
+    std::cout << summary_json(*model).dump() << "\n";
+  } else {
+    std::cout << model->summary();
+  }
   return kExitOk;
 }
 
 int models_command(const std::vector<std::string>& args) {
-  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    std::cout << "Usage: keel models\n\nLists the model zoo.\n";
+  const bool help = !args.empty() && (args[0] == "--help" || args[0] == "-h");
+  if (help) {
+    std::cout << "Usage: keel models [--json]\n\nLists the model zoo. --json prints an array of {\"name\", "
+                 "\"default_input_shape\", \"description\"}.\n";
     return kExitOk;
   }
-  if (!args.empty()) throw UsageError("keel models takes no arguments");
+  const bool json = args.size() == 1 && args[0] == "--json";
+  if (!args.empty() && !json) throw UsageError("keel models takes only --json");
+  nlohmann::json all = nlohmann::json::array();
   for (const zoo::ZooEntry& e : zoo::models()) {
-    std::printf("%-12s input %-14s %s\n", e.name.c_str(), shape_string(e.default_input_shape).c_str(), e.description.c_str());
+    if (json) {
+      all.push_back({{"name", e.name}, {"default_input_shape", e.default_input_shape}, {"description", e.description}});
+    } else {
+      std::printf("%-12s input %-14s %s\n", e.name.c_str(), shape_string(e.default_input_shape).c_str(), e.description.c_str());
+    }
   }
+  if (json) std::cout << all.dump() << "\n";
   return kExitOk;
 }
 

@@ -22,6 +22,7 @@
 #include "tools/cli/checkpoint_selection.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/fit_callbacks.h"
+#include "tools/cli/json_log.h"
 #include "tools/cli/memory_report.h"
 #include "tools/cli/data_sources.h"
 #include "tools/cli/run_config.h"
@@ -44,6 +45,7 @@ struct RunControl {
   bool quiet = false;
   bool sync_save = false;        // write each checkpoint in the step instead of in the background
   bool replace_previous_run = false;  // train --overwrite: move the previous run aside at the first save
+  JsonlLogger* json_log = nullptr;    // --log-format jsonl
 };
 
 // Saves checkpoints at epoch ends, every N steps, after --stop-after-steps and on SIGINT/SIGTERM, and
@@ -233,7 +235,10 @@ po::options_description run_control_options() {
   d.add_options()
       ("stop-after-steps", po::value<int64_t>(), "stop after N steps of this invocation with a checkpoint, as a preemption would")
       ("sync-save", po::bool_switch(), "write each checkpoint in the training step (default: snapshot it and write it in the background)")
-      ("quiet", po::bool_switch(), "no progress output");
+      ("quiet", po::bool_switch(), "no progress output")
+      ("log-format", po::value<std::string>()->default_value("text"),
+       "text, or jsonl: stdout carries one JSON object per epoch (every history value) and a final one; "
+       "everything else goes to stderr");
   return d;
 }
 
@@ -330,7 +335,15 @@ void throw_if_diverged(const TerminateOnNaN& terminate_on_nan, const RunDirector
 }
 
 void print_outcome(const RunConfig& config, const RunDirectory& dir, const CheckpointCallback& checkpoints,
-                   Model& model, int64_t stop_after_steps, int early_stopped_epoch) {
+                   Model& model, const RunControl& control, int early_stopped_epoch) {
+  const int64_t stop_after_steps = control.stop_after_steps;
+  if (control.json_log) {
+    const char* outcome = g_signal != 0                 ? "interrupted"
+                          : checkpoints.stopped_early() ? "stopped"
+                          : early_stopped_epoch >= 0    ? "early_stopping"
+                                                        : "completed";
+    control.json_log->end(outcome, model.optimizer().iterations(), dir.dir(), dir.latest().value_or(""));
+  }
   if (g_signal != 0) {
     std::printf("Interrupted by signal %d: saved step %lld to %s; continue with `keel resume %s`.\n", g_signal.load(),
                 static_cast<long long>(checkpoints.last_saved_step()), dir.dir().c_str(), dir.dir().c_str());
@@ -391,6 +404,19 @@ int interrupted_before_training(const RunDirectory& dir, bool resuming) {
   return 128 + sig;
 }
 
+void print_device(const RunConfig& config) {
+  std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
+              config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
+              static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
+  std::fflush(stdout);
+}
+
+// A resumed run that had already finished (resume_from_checkpoint said so).
+int nothing_to_do(const RunControl& control, Model& model, const RunDirectory& dir, const std::string& checkpoint) {
+  if (control.json_log) control.json_log->end("nothing_to_do", model.optimizer().iterations(), dir.dir(), checkpoint);
+  return kExitOk;
+}
+
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
 int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const RunControl& control) {
   check_step_fits(config);
@@ -416,7 +442,7 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   if (resume_from) {
     check_model_matches(*resume_from, *model);
     if (!resume_from_checkpoint(resume_from->file, config, dir, strategy, *model, fit, memory_before, callbacks_state)) {
-      return kExitOk;
+      return nothing_to_do(control, *model, dir, resume_from->file);
     }
   }
   if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
@@ -426,10 +452,7 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
     auto scope = strategy.scope();
     model->optimizer().build(model->trainable_variables());
   }
-  std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
-              config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
-              static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
-  std::fflush(stdout);
+  print_device(config);
 
   ProgbarLogger progbar(stdout);
   CheckpointCallback checkpoints(dir, config, control);
@@ -444,6 +467,7 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   keras_callbacks.add_to(fit);  // before the checkpoints, which record their state
   checkpoints.record_callbacks(&keras_callbacks);
   fit.callbacks.push_back(&checkpoints);
+  if (control.json_log) fit.callbacks.push_back(control.json_log);
 
   const History history = model->fit(train, fit);
   if (keras_callbacks.restores_best_weights() && !checkpoints.stopped_early() && !terminate_on_nan.terminated()) {
@@ -451,8 +475,51 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   }
   checkpoints.finish();  // the save in flight completes, or its error ends the run
   throw_if_diverged(terminate_on_nan, dir);
-  print_outcome(config, dir, checkpoints, *model, control.stop_after_steps, keras_callbacks.stopped_epoch());
+  print_outcome(config, dir, checkpoints, *model, control, keras_callbacks.stopped_epoch());
   return kExitOk;
+}
+
+// `keel train` once its flags are parsed.
+int start_run(const po::variables_map& vm, JsonlLogger* log) {
+  RunConfig config;
+  apply_model_options(vm, config);
+  apply_device_options(vm, config);
+  apply_training_options(vm, config);
+  apply_init_options(vm, config);
+  apply_callback_options(vm, config);
+  config.validate();
+  if (!vm.count("checkpoint-dir")) throw UsageError("--checkpoint-dir is required (e.g. --checkpoint-dir checkpoints/mlp)");
+  RunDirectory dir(vm["checkpoint-dir"].as<std::string>());
+  const RunLock lock = RunLock::acquire(dir.dir());
+  const bool previous_run = dir.holds_a_run();
+  if (previous_run && !vm["overwrite"].as<bool>()) {
+    throw UsageError(dir.dir() + " already holds a run; continue it with `keel resume " + dir.dir() +
+                     "`, or pass --overwrite to start a new one there (the old one is moved aside, not deleted)");
+  }
+  RunControl control = run_control(vm);
+  control.replace_previous_run = previous_run;
+  control.json_log = log;
+  return run(config, dir, nullptr, control);
+}
+
+// `keel resume` once its flags are parsed.
+int resume_run(const po::variables_map& vm, JsonlLogger* log) {
+  if (!vm.count("run-dir")) throw UsageError("keel resume needs a run directory, e.g. `keel resume checkpoints/mlp`");
+  RunDirectory dir(vm["run-dir"].as<std::string>());
+  if (!std::filesystem::is_directory(dir.dir())) throw UsageError("run directory " + dir.dir() + " does not exist");
+  const RunLock lock = RunLock::acquire(dir.dir());
+  const SelectedCheckpoint selected = select_checkpoint(dir, /*move_aside=*/true, "resume");
+  const StoredRun stored = read_stored_run(selected.path);
+  RunConfig config = stored.config;
+  if (vm.count("epochs")) config.epochs = vm["epochs"].as<int>();
+  if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
+  if (vm.count("keep")) config.keep = vm["keep"].as<int>();
+  if (vm.count("save-every-steps")) config.save_every_steps = vm["save-every-steps"].as<int64_t>();
+  if (vm["skip-corrupt"].as<bool>()) config.skip_corrupt = true;
+  config.validate();
+  RunControl control = run_control(vm);
+  control.json_log = log;
+  return run(config, dir, &stored, control);
 }
 
 }  // namespace
@@ -478,24 +545,7 @@ int train_command(const std::vector<std::string>& args) {
     std::cout << d << "\n";
     return kExitOk;
   }
-  RunConfig config;
-  apply_model_options(vm, config);
-  apply_device_options(vm, config);
-  apply_training_options(vm, config);
-  apply_init_options(vm, config);
-  apply_callback_options(vm, config);
-  config.validate();
-  if (!vm.count("checkpoint-dir")) throw UsageError("--checkpoint-dir is required (e.g. --checkpoint-dir checkpoints/mlp)");
-  RunDirectory dir(vm["checkpoint-dir"].as<std::string>());
-  const RunLock lock = RunLock::acquire(dir.dir());
-  const bool previous_run = dir.holds_a_run();
-  if (previous_run && !vm["overwrite"].as<bool>()) {
-    throw UsageError(dir.dir() + " already holds a run; continue it with `keel resume " + dir.dir() +
-                     "`, or pass --overwrite to start a new one there (the old one is moved aside, not deleted)");
-  }
-  RunControl control = run_control(vm);
-  control.replace_previous_run = previous_run;
-  return run(config, dir, nullptr, control);
+  return with_log_format(vm, "train", [&](JsonlLogger* log) { return start_run(vm, log); });
 }
 
 int resume_command(const std::vector<std::string>& args) {
@@ -517,20 +567,7 @@ int resume_command(const std::vector<std::string>& args) {
     std::cout << d << "\n";
     return kExitOk;
   }
-  if (!vm.count("run-dir")) throw UsageError("keel resume needs a run directory, e.g. `keel resume checkpoints/mlp`");
-  RunDirectory dir(vm["run-dir"].as<std::string>());
-  if (!std::filesystem::is_directory(dir.dir())) throw UsageError("run directory " + dir.dir() + " does not exist");
-  const RunLock lock = RunLock::acquire(dir.dir());
-  const SelectedCheckpoint selected = select_checkpoint(dir, /*move_aside=*/true, "resume");
-  const StoredRun stored = read_stored_run(selected.path);
-  RunConfig config = stored.config;
-  if (vm.count("epochs")) config.epochs = vm["epochs"].as<int>();
-  if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
-  if (vm.count("keep")) config.keep = vm["keep"].as<int>();
-  if (vm.count("save-every-steps")) config.save_every_steps = vm["save-every-steps"].as<int64_t>();
-  if (vm["skip-corrupt"].as<bool>()) config.skip_corrupt = true;
-  config.validate();
-  return run(config, dir, &stored, run_control(vm));
+  return with_log_format(vm, "resume", [&](JsonlLogger* log) { return resume_run(vm, log); });
 }
 
 }  // namespace keel::cli
