@@ -204,27 +204,43 @@ Taps taps_at(double coordinate, int64_t size, Interpolation interpolation, FillM
   return {{fix_index(i, size, mode), fix_index(i + 1, size, mode)}, {1.0f - upper_weight, upper_weight}, 2};
 }
 
+// One output pixel's c channels from the taps around its input point.
+void sample(const float* src, float* out, int64_t w, int64_t c, const Taps& ty, const Taps& tx, float fill_value) {
+  for (int64_t ch = 0; ch < c; ++ch) out[ch] = 0.0f;
+  for (int i = 0; i < ty.count; ++i) {
+    for (int j = 0; j < tx.count; ++j) {
+      const float weight = ty.weight[i] * tx.weight[j];
+      if (ty.index[i] < 0 || tx.index[j] < 0) {
+        for (int64_t ch = 0; ch < c; ++ch) out[ch] += weight * fill_value;
+        continue;
+      }
+      const float* s = src + (ty.index[i] * w + tx.index[j]) * c;
+      for (int64_t ch = 0; ch < c; ++ch) out[ch] += weight * s[ch];
+    }
+  }
+}
+
 void transform_image(const float* src, float* dst, int64_t h, int64_t w, int64_t c, const ProjectiveTransform& t,
                      Interpolation interpolation, FillMode mode, float fill_value) {
+  // Translations and zooms move x and y separately: each column's and row's taps are computed once
+  // (the same values the general formula gives, since k = 1 and the cross terms are 0 exactly).
+  const bool separable = t[1] == 0.0f && t[3] == 0.0f && t[6] == 0.0f && t[7] == 0.0f;
+  std::vector<Taps> xs, ys;
+  if (separable) {
+    for (int64_t x = 0; x < w; ++x) xs.push_back(taps_at(t[0] * static_cast<double>(x) + t[2], w, interpolation, mode));
+    for (int64_t y = 0; y < h; ++y) ys.push_back(taps_at(t[4] * static_cast<double>(y) + t[5], h, interpolation, mode));
+  }
   for (int64_t y = 0; y < h; ++y) {
     for (int64_t x = 0; x < w; ++x) {
+      float* out = dst + (y * w + x) * c;
+      if (separable) {
+        sample(src, out, w, c, ys[static_cast<size_t>(y)], xs[static_cast<size_t>(x)], fill_value);
+        continue;
+      }
       const double fx = static_cast<double>(x), fy = static_cast<double>(y);
       const double k = t[6] * fx + t[7] * fy + 1.0;
-      const Taps ty = taps_at((t[3] * fx + t[4] * fy + t[5]) / k, h, interpolation, mode);
-      const Taps tx = taps_at((t[0] * fx + t[1] * fy + t[2]) / k, w, interpolation, mode);
-      float* out = dst + (y * w + x) * c;
-      for (int64_t ch = 0; ch < c; ++ch) out[ch] = 0.0f;
-      for (int i = 0; i < ty.count; ++i) {
-        for (int j = 0; j < tx.count; ++j) {
-          const float weight = ty.weight[i] * tx.weight[j];
-          if (ty.index[i] < 0 || tx.index[j] < 0) {
-            for (int64_t ch = 0; ch < c; ++ch) out[ch] += weight * fill_value;
-            continue;
-          }
-          const float* s = src + (ty.index[i] * w + tx.index[j]) * c;
-          for (int64_t ch = 0; ch < c; ++ch) out[ch] += weight * s[ch];
-        }
-      }
+      sample(src, out, w, c, taps_at((t[3] * fx + t[4] * fy + t[5]) / k, h, interpolation, mode),
+             taps_at((t[0] * fx + t[1] * fy + t[2]) / k, w, interpolation, mode), fill_value);
     }
   }
 }
