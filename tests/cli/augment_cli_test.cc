@@ -67,6 +67,9 @@ TEST_F(AugmentCli, AResumedAugmentedRunIsBitIdenticalToAStraightOne) {
   ASSERT_EQ(b1.exit_code, 0) << b1.err;
   CommandResult b2 = run_keel("resume " + dir_ + "/split --stop-after-steps 3 --quiet");
   ASSERT_EQ(b2.exit_code, 0) << b2.err;
+  for (const CommandResult* r : {&a, &b1, &b2}) {
+    EXPECT_THAT(r->out, HasSubstr("Augmenting each training example (--augment flip,crop:4,translate:0.1,zoom:0.1;"));
+  }
   expect_bit_identical(dir_ + "/straight/ckpt-6.h5", dir_ + "/split/ckpt-6.h5", 200);
 
   // The augmentation acts: without it (or with another spec) the same 6 steps train other weights.
@@ -74,6 +77,7 @@ TEST_F(AugmentCli, AResumedAugmentedRunIsBitIdenticalToAStraightOne) {
     const std::string name = other.empty() ? "plain" : "flip";
     CommandResult c = run_keel("train " + kRun + other + "--stop-after-steps 6 --checkpoint-dir " + dir_ + "/" + name);
     ASSERT_EQ(c.exit_code, 0) << c.err;
+    EXPECT_EQ(c.out.find("Augmenting") != std::string::npos, !other.empty()) << c.out;
     EXPECT_NE(read_checkpoint_values(dir_ + "/" + name + "/ckpt-6.h5"), read_checkpoint_values(dir_ + "/straight/ckpt-6.h5"))
         << name;
   }

@@ -392,6 +392,17 @@ int interrupted_before_training(const RunDirectory& dir, bool resuming) {
 }
 
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
+void print_run_header(const RunConfig& config) {
+  std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
+              config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
+              static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
+  if (!config.augment.empty()) {
+    std::printf("Augmenting each training example (--augment %s; evaluation and validation data are not)\n",
+                config.augment.c_str());
+  }
+  std::fflush(stdout);
+}
+
 int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const RunControl& control) {
   check_step_fits(config);
   Dataset train = training_dataset(config);  // data errors before any model work
@@ -426,10 +437,7 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
     auto scope = strategy.scope();
     model->optimizer().build(model->trainable_variables());
   }
-  std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
-              config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
-              static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
-  std::fflush(stdout);
+  print_run_header(config);
 
   ProgbarLogger progbar(stdout);
   CheckpointCallback checkpoints(dir, config, control);
