@@ -15,6 +15,7 @@ namespace keel::data {
 
 using keel::Dataset;
 using keel::Element;
+using keel::ElementKey;
 using keel::Generator;
 using keel::Iterator;
 inline constexpr int64_t AUTOTUNE = keel::AUTOTUNE;

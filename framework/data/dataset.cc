@@ -93,37 +93,51 @@ std::unique_ptr<IteratorNode> SlicesNode::make_iterator(uint64_t) const {
 
 class MapNode final : public DatasetNode {
  public:
-  MapNode(std::shared_ptr<const DatasetNode> input, std::function<Element(const Element&)> fn)
-      : input_(std::move(input)), fn_(std::move(fn)) {
+  // keyed: map_with_key (the index is part of the state and the description); else map(fn).
+  MapNode(std::shared_ptr<const DatasetNode> input, KeyedMapFunction fn, bool keyed)
+      : input_(std::move(input)), fn_(std::move(fn)), keyed_(keyed) {
     if (!fn_) throw std::invalid_argument("map: empty function");
   }
   std::unique_ptr<IteratorNode> make_iterator(uint64_t iteration) const override;
   int64_t cardinality() const override { return input_->cardinality(); }
-  std::string describe() const override { return input_->describe() + " -> map"; }
+  std::string describe() const override { return input_->describe() + (keyed_ ? " -> map(keyed)" : " -> map"); }
   json state_json(const Position& words, size_t& at) const override {
-    return {{"op", "map"}, {"input", input_->state_json(words, at)}};
+    json state = {{"op", "map"}};
+    if (keyed_) state["index"] = take_int(words, at);
+    state["input"] = input_->state_json(words, at);
+    return state;
   }
 
   std::shared_ptr<const DatasetNode> input_;
-  std::function<Element(const Element&)> fn_;
+  KeyedMapFunction fn_;
+  bool keyed_;
 };
 
 class MapIterator final : public IteratorNode {
  public:
   MapIterator(const MapNode& node, uint64_t iteration)
-      : node_(node), input_(node.input_->make_iterator(iteration)) {}
+      : node_(node), input_(node.input_->make_iterator(iteration)), key_{iteration, 0} {}
   std::optional<Element> next() override {
     std::optional<Element> e = input_->next();
     if (!e) return std::nullopt;
     HostScope host;
-    return node_.fn_(*e);
+    const ElementKey key = key_;
+    ++key_.index;  // counted before fn runs: an element whose fn throws still takes its index
+    return node_.fn_(*e, key);
   }
-  void save(Position& out) const override { input_->save(out); }
-  void restore(const json& state) override { input_->restore(state_field(state, "map", "input")); }
+  void save(Position& out) const override {
+    if (node_.keyed_) out.push_back(static_cast<uint64_t>(key_.index));
+    input_->save(out);
+  }
+  void restore(const json& state) override {
+    if (node_.keyed_) key_.index = int_field(state, "map", "index", 0, std::numeric_limits<int64_t>::max() / 2);
+    input_->restore(state_field(state, "map", "input"));
+  }
 
  private:
   const MapNode& node_;
   std::unique_ptr<IteratorNode> input_;
+  ElementKey key_;  // of the next element
 };
 
 std::unique_ptr<IteratorNode> MapNode::make_iterator(uint64_t iteration) const {
@@ -529,7 +543,13 @@ Dataset Dataset::from_tensor_slices(std::vector<Tensor> components) {
   return Dataset(std::make_shared<SlicesNode>(std::move(components)));
 }
 Dataset Dataset::map(std::function<Element(const Element&)> fn) const {
-  return Dataset(std::make_shared<MapNode>(node_, std::move(fn)));
+  if (!fn) throw std::invalid_argument("map: empty function");
+  return Dataset(std::make_shared<MapNode>(
+      node_, [fn = std::move(fn)](const Element& e, const ElementKey&) { return fn(e); }, /*keyed=*/false));
+}
+Dataset Dataset::map_with_key(KeyedMapFunction fn, int64_t num_parallel_calls, bool deterministic) const {
+  if (num_parallel_calls == 0) return Dataset(std::make_shared<MapNode>(node_, std::move(fn), /*keyed=*/true));
+  return Dataset(make_parallel_map_node(node_, std::move(fn), num_parallel_calls, deterministic, /*keyed=*/true));
 }
 Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
   return Dataset(std::make_shared<ShuffleNode>(node_, buffer_size, seed, reshuffle_each_iteration));

@@ -68,6 +68,15 @@ class DatasetNode;
 class IteratorNode;
 class Dataset;
 
+// Where an element stands, for map_with_key(): the iteration its iterator was made for (the epoch, or
+// the sub-iteration repeat() gives) and its index among the elements the map's input yields in that
+// iteration (0, 1, 2, ...). A function of the pipeline and the iteration alone, like the elements.
+struct ElementKey {
+  uint64_t iteration = 0;
+  int64_t index = 0;
+};
+using KeyedMapFunction = std::function<Element(const Element&, const ElementKey&)>;
+
 // A generator for Dataset::from_generator: each call returns the next element, nullopt at the end.
 using Generator = std::function<std::optional<Element>()>;
 
@@ -167,6 +176,13 @@ class Dataset {
   // map(fn).
   Dataset map(std::function<Element(const Element&)> fn, int64_t num_parallel_calls,
               bool deterministic = true) const;
+
+  // map() whose function also gets the element's key, for stateless random transforms (augmentation,
+  // datasets/preprocessing.h): randomness drawn from (seed, key.iteration, key.index) is the same under
+  // any thread count and after a restore. Sequential (num_parallel_calls = 0) or parallel, as map();
+  // deterministic forms save the same state, the map's plus the index ("index"), so each resumes
+  // under the other. describe() says "map(keyed)".
+  Dataset map_with_key(KeyedMapFunction fn, int64_t num_parallel_calls = 0, bool deterministic = true) const;
 
   // The elements for which predicate (run in a HostScope) is true. Cardinality: unknown.
   Dataset filter(std::function<bool(const Element&)> predicate) const;

@@ -74,6 +74,10 @@ class DatasetNode {
   virtual nlohmann::json state_json(const Position& words, size_t& at) const = 0;
 };
 
+// map(fn, num_parallel_calls) and map_with_key with threads (dataset_parallel.cc); keyed: map_with_key.
+std::shared_ptr<const DatasetNode> make_parallel_map_node(std::shared_ptr<const DatasetNode> input, KeyedMapFunction fn,
+                                                          int64_t num_parallel_calls, bool deterministic, bool keyed);
+
 // ---- AUTOTUNE -------------------------------------------------------------------------------------
 // The values AUTOTUNE stands for (the table is at AUTOTUNE in dataset.h). Parallel interleave also
 // runs each open inner iterator up to max(block_length, 2) elements ahead.

@@ -72,12 +72,14 @@ class ThreadPool {
 
 class ParallelMapNode final : public DatasetNode {
  public:
-  ParallelMapNode(std::shared_ptr<const DatasetNode> input, std::function<Element(const Element&)> fn,
-                  int64_t num_parallel_calls, bool deterministic)
+  // keyed: map_with_key (see MapNode in dataset.cc).
+  ParallelMapNode(std::shared_ptr<const DatasetNode> input, KeyedMapFunction fn, int64_t num_parallel_calls,
+                  bool deterministic, bool keyed)
       : input_(std::move(input)),
         fn_(std::move(fn)),
         parallelism_(num_parallel_calls == AUTOTUNE ? autotune_threads() : num_parallel_calls),
-        deterministic_(deterministic) {
+        deterministic_(deterministic),
+        keyed_(keyed) {
     if (!fn_) throw std::invalid_argument("map: empty function");
     if (parallelism_ < 1) {
       throw std::invalid_argument("map: num_parallel_calls must be AUTOTUNE or at least 0, got " +
@@ -89,12 +91,15 @@ class ParallelMapNode final : public DatasetNode {
   // Deterministic: the sequential map's description and state, since the thread count changes no
   // element. Otherwise the state has another layout, hence another description.
   std::string describe() const override {
-    return input_->describe() + (deterministic_ ? " -> map" : " -> map(deterministic=false)");
+    const char* name = keyed_ ? (deterministic_ ? " -> map(keyed)" : " -> map(keyed, deterministic=false)")
+                              : (deterministic_ ? " -> map" : " -> map(deterministic=false)");
+    return input_->describe() + name;
   }
-  // Deterministic: the input's position. Otherwise: watermark, the number of returned indices, the
-  // indices, then the input's position at the watermark.
+  // Deterministic: the index (keyed only) and the input's position. Otherwise: watermark, the number
+  // of returned indices, the indices, then the input's position at the watermark.
   json state_json(const Position& words, size_t& at) const override {
     json state = {{"op", "map"}};
+    if (deterministic_ && keyed_) state["index"] = take_int(words, at);
     if (!deterministic_) {
       state["watermark"] = take_int(words, at);
       const uint64_t n = take_word(words, at);
@@ -112,9 +117,10 @@ class ParallelMapNode final : public DatasetNode {
   int64_t window() const { return 4 * parallelism_; }
 
   std::shared_ptr<const DatasetNode> input_;
-  std::function<Element(const Element&)> fn_;
+  KeyedMapFunction fn_;
   int64_t parallelism_;
   bool deterministic_;
+  bool keyed_;
 };
 
 // The consumer pulls input elements (on its own thread) until window() are in flight and hands
@@ -125,7 +131,7 @@ class ParallelMapNode final : public DatasetNode {
 class ParallelMapIterator final : public IteratorNode {
  public:
   ParallelMapIterator(const ParallelMapNode& node, uint64_t iteration)
-      : node_(node), input_(node.input_->make_iterator(iteration)) {}
+      : node_(node), input_(node.input_->make_iterator(iteration)), iteration_(iteration) {}
   ~ParallelMapIterator() override { pool_.reset(); }  // joins before the tasks' targets go away
 
   std::optional<Element> next() override {
@@ -163,6 +169,7 @@ class ParallelMapIterator final : public IteratorNode {
   }
 
   void save(Position& out) const override {
+    if (node_.deterministic_ && node_.keyed_) out.push_back(static_cast<uint64_t>(watermark_));
     if (!node_.deterministic_) {
       std::vector<int64_t> returned(skip_.begin(), skip_.end());
       for (const Entry& entry : window_) {
@@ -182,6 +189,10 @@ class ParallelMapIterator final : public IteratorNode {
 
   void restore(const json& state) override {
     if (started_) throw std::logic_error("map: restore() on a used iterator");
+    if (node_.deterministic_ && node_.keyed_) {
+      watermark_ = int_field(state, "map", "index", 0, std::numeric_limits<int64_t>::max() / 2);
+      next_index_ = watermark_;
+    }
     if (!node_.deterministic_) {
       watermark_ = int_field(state, "map", "watermark", 0, std::numeric_limits<int64_t>::max() / 2);
       const json& returned = state_field(state, "map", "returned");
@@ -242,14 +253,15 @@ class ParallelMapIterator final : public IteratorNode {
         continue;
       }
       std::shared_ptr<Task> task = entry.task;
+      const int64_t entry_index = entry.index;
       ++unreturned_;
       push(std::move(entry));
       if (!e) continue;
-      pool_->submit([this, task, element = std::move(*e)] {
+      pool_->submit([this, task, key = ElementKey{iteration_, entry_index}, element = std::move(*e)] {
         std::optional<Element> result;
         std::exception_ptr error;
         try {
-          result = node_.fn_(element);
+          result = node_.fn_(element, key);
         } catch (...) {
           error = std::current_exception();
         }
@@ -280,6 +292,7 @@ class ParallelMapIterator final : public IteratorNode {
 
   const ParallelMapNode& node_;
   std::unique_ptr<IteratorNode> input_;  // consumer-side only
+  uint64_t iteration_;
   bool started_ = false;
   bool input_done_ = false;
   int64_t next_index_ = 0;        // index of the next input element to pull
@@ -299,10 +312,18 @@ std::unique_ptr<IteratorNode> ParallelMapNode::make_iterator(uint64_t iteration)
 
 }  // namespace
 
+std::shared_ptr<const DatasetNode> make_parallel_map_node(std::shared_ptr<const DatasetNode> input, KeyedMapFunction fn,
+                                                          int64_t num_parallel_calls, bool deterministic, bool keyed) {
+  return std::make_shared<ParallelMapNode>(std::move(input), std::move(fn), num_parallel_calls, deterministic, keyed);
+}
+
 Dataset Dataset::map(std::function<Element(const Element&)> fn, int64_t num_parallel_calls,
                      bool deterministic) const {
   if (num_parallel_calls == 0) return map(std::move(fn));
-  return from_node(std::make_shared<ParallelMapNode>(node_, std::move(fn), num_parallel_calls, deterministic));
+  if (!fn) throw std::invalid_argument("map: empty function");
+  return from_node(make_parallel_map_node(
+      node_, [fn = std::move(fn)](const Element& e, const ElementKey&) { return fn(e); }, num_parallel_calls,
+      deterministic, /*keyed=*/false));
 }
 
 }  // namespace keel

@@ -3,12 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
+#include <vector>
 
 #include "framework/data/data.h"
 #include "datasets/example.h"
 #include "datasets/image_codec.h"
 #include "datasets/image_ops.h"
+#include "datasets/preprocessing.h"
 #include "datasets/tfrecord_dataset.h"
+#include "framework/device/context.h"
 #include "tests/support/cli_runner.h"
 
 namespace {
@@ -59,6 +63,34 @@ TEST(ReadmePipeline, TFRecordsOfJpegsToBatchesOf224x224) {
   std::sort(labels.begin(), labels.end());
   EXPECT_EQ(std::adjacent_find(labels.begin(), labels.end()), labels.end()) << "each example at most once";
   std::filesystem::remove_all(dir);
+}
+
+// The README's augmentation example, as written, on 512 images of 32x32x1.
+TEST(ReadmePipeline, AugmentationLayersInAKeyedMap) {
+  keel::HostScope host;
+  std::vector<float> pixels(512 * 32 * 32), ids(512);
+  for (size_t k = 0; k < pixels.size(); ++k) pixels[k] = static_cast<float>(k % 97) / 97.0f;
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<float>(i % 10);
+  const keel::Tensor images = keel::Tensor::from_vector({512, 32, 32, 1}, pixels);
+  const keel::Tensor labels = keel::Tensor::from_vector({512}, ids);
+
+  keel::preprocessing::Augmentation augment(
+      {std::make_shared<keel::preprocessing::RandomFlip>("horizontal"),
+       std::make_shared<keel::preprocessing::ZeroPadding2D>(4, 4),
+       std::make_shared<keel::preprocessing::RandomCrop>(32, 32)}, /*seed=*/1);
+  auto train = keel::data::from_tensor_slices({images, labels})      // images (N, 32, 32, 1)
+                   .shuffle(60000, /*seed=*/1)
+                   .map_with_key(augment.map_function(), keel::data::AUTOTUNE)
+                   .batch(256, /*drop_remainder=*/true);
+
+  keel::Iterator a = train.make_iterator(0), b = train.make_iterator(0);
+  for (int i = 0; i < 2; ++i) {
+    const auto x = a.next(), y = b.next();
+    ASSERT_TRUE(x && y);
+    EXPECT_EQ((*x)[0].shape(), (keel::Shape{256, 32, 32, 1}));
+    EXPECT_EQ((*x)[0].to_vector(), (*y)[0].to_vector());  // the same epoch, the same images
+  }
+  EXPECT_FALSE(a.next());
 }
 
 }  // namespace

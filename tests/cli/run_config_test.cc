@@ -187,5 +187,67 @@ TEST(RunConfigTest, HbmPerCoreZeroIsAnErrorAndUnboundedIsSaidSo) {
   EXPECT_EQ(parse_hbm_per_core("512MiB"), int64_t{512} << 20);
 }
 
+TEST(RunConfigTest, AugmentIsStoredCheckedAndNeedsAnImageModel) {
+  RunConfig c;
+  c.model = "resnet18";
+  c.input_shape = {32, 32, 1};
+  c.augment = "flip,crop:4";
+  EXPECT_EQ(RunConfig::from_json(c.to_json()).augment, "flip,crop:4");
+  json stored = c.to_json();
+  stored.erase("augment");  // a run from before --augment
+  EXPECT_EQ(RunConfig::from_json(stored).augment, "");
+  stored["augment"] = "crop:99";
+  EXPECT_THAT(refusal(stored), HasSubstr("--augment: bad augmentation step 'crop:99'"));
+  stored["augment"] = std::string(300, 'f');
+  EXPECT_THAT(refusal(stored), HasSubstr("256"));
+  EXPECT_EQ(flag_refusal("--model resnet18 --input-shape 32x32x1 --augment flip,crop:4,translate:0.1,zoom:0.2:0.1"), "");
+  EXPECT_THAT(flag_refusal("--model mlp --augment flip"), HasSubstr("--augment needs an image model"));
+  EXPECT_THAT(flag_refusal("--model resnet18 --input-shape 32x32x1 --augment flip;crop"), HasSubstr("unknown step"));
+}
+
+// --augment changes the training examples only: the shuffle is the same, every image is augmented, and
+// the evaluation and validation pipelines give exactly what they give without it.
+TEST(RunConfigTest, AugmentChangesTrainingImagesAndNothingElse) {
+  RunConfig plain;
+  plain.model = "resnet18";
+  plain.input_shape = {32, 32, 1};
+  plain.device = DeviceSpec::preset("cpu");
+  plain.batch_per_core = 32;
+  plain.shuffle_buffer = 1000;
+  plain.validation_split = 0.1;
+  RunConfig augmented = plain;
+  augmented.augment = "flip,crop:4,translate:0.1,zoom:0.1";
+  auto first_batches = [](const Dataset& ds, int n) {
+    Iterator it = ds.make_iterator(0);
+    std::vector<Element> out;
+    for (int i = 0; i < n; ++i) out.push_back(*it.next());
+    return out;
+  };
+  const std::vector<Element> a = first_batches(training_dataset(plain), 2);
+  const std::vector<Element> b = first_batches(training_dataset(augmented), 2);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i][0].shape(), b[i][0].shape());
+    EXPECT_EQ(a[i][1].to_vector(), b[i][1].to_vector()) << "the labels, in the same shuffled order";
+    const std::vector<float> x = a[i][0].to_vector(), y = b[i][0].to_vector();
+    int same_images = 0;
+    const size_t pixels = 32 * 32;
+    for (size_t k = 0; k < x.size() / pixels; ++k) {
+      same_images += std::equal(x.begin() + static_cast<int64_t>(k * pixels), x.begin() + static_cast<int64_t>((k + 1) * pixels),
+                                y.begin() + static_cast<int64_t>(k * pixels));
+    }
+    EXPECT_EQ(same_images, 0);
+  }
+  for (const auto& [p, q] : {std::pair{first_batches(evaluation_dataset(plain, "test"), 3),
+                                       first_batches(evaluation_dataset(augmented, "test"), 3)},
+                             std::pair{first_batches(*validation_dataset(plain), 3),
+                                       first_batches(*validation_dataset(augmented), 3)}}) {
+    ASSERT_EQ(p.size(), q.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+      EXPECT_EQ(p[i][0].to_vector(), q[i][0].to_vector());
+      EXPECT_EQ(p[i][1].to_vector(), q[i][1].to_vector());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace keel::cli

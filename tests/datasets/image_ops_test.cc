@@ -160,5 +160,107 @@ TEST(ImageOps, RandomCropIsStatelessUniformAndInBounds) {
   EXPECT_THROW(random_crop(img, h + 1, w, 0), std::invalid_argument);
 }
 
+TEST(ImageOps, RandomFlipUpDownMirrorsRowsWithTheLeftRightDraws) {
+  HostScope host;
+  const Tensor img = iota_image(4, 3, 2);
+  const std::vector<float> src = img.to_vector();
+  std::vector<float> mirrored(src.size());
+  for (int64_t y = 0; y < 4; ++y) {
+    for (int64_t j = 0; j < 3 * 2; ++j) mirrored[static_cast<size_t>(y * 6 + j)] = src[static_cast<size_t>((3 - y) * 6 + j)];
+  }
+  int flipped = 0;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const std::vector<float> a = random_flip_up_down(img, seed).to_vector();
+    ASSERT_TRUE(a == src || a == mirrored) << "seed " << seed;
+    // The same decision as random_flip_left_right with this seed.
+    EXPECT_EQ(a == mirrored, random_flip_left_right(img, seed).to_vector() != src) << "seed " << seed;
+    flipped += a == mirrored;
+  }
+  EXPECT_GT(flipped, 70);
+  EXPECT_LT(flipped, 130);
+}
+
+TEST(ImageOps, PadImagesAndCropToBoundingBoxAreExact) {
+  HostScope host;
+  const Tensor img = Tensor::from_vector({2, 2, 1}, std::vector<float>{1, 2, 3, 4});
+  EXPECT_EQ(pad_images(img, 1, 2).to_vector(), (std::vector<float>{0, 0, 0, 0, 0, 0,  //
+                                                                     0, 0, 1, 2, 0, 0,  //
+                                                                     0, 0, 3, 4, 0, 0,  //
+                                                                     0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(pad_images(img, 1, 2).shape(), (Shape{4, 6, 1}));
+  EXPECT_EQ(pad_images(img, 0, 0).to_vector(), img.to_vector());
+  const Tensor big = iota_image(5, 4, 2);
+  const Tensor box = crop_to_bounding_box(big, 1, 2, 3, 2);
+  ASSERT_EQ(box.shape(), (Shape{3, 2, 2}));
+  const std::vector<float> v = box.to_vector();
+  for (int64_t y = 0; y < 3; ++y) {
+    for (int64_t x = 0; x < 2; ++x) {
+      for (int64_t c = 0; c < 2; ++c) {
+        EXPECT_EQ(v[static_cast<size_t>((y * 2 + x) * 2 + c)], static_cast<float>(((1 + y) * 4 + 2 + x) * 2 + c));
+      }
+    }
+  }
+  EXPECT_THROW(crop_to_bounding_box(big, 3, 0, 3, 2), std::invalid_argument);
+  EXPECT_THROW(crop_to_bounding_box(big, 0, -1, 1, 1), std::invalid_argument);
+  EXPECT_THROW(pad_images(big, -1, 0), std::invalid_argument);
+}
+
+FillMode fill_mode_of(const std::string& name) {
+  if (name == "reflect") return FillMode::kReflect;
+  if (name == "nearest") return FillMode::kNearest;
+  return FillMode::kConstant;
+}
+
+// bench/golden_affine.py: torch's grid_sample (align_corners=False) in float64, cross-checked there
+// against a per-pixel loop; translations, zooms, rotation+shear and a projective map, on 5x7x2, 8x8x1
+// and 32x32x1 images, in each fill mode torch has.
+TEST(ImageOps, AffineTransformMatchesTorchGridSample) {
+  HostScope host;
+  const nlohmann::json& golden = testing::load_golden("affine_transform.json");
+  ASSERT_GE(golden.at("cases").size(), 40u);
+  for (const auto& c : golden.at("cases")) {
+    const std::vector<float> t = c.at("transform").get<std::vector<float>>();
+    ProjectiveTransform transform;
+    std::copy(t.begin(), t.end(), transform.begin());
+    const Tensor image = testing::tensor_of(golden.at("images").at(c.at("image").get<std::string>()));
+    const Tensor got = affine_transform(image, {transform}, Interpolation::kBilinear,
+                                        fill_mode_of(c.at("fill_mode").get<std::string>()));
+    testing::expect_matches_golden(got, c.at("output"), c.at("name").get<std::string>(), 1e-5);
+  }
+}
+
+// Whole-pixel shifts of a 1 x 4 row [a b c d] = [1 2 3 4], read by hand off Keras's fill-mode table.
+TEST(ImageOps, AffineTransformFillModesByHand) {
+  HostScope host;
+  const Tensor row = Tensor::from_vector({1, 4, 1}, std::vector<float>{1, 2, 3, 4});
+  auto shifted = [&](float dx, FillMode mode, Interpolation interpolation = Interpolation::kBilinear) {
+    // Output x reads input x - dx: the image moves right by dx.
+    return affine_transform(row, {{1, 0, -dx, 0, 1, 0, 0, 0}}, interpolation, mode, 9.0f).to_vector();
+  };
+  EXPECT_EQ(shifted(2, FillMode::kReflect), (std::vector<float>{2, 1, 1, 2}));   // (b a | a b c d)
+  EXPECT_EQ(shifted(-3, FillMode::kReflect), (std::vector<float>{4, 4, 3, 2}));  // (a b c d | d c b)
+  EXPECT_EQ(shifted(-6, FillMode::kReflect), (std::vector<float>{2, 1, 1, 2}));  // reads x + 6: (d c b a | a b c d) at 4..11
+  EXPECT_EQ(shifted(2, FillMode::kWrap), (std::vector<float>{3, 4, 1, 2}));
+  EXPECT_EQ(shifted(-5, FillMode::kWrap), (std::vector<float>{2, 3, 4, 1}));
+  EXPECT_EQ(shifted(2, FillMode::kNearest), (std::vector<float>{1, 1, 1, 2}));
+  EXPECT_EQ(shifted(2, FillMode::kConstant), (std::vector<float>{9, 9, 1, 2}));
+  EXPECT_EQ(shifted(0, FillMode::kConstant), (std::vector<float>{1, 2, 3, 4}));
+  // Half a pixel: bilinear averages neighbours; a tap outside takes the fill value (constant) or its
+  // reflection.
+  EXPECT_EQ(shifted(0.5f, FillMode::kConstant), (std::vector<float>{5, 1.5f, 2.5f, 3.5f}));
+  EXPECT_EQ(shifted(0.5f, FillMode::kReflect), (std::vector<float>{1, 1.5f, 2.5f, 3.5f}));
+  EXPECT_EQ(shifted(-0.5f, FillMode::kWrap), (std::vector<float>{1.5f, 2.5f, 3.5f, 2.5f}));
+  // Nearest rounds the point half away from zero: x - 0.5 -> x for x >= 1, and -0.5 -> -1 (outside).
+  EXPECT_EQ(shifted(0.5f, FillMode::kConstant, Interpolation::kNearest), (std::vector<float>{9, 2, 3, 4}));
+  EXPECT_EQ(shifted(0.4f, FillMode::kConstant, Interpolation::kNearest), (std::vector<float>{1, 2, 3, 4}));
+  // One transform per image of a batch, or one for all; anything else is refused.
+  const Tensor two = Tensor::from_vector({2, 1, 4, 1}, std::vector<float>{1, 2, 3, 4, 1, 2, 3, 4});
+  EXPECT_EQ(affine_transform(two, {{1, 0, -1, 0, 1, 0, 0, 0}, {1, 0, 1, 0, 1, 0, 0, 0}}, Interpolation::kBilinear,
+                             FillMode::kConstant)
+                .to_vector(),
+            (std::vector<float>{0, 1, 2, 3, 2, 3, 4, 0}));
+  EXPECT_THROW(affine_transform(two, {{}, {}, {}}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace keel

@@ -6,7 +6,9 @@
 
 #include "datasets/fashion_mnist.h"
 #include "datasets/image_ops.h"
+#include "datasets/preprocessing.h"
 #include "framework/core/limits.h"
+#include "framework/core/random.h"
 #include "framework/device/context.h"
 #include "framework/train/losses.h"
 #include "framework/train/optimizers.h"
@@ -49,7 +51,8 @@ nlohmann::json RunConfig::to_json() const {
           {"early_stopping_monitor", early_stopping_monitor},
           {"restore_best_weights", restore_best_weights},
           {"reduce_lr_patience", reduce_lr_patience},
-          {"reduce_lr_factor", reduce_lr_factor}};
+          {"reduce_lr_factor", reduce_lr_factor},
+          {"augment", augment}};
 }
 
 namespace {
@@ -178,6 +181,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   if (j.contains("restore_best_weights")) c.restore_best_weights = bool_field(j, "restore_best_weights");
   if (j.contains("reduce_lr_patience")) c.reduce_lr_patience = narrow_field(j, "reduce_lr_patience", -1, kMaxEpochs);
   if (j.contains("reduce_lr_factor")) c.reduce_lr_factor = double_field(j, "reduce_lr_factor");
+  if (j.contains("augment")) c.augment = string_field(j, "augment", kMaxNameBytes);
   c.validate();
   return c;
 }
@@ -209,6 +213,22 @@ void RunConfig::validate() const {
   check_in_range("checkpoints kept (--keep)", keep, 0, kMaxKeep);
   check_in_range("--save-every-steps", save_every_steps, 0, kMaxSteps);
   checked_mul(batch_per_core, device.cores, "the global batch (per-core batch x cores)");
+  if (augment.size() > kMaxNameBytes) {
+    throw std::invalid_argument("--augment is " + std::to_string(augment.size()) + " bytes long, more than keel's limit of " +
+                                std::to_string(kMaxNameBytes));
+  }
+  if (!augment.empty()) {
+    const Shape input = model_input(*this);
+    if (input.size() != 3) {
+      throw std::invalid_argument("--augment needs an image model (input HxWxC); " + model + " takes " +
+                                  shape_string(input) + " vectors (try --model resnet18 --input-shape 32x32x1)");
+    }
+    try {
+      preprocessing::Augmentation::parse(augment, input, seed);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("--augment: ") + e.what());
+    }
+  }
 }
 
 void add_model_options(po::options_description& d) {
@@ -241,7 +261,8 @@ void add_training_options(po::options_description& d) {
       ("seed", po::value<uint64_t>(), "random seed for weights, shuffling and dropout (default 1)")
       ("shuffle-buffer", po::value<int64_t>(), "shuffle buffer size (default 60000: a full shuffle)")
       ("keep", po::value<int>(), "checkpoints to keep (default 3; 0 keeps all)")
-      ("save-every-steps", po::value<int64_t>(), "also save every N steps (default: at epoch ends only)");
+      ("save-every-steps", po::value<int64_t>(), "also save every N steps (default: at epoch ends only)")
+      ("augment", po::value<std::string>(), "augment training images, e.g. flip,crop:4 (steps: flip[:MODE], crop:P, translate:F[:F], zoom:F[:F]; see README)");
 }
 
 // Each verb applies its option groups and then calls RunConfig::validate, the one check of every
@@ -294,6 +315,10 @@ void apply_training_options(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("shuffle-buffer")) c.shuffle_buffer = vm["shuffle-buffer"].as<int64_t>();
   if (vm.count("keep")) c.keep = vm["keep"].as<int>();
   if (vm.count("save-every-steps")) c.save_every_steps = vm["save-every-steps"].as<int64_t>();
+  if (vm.count("augment")) {
+    c.augment = vm["augment"].as<std::string>();
+    if (c.augment.empty()) throw UsageError("--augment needs steps, e.g. --augment flip,crop:4");
+  }
 }
 
 int64_t parse_hbm_per_core(const std::string& text) {
@@ -368,11 +393,11 @@ Shape label_shape(const RunConfig& config) {
   return {config.classes};
 }
 
-namespace {
-
 Shape model_input(const RunConfig& config) {
   return config.input_shape.empty() ? zoo::find(config.model).default_input_shape : config.input_shape;
 }
+
+namespace {
 
 // Images and labels (class ids) as slices; a categorical loss gets its one-hot labels per batch
 // (adapted), never for the whole set, which would be 60000 x classes floats on the host.
@@ -427,6 +452,26 @@ void check_enough_examples(const RunConfig& config, int64_t examples) {
                    std::to_string(config.device.cores) + " cores); use a smaller --batch-per-core or more data");
 }
 
+// --augment: each training example through the augmentation, after the shuffle and before batching,
+// on the pipeline's map threads (outside any replica), keyed by (seed, epoch, index in the epoch).
+// Fashion-MNIST's 28x28 images are first resized to the model's input, so that the steps' pixels
+// are the model's; file sources already give that size.
+Dataset augmented(const RunConfig& config, const Dataset& examples) {
+  if (config.augment.empty()) return examples;
+  const Shape input = model_input(config);
+  const uint64_t seed = combine_keys(config.seed, 0x6175676d656e74ull);  // "augment": a stream of its own
+  const preprocessing::Augmentation augmentation = preprocessing::Augmentation::parse(config.augment, input, seed);
+  return examples.map_with_key(
+      [augmentation, input](const Element& e, const ElementKey& key) {
+        Element example = e;
+        Tensor& x = example[0];
+        if (x.rank() == 2) x = x.reshape({x.dim(0), x.dim(1), 1});  // Fashion-MNIST: (28, 28) gray
+        if (x.dim(0) != input[0] || x.dim(1) != input[1]) x = resize(x, input[0], input[1]);
+        return augmentation(example, key);
+      },
+      AUTOTUNE);
+}
+
 ExampleOptions example_options(const RunConfig& config, bool training) {
   ExampleOptions o;
   o.input = model_input(config);
@@ -479,14 +524,13 @@ Dataset training_dataset(const RunConfig& config) {
   if (source.kind != DatasetSource::Kind::kFashionMnist) {
     if (config.validation_split > 0.0) validation_dataset(config);  // the message above
     check_enough_examples(config, file_examples_count(source, "train"));
-    return file_examples(source, "train", example_options(config, /*training=*/true))
+    return augmented(config, file_examples(source, "train", example_options(config, /*training=*/true)))
         .batch(config.global_batch(), /*drop_remainder=*/true)
         .prefetch(AUTOTUNE);
   }
   const Dataset slices = training_slices(config);
   check_enough_examples(config, slices.cardinality());
-  return adapted(config, slices
-                             .shuffle(config.shuffle_buffer, config.seed)
+  return adapted(config, augmented(config, slices.shuffle(config.shuffle_buffer, config.seed))
                              .batch(config.global_batch(), /*drop_remainder=*/true))
       .prefetch(AUTOTUNE);
 }

@@ -73,6 +73,9 @@ struct RunConfig {
   bool restore_best_weights = false;
   int reduce_lr_patience = -1;          // negative: no ReduceLROnPlateau
   double reduce_lr_factor = 0.1;
+  // --augment: Keras preprocessing layers on each training example, before batching ("" none); the
+  // grammar is Augmentation::parse's (datasets/preprocessing.h). Never applied to evaluation.
+  std::string augment;
 
   int64_t global_batch() const { return batch_per_core * device.cores; }  // validate() checked the product
   nlohmann::json to_json() const;
@@ -123,6 +126,8 @@ std::unique_ptr<Model> build_model(const RunConfig& config);
 ModelFactory model_factory(const RunConfig& config);
 // Label shape per example for the configured loss: {} for class ids, {classes} for one-hot.
 Shape label_shape(const RunConfig& config);
+// The model's input shape: --input-shape, or the zoo model's default.
+Shape model_input(const RunConfig& config);
 
 // The configured dataset's split, as batches of the global batch size: shuffled and with the last
 // partial batch dropped for training; in order and complete for evaluation.

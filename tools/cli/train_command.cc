@@ -404,17 +404,21 @@ int interrupted_before_training(const RunDirectory& dir, bool resuming) {
   return 128 + sig;
 }
 
-void print_device(const RunConfig& config) {
-  std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
-              config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
-              static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
-  std::fflush(stdout);
-}
-
 // A resumed run that had already finished (resume_from_checkpoint said so).
 int nothing_to_do(const RunControl& control, Model& model, const RunDirectory& dir, const std::string& checkpoint) {
   if (control.json_log) control.json_log->end("nothing_to_do", model.optimizer().iterations(), dir.dir(), checkpoint);
   return kExitOk;
+}
+
+void print_run_header(const RunConfig& config) {
+  std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
+              config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
+              static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
+  if (!config.augment.empty()) {
+    std::printf("Augmenting each training example (--augment %s; evaluation and validation data are not)\n",
+                config.augment.c_str());
+  }
+  std::fflush(stdout);
 }
 
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
@@ -452,7 +456,7 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
     auto scope = strategy.scope();
     model->optimizer().build(model->trainable_variables());
   }
-  print_device(config);
+  print_run_header(config);
 
   ProgbarLogger progbar(stdout);
   CheckpointCallback checkpoints(dir, config, control);
