@@ -256,6 +256,21 @@ void TFRecordWriter::write(std::string_view record) {
   ++records_;
 }
 
+void TFRecordWriter::flush() {
+  if (file_ == nullptr) throw std::logic_error("TFRecordWriter::flush on " + path_ + " after close()");
+  if (deflater_) {
+    z_stream& s = deflater_->strm;
+    s.avail_in = 0;
+    do {
+      s.next_out = deflater_->out.data();
+      s.avail_out = static_cast<uInt>(deflater_->out.size());
+      deflate(&s, Z_SYNC_FLUSH);
+      write_file(reinterpret_cast<const char*>(deflater_->out.data()), deflater_->out.size() - s.avail_out);
+    } while (s.avail_out == 0);
+  }
+  if (std::fflush(file_) != 0) fail("flush failed");
+}
+
 void TFRecordWriter::close() {
   if (file_ == nullptr) return;
   if (deflater_) {

@@ -254,6 +254,15 @@ void write_checkpoint(const std::string& path, const CheckpointSnapshot& snapsho
 
   f.create_group("keel");
   f.write_string("keel/train_state", state_to_json(snapshot.state).dump());
+  if (!snapshot.best_weights.empty()) {
+    f.create_group("keel/best_weights");
+    std::vector<std::string> names;
+    for (const SnapshotValue& v : snapshot.best_weights) {
+      names.push_back(weight_name(v.name));
+      f.write_floats("keel/best_weights/" + weight_name(v.name), v.shape, v.values.data());
+    }
+    f.set_attr_string_list("keel/best_weights", "weight_names", names);
+  }
   f.close();
 }
 
@@ -288,6 +297,26 @@ void read_optimizer_state(const std::string& path, CheckpointSnapshot& into) {
     slot.values.resize(static_cast<size_t>(checked_num_elements(path, slot.shape)));
     f.read_floats("optimizer_weights/" + names[i], slot.shape, slot.values.data());
   }
+}
+
+std::vector<std::vector<float>> read_best_weights(const std::string& path, const Model& model) {
+  H5File f = open_keel_checkpoint(path);
+  std::vector<std::vector<float>> out;
+  if (!f.exists("keel/best_weights")) return out;
+  const std::vector<Variable*> vars = model.variables();
+  std::vector<std::string> expected;
+  for (Variable* v : vars) expected.push_back(weight_name(*v));
+  const std::vector<std::string> saved = f.get_attr_string_list("keel/best_weights", "weight_names");
+  if (saved != expected) {
+    throw CheckpointError("checkpoint " + path + ": best weights [" + joined(saved) + "] do not match this model's [" +
+                          joined(expected) + "]");
+  }
+  out.resize(vars.size());
+  for (size_t i = 0; i < vars.size(); ++i) {
+    out[i].resize(static_cast<size_t>(num_elements(vars[i]->shape())));
+    f.read_floats("keel/best_weights/" + expected[i], vars[i]->shape(), out[i].data());
+  }
+  return out;
 }
 
 TrainState read_train_state(const std::string& path) {

@@ -49,7 +49,10 @@ nlohmann::json RunConfig::to_json() const {
           {"early_stopping_monitor", early_stopping_monitor},
           {"restore_best_weights", restore_best_weights},
           {"reduce_lr_patience", reduce_lr_patience},
-          {"reduce_lr_factor", reduce_lr_factor}};
+          {"reduce_lr_factor", reduce_lr_factor},
+          {"save_best_only", save_best_only},
+          {"checkpoint_monitor", checkpoint_monitor},
+          {"tensorboard", tensorboard}};
 }
 
 namespace {
@@ -178,6 +181,9 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   if (j.contains("restore_best_weights")) c.restore_best_weights = bool_field(j, "restore_best_weights");
   if (j.contains("reduce_lr_patience")) c.reduce_lr_patience = narrow_field(j, "reduce_lr_patience", -1, kMaxEpochs);
   if (j.contains("reduce_lr_factor")) c.reduce_lr_factor = double_field(j, "reduce_lr_factor");
+  if (j.contains("save_best_only")) c.save_best_only = bool_field(j, "save_best_only");
+  if (j.contains("checkpoint_monitor")) c.checkpoint_monitor = string_field(j, "checkpoint_monitor", kMaxNameBytes);
+  if (j.contains("tensorboard")) c.tensorboard = bool_field(j, "tensorboard");
   c.validate();
   return c;
 }

@@ -73,6 +73,9 @@ struct RunConfig {
   bool restore_best_weights = false;
   int reduce_lr_patience = -1;          // negative: no ReduceLROnPlateau
   double reduce_lr_factor = 0.1;
+  bool save_best_only = false;          // ModelCheckpoint(save_best_only=True) writing RUN/best.h5
+  std::string checkpoint_monitor = "val_loss";
+  bool tensorboard = false;             // TensorBoard(log_dir=RUN/logs)
 
   int64_t global_batch() const { return batch_per_core * device.cores; }  // validate() checked the product
   nlohmann::json to_json() const;
