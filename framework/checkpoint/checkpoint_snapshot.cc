@@ -29,7 +29,7 @@ void snapshot_checkpoint(const Model& model, const Optimizer& optimizer, const T
   into.model_config = model.to_config().dump();
   into.training_config =
       nlohmann::json{{"loss", model.loss().get_config()},
-                     {"metrics", {"accuracy"}},
+                     {"metrics", model.metrics()},
                      {"optimizer_config", {{"class_name", optimizer.name()}, {"config", optimizer.get_config()}}}}
           .dump();
   const std::vector<Layer*> layers = model.layers();

@@ -86,7 +86,7 @@ TEST_F(CallbacksCli, AResumedRunWritesTheSameHistoryAndWeightsAsAStraightOne) {
 const std::string kEveryCallback =
     "--model mlp --dataset fashion_mnist --device cpu --batch-per-core 512 --seed 1 --lr 0.02 --validation-data test "
     "--early-stopping-patience 1 --early-stopping-monitor val_accuracy --restore-best-weights --reduce-lr-patience 0 "
-    "--reduce-lr-factor 0.5 --save-best-only --tensorboard --epochs 12 --quiet ";
+    "--reduce-lr-factor 0.5 --save-best-only --tensorboard --metrics top_k_categorical_accuracy --epochs 12 --quiet ";
 
 // The events of a run's logs/, read by tests/datasets/read_tensorboard_events.py (Python's protobuf).
 nlohmann::json read_events(const std::string& log_dir) {
@@ -145,19 +145,22 @@ TEST_F(CallbacksCli, TensorBoardEventsReadBackValueForValue) {
   CommandResult r = run_keel("train " + kEveryCallback + "--checkpoint-dir " + dir_ + "/run");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json events = read_events(dir_ + "/run/logs");
-  // history.csv's rows: epoch,accuracy,loss,val_accuracy,val_loss.
-  std::vector<std::vector<double>> rows;
+  // history.csv's rows, by column.
+  std::vector<std::map<std::string, double>> rows;
   std::istringstream csv(read_file(dir_ + "/run/history.csv"));
   std::string line;
   std::getline(csv, line);
-  ASSERT_EQ(line, "epoch,accuracy,loss,val_accuracy,val_loss");
+  ASSERT_EQ(line, "epoch,accuracy,loss,top_k_categorical_accuracy,val_accuracy,val_loss,val_top_k_categorical_accuracy");
+  std::vector<std::string> columns;
+  std::istringstream header(line);
+  for (std::string c; std::getline(header, c, ',');) columns.push_back(c);
   while (std::getline(csv, line)) {
-    std::vector<double> row;
+    std::map<std::string, double> row;
     std::istringstream fields(line);
-    for (std::string f; std::getline(fields, f, ',');) row.push_back(std::stod(f));
+    size_t i = 0;
+    for (std::string f; std::getline(fields, f, ',');) row[columns.at(i++)] = std::stod(f);
     rows.push_back(row);
   }
-  ASSERT_EQ(rows.size(), 7u);
   const TrainState final_state = read_train_state(latest(dir_ + "/run"));
   const nlohmann::json& core0 = final_state.memory["per_core"][0];
   for (const char* name : {"train", "validation"}) {
@@ -173,10 +176,13 @@ TEST_F(CallbacksCli, TensorBoardEventsReadBackValueForValue) {
       EXPECT_GE(e["wall_time"].get<double>(), list[epoch]["wall_time"].get<double>());
       const nlohmann::json& s = e["scalars"];
       const bool val = std::string(name) == "validation";
-      EXPECT_EQ(s["epoch_accuracy"].get<double>(), static_cast<float>(rows[epoch][val ? 3 : 1]));
-      EXPECT_EQ(s["epoch_loss"].get<double>(), static_cast<float>(rows[epoch][val ? 4 : 2]));
+      const std::string prefix = val ? "val_" : "";
+      for (const char* metric : {"accuracy", "loss", "top_k_categorical_accuracy"}) {
+        EXPECT_EQ(s["epoch_" + std::string(metric)].get<double>(), static_cast<float>(rows[epoch].at(prefix + metric)))
+            << name << " " << metric << " " << epoch;
+      }
       if (val) {
-        EXPECT_EQ(s.size(), 2u);
+        EXPECT_EQ(s.size(), 3u);
         continue;
       }
       // The rate the next epoch trains with: halved after epoch 5 (index 4) by ReduceLROnPlateau.
@@ -187,7 +193,9 @@ TEST_F(CallbacksCli, TensorBoardEventsReadBackValueForValue) {
         EXPECT_GT(s[tag].get<double>(), 0.0) << tag;
         // The ledger's high-water marks do not move after the first epoch: the last ones are those
         // the checkpoint recorded (tools/cli/memory_report.h).
-        if (epoch + 1 == rows.size()) EXPECT_EQ(s[tag].get<double>(), static_cast<float>(core0[category].get<double>())) << tag;
+        if (epoch + 1 == rows.size()) {
+          EXPECT_EQ(s[tag].get<double>(), static_cast<float>(core0[category].get<double>())) << tag;
+        }
       }
       EXPECT_EQ(s["epoch_hbm_peak_bytes/core_0/total"].get<double>(), static_cast<float>(core0["peak"].get<double>()));
     }
@@ -234,6 +242,28 @@ TEST_F(CallbacksCli, OverwriteMovesHistoryLogsAndBestAside) {
   // The new run's logs hold its own epoch only.
   const nlohmann::json events = read_events(run + "/logs");
   EXPECT_EQ(scalars_by_epoch(events["train"]).size(), 1u);
+}
+
+TEST_F(CallbacksCli, MetricsByKerasNameReachEvaluateAndAreCheckedAgainstTheLoss) {
+  const std::string run = dir_ + "/run";
+  CommandResult r = run_keel("train --model mlp --device cpu --batch-per-core 512 --epochs 1 --quiet "
+                             "--metrics top_k_categorical_accuracy --checkpoint-dir " + run);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  CommandResult e = run_keel("evaluate " + run + " --json");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const nlohmann::json j = nlohmann::json::parse(e.out);
+  EXPECT_GT(j["top_k_categorical_accuracy"].get<double>(), j["accuracy"].get<double>());
+  EXPECT_LE(j["top_k_categorical_accuracy"].get<double>(), 1.0);
+  CommandResult text = run_keel("evaluate " + run);
+  EXPECT_THAT(text.out, HasSubstr(" - top_k_categorical_accuracy 0."));
+
+  CommandResult wrong = run_keel("train --model mlp --device cpu --metrics sparse_top_k_categorical_accuracy "
+                                 "--checkpoint-dir " + dir_ + "/x");
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_THAT(wrong.err, HasSubstr("use top_k_categorical_accuracy"));
+  CommandResult unknown = run_keel("train --model mlp --device cpu --metrics auc --checkpoint-dir " + dir_ + "/x");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown metric 'auc'"));
 }
 
 TEST_F(CallbacksCli, CallbacksThatWatchValidationNeedIt) {

@@ -9,6 +9,7 @@ namespace keel::cli {
 
 void add_callback_options(po::options_description& d) {
   d.add_options()
+      ("metrics", po::value<std::string>(), "metrics by Keras's names beside accuracy, comma-separated: top_k_categorical_accuracy (k=5; sparse_top_k_categorical_accuracy with --loss sparse_categorical_crossentropy)")
       ("validation-split", po::value<double>(), "Fashion-MNIST: validate on the last fraction F of the training examples, taken before shuffling (Keras's validation_split)")
       ("validation-data", po::value<std::string>(), "validate on a split of the dataset: test")
       ("validation-freq", po::value<int>(), "validate after every N-th epoch (default 1)")
@@ -23,6 +24,19 @@ void add_callback_options(po::options_description& d) {
 }
 
 void apply_callback_options(const po::variables_map& vm, RunConfig& c) {
+  if (vm.count("metrics")) {
+    c.metrics = {"accuracy"};
+    std::stringstream names(vm["metrics"].as<std::string>());
+    for (std::string name; std::getline(names, name, ',');) {
+      if (name.empty()) throw UsageError("--metrics: an empty name in '" + vm["metrics"].as<std::string>() + "'");
+      if (name != "accuracy") c.metrics.push_back(name);
+    }
+    try {
+      check_metrics(c.metrics, make_loss(c.loss)->sparse_labels());
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--metrics: ") + e.what());
+    }
+  }
   if (vm.count("validation-split")) c.validation_split = vm["validation-split"].as<double>();
   if (!(c.validation_split >= 0.0 && c.validation_split < 1.0)) throw UsageError("--validation-split must be in [0, 1)");
   if (vm.count("validation-data")) c.validation_data = vm["validation-data"].as<std::string>();

@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
@@ -64,6 +65,8 @@ struct RunConfig {
   std::string init_weights;      // the Keras weight file the run started from ("" none)
   bool init_by_name = false;     // ... loaded by layer name (else topologically)
   bool init_skip_mismatch = false;
+  // compile()'s metrics by Keras's names; "accuracy" always first (evaluate --json reports it).
+  std::vector<std::string> metrics = {"accuracy"};
   // Validation and Keras callbacks (tools/cli/fit_callbacks.h).
   double validation_split = 0.0;        // the last fraction of the training arrays, taken before shuffling
   std::string validation_data;          // "" none, "test": the dataset's test split

@@ -397,6 +397,20 @@ int interrupted_before_training(const RunDirectory& dir, bool resuming) {
   return 128 + sig;
 }
 
+// Keras's optimizer.build(model.trainable_variables): a fresh run's slots (zeros) exist before its
+// first step, as the first step would create them, so the checkpoint snapshot is sized up front.
+// Then the device line.
+void build_slots_and_print_device(const RunConfig& config, ReplicatedStrategy& strategy, Model& model) {
+  {
+    auto scope = strategy.scope();
+    model.optimizer().build(model.trainable_variables());
+  }
+  std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
+              config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
+              static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
+  std::fflush(stdout);
+}
+
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
 int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const RunControl& control) {
   check_step_fits(config);
@@ -428,16 +442,7 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
     if (config.restore_best_weights) best_weights = read_best_weights(resume_from->file, *model);
   }
   if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
-  {
-    // Keras's optimizer.build(model.trainable_variables): a fresh run's slots (zeros) exist before its
-    // first step, as the first step would create them, so the checkpoint snapshot is sized up front.
-    auto scope = strategy.scope();
-    model->optimizer().build(model->trainable_variables());
-  }
-  std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
-              config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
-              static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
-  std::fflush(stdout);
+  build_slots_and_print_device(config, strategy, *model);
 
   ProgbarLogger progbar(stdout);
   CheckpointCallback checkpoints(dir, config, control);
