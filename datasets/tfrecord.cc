@@ -365,7 +365,7 @@ class TFRecordReader::Source {
 
  private:
   [[noreturn]] void io_error(const char* what) {
-    throw StreamError{std::string(what) + " error: " + std::strerror(errno)};
+    throw StreamError{std::string(what) + " error: " + std::strerror(errno), ""};
   }
 
   size_t fill() {
@@ -407,7 +407,7 @@ class TFRecordReader::Source {
         strm_.avail_in = static_cast<uInt>(r);
         if (r == 0) {
           if (!in_member_) break;  // the end of the last gzip member: a clean end
-          throw StreamError{"the gzip stream ends early (the file is truncated)"};
+          throw StreamError{"the gzip stream ends early (the file is truncated)", ""};
         }
       }
       if (!in_member_) {
