@@ -1,5 +1,6 @@
 #include "framework/checkpoint/model_checkpoint.h"
 
+#include <filesystem>
 #include <limits>
 #include <stdexcept>
 
@@ -35,6 +36,10 @@ void ModelCheckpoint::save(TrainingState& st, const std::string& path) {
     state.epoch = st.epoch + 1;
   }
   const CheckpointSnapshot snapshot = snapshot_checkpoint(*st.model, st.model->optimizer(), state);
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);  // as Keras makes the file's directory
+  if (ec) throw CheckpointError("ModelCheckpoint: cannot create " + parent.string() + ": " + ec.message());
   replace_file(
       path, [&](const std::string& tmp) { write_checkpoint(tmp, snapshot); },
       [](const std::string& tmp) { verify_checkpoint(tmp); });

@@ -29,8 +29,9 @@ class ModelCheckpoint : public Callback {
   // The training state a save records; the default records step and epoch (the epoch to continue).
   using StateFn = std::function<TrainState(const TrainingState&)>;
 
-  // `filepath`: "{epoch}" in it becomes the 1-based epoch, as Keras formats it. Each file is
-  // replaced atomically and verified (replace_file, verify_checkpoint). Messages go to `out`.
+  // `filepath`: "{epoch}" in it becomes the 1-based epoch, as Keras formats it; its directory is
+  // created if missing. Each file is replaced atomically and verified (replace_file,
+  // verify_checkpoint). Messages go to `out` (nullptr: none).
   ModelCheckpoint(std::string filepath, Options options, std::FILE* out = stdout);
   void set_state_fn(StateFn fn) { state_fn_ = std::move(fn); }
 

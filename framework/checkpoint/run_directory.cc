@@ -294,13 +294,6 @@ std::string RunDirectory::move_previous_run_aside() const {
 
 std::string RunDirectory::best_path() const { return (fs::path(dir_) / kBestName).string(); }
 
-void RunDirectory::save_best(const std::function<void(const std::string& tmp_path)>& write, const Verifier& verify) {
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec) throw CheckpointError("cannot create run directory " + dir_ + ": " + ec.message());
-  replace_file(best_path(), write, verify);
-}
-
 void RunDirectory::remove_stale_temporaries() const {
   std::error_code ec;
   if (!fs::exists(dir_, ec)) return;

@@ -77,11 +77,10 @@ class RunDirectory {
   std::optional<std::string> newest_verified(const Verifier& verify, bool move_aside,
                                              std::vector<Rejected>* rejected) const;
 
-  // "<dir>/best.h5": ModelCheckpoint(save_best_only)'s file. Not a ckpt-<step>.h5, so checkpoints(),
-  // latest() and newest_verified() never see it, and pruning never removes it.
+  // "<dir>/best.h5": ModelCheckpoint(save_best_only)'s file, written with replace_file(). Not a
+  // ckpt-<step>.h5, so checkpoints(), latest() and newest_verified() never see it, and pruning never
+  // removes it.
   std::string best_path() const;
-  // Creates the directory if needed and replaces best.h5 (replace_file).
-  void save_best(const std::function<void(const std::string& tmp_path)>& write, const Verifier& verify = {});
 
   // Moves everything of a previous run (checkpoints, `latest`, set-aside files, best.h5, history.csv
   // and the TensorBoard logs/) into a new subdirectory "replaced-<n>" and returns its path; nothing

@@ -91,10 +91,10 @@ TEST_F(ModelCheckpointTest, AMissingMonitorSavesNothing) {
 }
 
 TEST_F(ModelCheckpointTest, WithoutSaveBestOnlyEveryEpochIsWrittenToItsName) {
-  ModelCheckpoint cb(dir_ + "/weights-{epoch}.h5", {}, nullptr);
+  ModelCheckpoint cb(dir_ + "/new/weights-{epoch}.h5", {}, nullptr);  // the directory is made
   feed(cb, "val_loss", {0.5, 0.6});
-  EXPECT_EQ(read_train_state(dir_ + "/weights-1.h5").epoch, 1);
-  EXPECT_EQ(read_train_state(dir_ + "/weights-2.h5").epoch, 2);
+  EXPECT_EQ(read_train_state(dir_ + "/new/weights-1.h5").epoch, 1);
+  EXPECT_EQ(read_train_state(dir_ + "/new/weights-2.h5").epoch, 2);
 }
 
 TEST_F(ModelCheckpointTest, TheBestSurvivesAResume) {

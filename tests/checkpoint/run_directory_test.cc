@@ -286,10 +286,12 @@ namespace {
 TEST_F(RunDirectoryTest, BestIsReplacedAtomicallyAndNeverACheckpoint) {
   RunDirectory run(run_.string());
   run.save(5, writes("ckpt"), /*keep=*/1);
-  run.save_best(writes("best 1"));
-  run.save_best(writes("best 2"));
+  replace_file(run.best_path(), writes("best 1"));
+  replace_file(run.best_path(), writes("best 2"));
   EXPECT_EQ(read_file(run.best_path()), "best 2");
-  EXPECT_THROW(run.save_best(writes("bad"), [](const std::string&) { throw CheckpointError("damaged"); }), CheckpointError);
+  EXPECT_THROW(replace_file(run.best_path(), writes("bad"), [](const std::string&) { throw CheckpointError("damaged"); }),
+               CheckpointError);
+  EXPECT_THROW(replace_file((run_ / "missing" / "best.h5").string(), writes("x")), CheckpointError);
   EXPECT_EQ(read_file(run.best_path()), "best 2");  // a save that fails verification leaves the old one
   run.save(9, writes("ckpt"), /*keep=*/1);          // pruning: ckpt-5 goes, best.h5 stays
   EXPECT_EQ(listing(), (std::set<std::string>{"best.h5", "ckpt-9.h5", "latest"}));
