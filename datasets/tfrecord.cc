@@ -256,6 +256,21 @@ void TFRecordWriter::write(std::string_view record) {
   ++records_;
 }
 
+void TFRecordWriter::flush() {
+  if (file_ == nullptr) throw std::logic_error("TFRecordWriter::flush on " + path_ + " after close()");
+  if (deflater_) {
+    z_stream& s = deflater_->strm;
+    s.avail_in = 0;
+    do {
+      s.next_out = deflater_->out.data();
+      s.avail_out = static_cast<uInt>(deflater_->out.size());
+      deflate(&s, Z_SYNC_FLUSH);
+      write_file(reinterpret_cast<const char*>(deflater_->out.data()), deflater_->out.size() - s.avail_out);
+    } while (s.avail_out == 0);
+  }
+  if (std::fflush(file_) != 0) fail("flush failed");
+}
+
 void TFRecordWriter::close() {
   if (file_ == nullptr) return;
   if (deflater_) {
@@ -350,7 +365,7 @@ class TFRecordReader::Source {
 
  private:
   [[noreturn]] void io_error(const char* what) {
-    throw StreamError{std::string(what) + " error: " + std::strerror(errno)};
+    throw StreamError{std::string(what) + " error: " + std::strerror(errno), ""};
   }
 
   size_t fill() {
@@ -392,7 +407,7 @@ class TFRecordReader::Source {
         strm_.avail_in = static_cast<uInt>(r);
         if (r == 0) {
           if (!in_member_) break;  // the end of the last gzip member: a clean end
-          throw StreamError{"the gzip stream ends early (the file is truncated)"};
+          throw StreamError{"the gzip stream ends early (the file is truncated)", ""};
         }
       }
       if (!in_member_) {

@@ -45,6 +45,9 @@ class TFRecordWriter {
 
   // Throws DataError naming the file on a write error (a full disk); std::logic_error after close().
   void write(std::string_view record);
+  // Hands every record written so far to the operating system (GZIP: a zlib sync flush), so that a
+  // reader sees whole records; throws DataError naming the file on a write error.
+  void flush();
   // Flushes everything to the operating system and closes the file; throws DataError naming the file
   // if any byte could not be written. Idempotent.
   void close();

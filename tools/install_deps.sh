@@ -16,7 +16,7 @@ PACKAGES=(
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev
-  python3-torch python3-h5py python3-numpy python3-pil
+  python3-torch python3-h5py python3-numpy python3-pil python3-protobuf
 )
 
 case "${1:-}" in

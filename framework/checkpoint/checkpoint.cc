@@ -23,6 +23,7 @@ nlohmann::json state_to_json(const TrainState& s) {
           {"batch_in_epoch", s.batch_in_epoch},
           {"iterator_state", s.iterator_state},
           {"epoch_totals", {{"loss_sum", s.epoch_totals.loss_sum}, {"correct", s.epoch_totals.correct},
+                            {"in_top_k", s.epoch_totals.in_top_k},
                             {"samples", s.epoch_totals.samples}}},
           {"config", s.config},
           {"memory", s.memory},
@@ -53,7 +54,7 @@ void check_state_ranges(const std::string& path, const TrainState& s) {
   if (s.epoch < 0) refuse("epoch " + std::to_string(s.epoch) + " is negative");
   if (s.batch_in_epoch < 0) refuse("batch_in_epoch " + std::to_string(s.batch_in_epoch) + " is negative");
   const StepTotals& t = s.epoch_totals;
-  if (t.samples < 0 || t.correct < 0 || t.correct > t.samples) {
+  if (t.samples < 0 || t.correct < 0 || t.correct > t.samples || t.in_top_k < 0 || t.in_top_k > t.samples) {
     refuse("epoch totals of " + std::to_string(t.correct) + " correct in " + std::to_string(t.samples) + " samples");
   }
   if (!std::isfinite(t.loss_sum)) refuse("the epoch's loss sum is not finite");
@@ -71,6 +72,7 @@ TrainState state_from_json(const std::string& path, const std::string& text) {
     s.epoch_totals.loss_sum = t.at("loss_sum").get<double>();
     s.epoch_totals.correct = integer(t, "correct");
     s.epoch_totals.samples = integer(t, "samples");
+    if (t.contains("in_top_k")) s.epoch_totals.in_top_k = integer(t, "in_top_k");  // absent before keel had top-k
     s.config = j.at("config");
     s.memory = j.value("memory", nlohmann::json());
     if (!s.memory.is_null() && !s.memory.is_object()) throw CheckpointError("checkpoint " + path + ": /keel/train_state's memory is not an object");
@@ -254,6 +256,15 @@ void write_checkpoint(const std::string& path, const CheckpointSnapshot& snapsho
 
   f.create_group("keel");
   f.write_string("keel/train_state", state_to_json(snapshot.state).dump());
+  if (!snapshot.best_weights.empty()) {
+    f.create_group("keel/best_weights");
+    std::vector<std::string> names;
+    for (const SnapshotValue& v : snapshot.best_weights) {
+      names.push_back(weight_name(v.name));
+      f.write_floats("keel/best_weights/" + weight_name(v.name), v.shape, v.values.data());
+    }
+    f.set_attr_string_list("keel/best_weights", "weight_names", names);
+  }
   f.close();
 }
 
@@ -288,6 +299,26 @@ void read_optimizer_state(const std::string& path, CheckpointSnapshot& into) {
     slot.values.resize(static_cast<size_t>(checked_num_elements(path, slot.shape)));
     f.read_floats("optimizer_weights/" + names[i], slot.shape, slot.values.data());
   }
+}
+
+std::vector<std::vector<float>> read_best_weights(const std::string& path, const Model& model) {
+  H5File f = open_keel_checkpoint(path);
+  std::vector<std::vector<float>> out;
+  if (!f.exists("keel/best_weights")) return out;
+  const std::vector<Variable*> vars = model.variables();
+  std::vector<std::string> expected;
+  for (Variable* v : vars) expected.push_back(weight_name(*v));
+  const std::vector<std::string> saved = f.get_attr_string_list("keel/best_weights", "weight_names");
+  if (saved != expected) {
+    throw CheckpointError("checkpoint " + path + ": best weights [" + joined(saved) + "] do not match this model's [" +
+                          joined(expected) + "]");
+  }
+  out.resize(vars.size());
+  for (size_t i = 0; i < vars.size(); ++i) {
+    out[i].resize(static_cast<size_t>(num_elements(vars[i]->shape())));
+    f.read_floats("keel/best_weights/" + expected[i], vars[i]->shape(), out[i].data());
+  }
+  return out;
 }
 
 TrainState read_train_state(const std::string& path) {

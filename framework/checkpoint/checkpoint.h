@@ -8,6 +8,8 @@
 //       /<layer>/kernel:0     float32, Keras layout
 //   /optimizer_weights        attrs: weight_names = ["Adam/iterations:0", "Adam/<layer>/kernel/m:0", ...]
 //   /keel/train_state         JSON: step, epoch, data iterator position, seed, device, run config
+//   /keel/best_weights        attrs: weight_names; EarlyStopping's best epoch (restore_best_weights),
+//                             "<layer>/kernel:0" ..., every model variable; absent when not kept
 //   every dataset             attrs: keel_crc32 (CRC-32 of its stored bytes; format 2)
 //
 // Loading checks everything (format, checksums, architecture, every shape, optimizer) before it writes
@@ -50,6 +52,10 @@ TrainState load_checkpoint(const std::string& path, Model& model, Optimizer& opt
 // Only the model's weights, checked as load_checkpoint checks them; no optimizer state is read or
 // built (evaluation: nothing of the optimizer occupies the cores). Returns the training state.
 TrainState load_model_weights(const std::string& path, Model& model);
+
+// EarlyStopping's best weights the checkpoint keeps, in model.variables() order, checked against the
+// model's names and shapes (CheckpointError otherwise); empty when the file keeps none.
+std::vector<std::vector<float>> read_best_weights(const std::string& path, const Model& model);
 
 // Only the training state (to rebuild the model a checkpoint belongs to). Checks it is keel's.
 TrainState read_train_state(const std::string& path);

@@ -21,6 +21,7 @@ int64_t CheckpointSnapshot::bytes() const {
     for (const SnapshotValue& w : layer.weights) n += static_cast<int64_t>(w.values.size() * sizeof(float));
   }
   for (const SnapshotValue& s : slots) n += static_cast<int64_t>(s.values.size() * sizeof(float));
+  for (const SnapshotValue& w : best_weights) n += static_cast<int64_t>(w.values.size() * sizeof(float));
   return n;
 }
 
@@ -28,7 +29,7 @@ void snapshot_checkpoint(const Model& model, const Optimizer& optimizer, const T
   into.model_config = model.to_config().dump();
   into.training_config =
       nlohmann::json{{"loss", model.loss().get_config()},
-                     {"metrics", {"accuracy"}},
+                     {"metrics", model.metrics()},
                      {"optimizer_config", {{"class_name", optimizer.name()}, {"config", optimizer.get_config()}}}}
           .dump();
   const std::vector<Layer*> layers = model.layers();
@@ -46,6 +47,28 @@ void snapshot_checkpoint(const Model& model, const Optimizer& optimizer, const T
   into.slots.resize(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) copy_into(*slots[i], into.slots[i]);
   into.state = state;
+}
+
+void snapshot_best_weights(const Model& model, const std::vector<std::vector<float>>& weights, CheckpointSnapshot& into) {
+  if (weights.empty()) {
+    into.best_weights.clear();
+    return;
+  }
+  const std::vector<Variable*> vars = model.variables();
+  if (weights.size() != vars.size()) {
+    throw std::logic_error("snapshot_best_weights: " + std::to_string(weights.size()) + " values for " +
+                           std::to_string(vars.size()) + " variables");
+  }
+  into.best_weights.resize(vars.size());
+  for (size_t i = 0; i < vars.size(); ++i) {
+    SnapshotValue& v = into.best_weights[i];
+    v.name = vars[i]->name();
+    v.shape = vars[i]->shape();
+    if (static_cast<int64_t>(weights[i].size()) != num_elements(v.shape)) {
+      throw std::logic_error("snapshot_best_weights: '" + v.name + "' has " + std::to_string(weights[i].size()) + " values");
+    }
+    v.values.assign(weights[i].begin(), weights[i].end());
+  }
 }
 
 CheckpointSnapshot snapshot_checkpoint(const Model& model, const Optimizer& optimizer, const TrainState& state) {

@@ -32,6 +32,9 @@ struct CheckpointSnapshot {
   int64_t iterations = 0;
   std::vector<SnapshotValue> slots;  // Keras's order (for Adam, every m, then every v)
   TrainState state;
+  // EarlyStopping(restore_best_weights)'s best epoch, written under /keel/best_weights (checkpoint.h);
+  // empty when the run keeps none.
+  std::vector<SnapshotValue> best_weights;
   // Host memory the copied values take (the strings and the state's JSON aside).
   int64_t bytes() const;
 };
@@ -40,6 +43,9 @@ struct CheckpointSnapshot {
 // it returns. The values reuse `into`'s memory where it is large enough, so refilling a snapshot of
 // the same model allocates nothing for them (and touches no fresh page).
 void snapshot_checkpoint(const Model& model, const Optimizer& optimizer, const TrainState& state, CheckpointSnapshot& into);
+// Sets into.best_weights to `weights` (host copies in model.variables() order, as EarlyStopping
+// keeps them; empty: none), reusing its memory.
+void snapshot_best_weights(const Model& model, const std::vector<std::vector<float>>& weights, CheckpointSnapshot& into);
 // The same into a new snapshot.
 CheckpointSnapshot snapshot_checkpoint(const Model& model, const Optimizer& optimizer, const TrainState& state);
 // The optimizer part of the checkpoint at `path` (its name, iterations and every slot, verified)

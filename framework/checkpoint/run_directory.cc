@@ -20,6 +20,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kLatestName = "latest";
+constexpr const char* kBestName = "best.h5";
+// What a run writes beside its checkpoints, moved aside with them (train --overwrite).
+constexpr const char* kRunOutputs[] = {kBestName, "history.csv", "logs"};
 
 std::string checkpoint_name(int64_t step) { return "ckpt-" + std::to_string(step) + ".h5"; }
 
@@ -105,7 +108,7 @@ void rename_or_throw(const fs::path& from, const fs::path& to) {
 bool is_temporary_name(const std::string& name) {
   auto starts_with = [&](std::string_view prefix) { return name.rfind(prefix, 0) == 0; };
   return (starts_with(".ckpt-") && name.find(".tmp-") != std::string::npos) ||
-         starts_with(".latest.tmp-");
+         starts_with(".latest.tmp-") || starts_with(std::string(".") + kBestName + ".tmp-");
 }
 
 // "ckpt-<step>.h5.corrupt", "ckpt-<step>.h5.corrupt-2", ...: a checkpoint newest_verified() set aside.
@@ -277,7 +280,10 @@ std::string RunDirectory::move_previous_run_aside() const {
   std::vector<fs::path> previous;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name == kLatestName || parse_checkpoint_name(name) || is_set_aside_name(name)) previous.push_back(entry.path());
+    const bool output = std::find(std::begin(kRunOutputs), std::end(kRunOutputs), name) != std::end(kRunOutputs);
+    if (name == kLatestName || output || parse_checkpoint_name(name) || is_set_aside_name(name)) {
+      previous.push_back(entry.path());
+    }
   }
   if (ec) throw CheckpointError("cannot list run directory " + dir_ + ": " + ec.message());
   for (const fs::path& path : previous) rename_or_throw(path, target / path.filename());
@@ -285,6 +291,8 @@ std::string RunDirectory::move_previous_run_aside() const {
   fsync_path(dir_, true);
   return target.string();
 }
+
+std::string RunDirectory::best_path() const { return (fs::path(dir_) / kBestName).string(); }
 
 void RunDirectory::remove_stale_temporaries() const {
   std::error_code ec;
@@ -324,6 +332,30 @@ void write_new_file(const std::string& path, const std::function<void(const std:
       throw CheckpointError(errno == EEXIST ? path + " already exists; keel never writes over a file: choose a new name"
                                             : "cannot rename " + tmp.string() + " to " + path + ": " + errno_text());
     }
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
+  fsync_path(dir.string(), true);
+}
+
+void replace_file(const std::string& path, const std::function<void(const std::string& tmp_path)>& write,
+                  const RunDirectory::Verifier& verify) {
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw CheckpointError("cannot write " + path + ": directory " + dir.string() + " does not exist");
+  std::string tmp_name = ".";  // built in steps: GCC 12 warns (-Wrestrict) on "." + std::string&&
+  tmp_name += target.filename().string();
+  tmp_name += ".tmp-" + std::to_string(::getpid());
+  const fs::path tmp = dir / tmp_name;
+  fs::remove(tmp, ec);
+  try {
+    write(tmp.string());
+    if (!fs::is_regular_file(tmp, ec)) throw CheckpointError("saving " + path + " wrote nothing");
+    fsync_path(tmp.string(), false);
+    if (verify) verify(tmp.string());  // read back before it takes the name
+    rename_or_throw(tmp, target);
   } catch (...) {
     fs::remove(tmp, ec);
     throw;

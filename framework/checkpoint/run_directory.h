@@ -3,6 +3,8 @@
 //   <dir>/ckpt-<step>.h5          one file per saved step (canonical decimal, no leading zeros)
 //   <dir>/latest                  the file name of the newest checkpoint plus "\n", e.g. "ckpt-700.h5\n"
 //   <dir>/ckpt-<step>.h5.corrupt  a checkpoint that failed verification, set aside by `resume`, untouched
+//   <dir>/best.h5                 the best epoch's checkpoint (ModelCheckpoint's save_best_only); never
+//                                 resumed from, never pruned
 //   <dir>/.lock                   held (flock) by the one process that trains in the run (run_lock.h)
 //
 // A save never leaves only a broken file behind: the checkpoint is written under a temporary name
@@ -75,14 +77,20 @@ class RunDirectory {
   std::optional<std::string> newest_verified(const Verifier& verify, bool move_aside,
                                              std::vector<Rejected>* rejected) const;
 
-  // Moves everything of a previous run (checkpoints, `latest`, set-aside files) into a new
-  // subdirectory "replaced-<n>" and returns its path; nothing is deleted. For `keel train --overwrite`.
+  // "<dir>/best.h5": ModelCheckpoint(save_best_only)'s file, written with replace_file(). Not a
+  // ckpt-<step>.h5, so checkpoints(), latest() and newest_verified() never see it, and pruning never
+  // removes it.
+  std::string best_path() const;
+
+  // Moves everything of a previous run (checkpoints, `latest`, set-aside files, best.h5, history.csv
+  // and the TensorBoard logs/) into a new subdirectory "replaced-<n>" and returns its path; nothing
+  // is deleted. For `keel train --overwrite`.
   std::string move_previous_run_aside() const;
 
   // True when the directory holds a checkpoint, a `latest` or a set-aside checkpoint.
   bool holds_a_run() const;
 
-  // Deletes temporaries a crashed save left behind (".ckpt-*.tmp-*" and ".latest.tmp-*").
+  // Deletes temporaries a crashed save left behind (".ckpt-*.tmp-*", ".latest.tmp-*", ".best.h5.tmp-*").
   // Call at startup, before saving; never while another process saves into this directory.
   void remove_stale_temporaries() const;
 
@@ -94,5 +102,12 @@ class RunDirectory {
 // temporary name in the same directory, fsync, rename), but never over an existing file:
 // CheckpointError, with nothing written, when `path` exists or its directory does not.
 void write_new_file(const std::string& path, const std::function<void(const std::string& tmp_path)>& write);
+
+// Writes `path` as RunDirectory::save writes a checkpoint — write(tmp_path) under a temporary name
+// ".<name>.tmp-<pid>" in the same directory, fsync, verify, rename over the old file, fsync the
+// directory — so a crash leaves the previous file whole. CheckpointError when the directory does
+// not exist; an exception from `write` or `verify` propagates after the temporary is removed.
+void replace_file(const std::string& path, const std::function<void(const std::string& tmp_path)>& write,
+                  const RunDirectory::Verifier& verify = {});
 
 }  // namespace keel

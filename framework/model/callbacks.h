@@ -74,8 +74,9 @@ bool monitor_is_max(const std::string& monitor, const std::string& mode);
 // Keras's EarlyStopping: stops training when `monitor` has not improved by more than min_delta for
 // `patience` epochs (an epoch improves on the best so far; the wait restarts only when it also beats
 // `baseline`). restore_best_weights: at the end of training the model gets the weights of the best
-// epoch. get_state()/set_state() carry wait, best, best epoch and stopped epoch across a resume; the
-// best weights are kept in memory only (a resumed run restores them only if its own epochs hold the best).
+// epoch. get_state()/set_state() carry wait, best, best epoch and stopped epoch across a resume, and
+// best_weights()/set_best_weights() the best epoch's weights (the CLI keeps them in each checkpoint),
+// so that a resumed run restores the same weights as a straight one.
 class EarlyStopping : public Callback {
  public:
   struct Options {
@@ -96,7 +97,12 @@ class EarlyStopping : public Callback {
   std::optional<double> best() const { return best_; }
   int wait() const { return wait_; }
   nlohmann::json get_state() const;
+  // Clears the best weights: give them back with set_best_weights() after it.
   void set_state(const nlohmann::json& state);
+  // Host copies of the best epoch's weights in model.variables() order; empty until the first epoch
+  // ends, and always without restore_best_weights.
+  const std::vector<std::vector<float>>& best_weights() const { return best_weights_; }
+  void set_best_weights(std::vector<std::vector<float>> weights) { best_weights_ = std::move(weights); }
 
  private:
   bool is_improvement(double value, double reference) const;

@@ -138,12 +138,36 @@ std::string Model::summary() const {
 
 void Model::compile(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Loss> loss, std::vector<std::string> metrics) {
   if (!optimizer || !loss) throw std::invalid_argument("compile: an optimizer and a loss are required");
-  for (const std::string& m : metrics) {
-    if (m != "accuracy") throw std::invalid_argument("compile: unknown metric '" + m + "' (known: accuracy)");
-  }
+  check_metrics(metrics, loss->sparse_labels());
   optimizer_ = std::move(optimizer);
   loss_ = std::move(loss);
   metrics_ = std::move(metrics);
+}
+
+void check_metrics(const std::vector<std::string>& metrics, bool sparse_labels) {
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    const std::string& m = metrics[i];
+    const bool top_k = m == "top_k_categorical_accuracy" || m == "sparse_top_k_categorical_accuracy";
+    if (m != "accuracy" && !top_k) {
+      throw std::invalid_argument("unknown metric '" + m.substr(0, 100) +
+                                  "' (known: accuracy, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy)");
+    }
+    if (top_k && (m == "sparse_top_k_categorical_accuracy") != sparse_labels) {
+      throw std::invalid_argument("metric " + m + " needs " + (sparse_labels ? "one-hot" : "class-id") +
+                                  " labels; with this loss's labels use " +
+                                  (sparse_labels ? "sparse_top_k_categorical_accuracy" : "top_k_categorical_accuracy"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (metrics[j] == m) throw std::invalid_argument("metric " + m + " is given twice");
+    }
+  }
+}
+
+bool has_top_k(const std::vector<std::string>& metrics) {
+  for (const std::string& m : metrics) {
+    if (m != "accuracy") return true;  // check_metrics: the other names are top-k
+  }
+  return false;
 }
 
 StepTotals Model::train_step(const Batch& global) {
@@ -163,6 +187,7 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
   build(Shape(shards[0].images.shape().begin() + 1, shards[0].images.shape().end()));
   const std::vector<Variable*> vars = trainable_variables();
   const bool sparse = loss_->sparse_labels();
+  const bool top_k = has_top_k(metrics_);
   std::vector<StepTotals> per_replica(static_cast<size_t>(n));
   GradientUpdate update;  // every replica's is the same: replica 0's is kept
   // The step's random streams are keyed by the optimizer's iterations, so a resumed run draws what
@@ -181,6 +206,7 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
       grads = tape.gradient(loss, vars);
       t.loss_sum = static_cast<double>(loss.item()) * static_cast<double>(b.size());
       t.correct = count_correct(b.labels, y, sparse);
+      if (top_k) t.in_top_k = count_in_top_k(b.labels, y, sparse, kTopK);
       t.samples = b.size();
       strategy_->ledger().core(ctx.replica_id()).record_core_to_host(2 * sizeof(float));
     }  // the shard and the forward pass's tensors are released before the update, as on a device
@@ -201,6 +227,7 @@ StepTotals Model::test_step(const Batch& global) {
   if (!loss_) throw std::logic_error("test_step: call compile() first");
   build(Shape(global.images.shape().begin() + 1, global.images.shape().end()));
   const bool sparse = loss_->sparse_labels();
+  const bool top_k = has_top_k(metrics_);
   std::vector<StepTotals> per_replica(static_cast<size_t>(strategy_->num_replicas()));
   strategy_->for_each_replica([&](int r) {
         const Batch b = strategy_->infeed(global, r);
@@ -210,6 +237,7 @@ StepTotals Model::test_step(const Batch& global) {
           Tensor loss = loss_->per_example(b.labels, y);
           if (!loss.is_abstract()) t.loss_sum = loss.array().cast<double>().sum();
           t.correct = count_correct(b.labels, y, sparse);
+          if (top_k) t.in_top_k = count_in_top_k(b.labels, y, sparse, kTopK);
         }
         t.samples = b.size();
         strategy_->ledger().core(r).record_core_to_host(2 * sizeof(float));
@@ -220,13 +248,6 @@ StepTotals Model::test_step(const Batch& global) {
 }
 
 namespace {
-
-Logs logs_of(const StepTotals& t) {
-  Logs logs;
-  logs["loss"] = t.samples ? t.loss_sum / static_cast<double>(t.samples) : 0.0;
-  logs["accuracy"] = t.samples ? static_cast<double>(t.correct) / static_cast<double>(t.samples) : 0.0;
-  return logs;
-}
 
 int64_t infeed_bytes(const Ledger& ledger) {
   int64_t total = 0;
@@ -246,6 +267,14 @@ Batch to_batch(const Element& e) {
 }
 
 }  // namespace
+
+Logs Model::logs_of(const StepTotals& t) const {
+  auto mean = [&](double sum) { return t.samples ? sum / static_cast<double>(t.samples) : 0.0; };
+  Logs logs;
+  logs["loss"] = mean(t.loss_sum);
+  for (const std::string& m : metrics_) logs[m] = mean(static_cast<double>(m == "accuracy" ? t.correct : t.in_top_k));
+  return logs;
+}
 
 History Model::fit(const Dataset& dataset, const FitOptions& options) {
   if (!compiled()) throw std::logic_error("fit: call compile() first");
@@ -291,9 +320,9 @@ History Model::fit(const Dataset& dataset, const FitOptions& options) {
 Logs Model::epoch_logs(const TrainingState& st, const FitOptions& options) {
   Logs logs = logs_of(st.epoch_totals);
   if (options.validation_data && (st.epoch + 1) % options.validation_freq == 0) {
-    const Logs val = evaluate(*options.validation_data);
-    logs["val_loss"] = val.at("loss");
-    logs["val_accuracy"] = val.at("accuracy");
+    for (const auto& [name, value] : evaluate(*options.validation_data)) {
+      if (name != "samples") logs["val_" + name] = value;
+    }
   }
   return logs;
 }

@@ -25,20 +25,32 @@ namespace keel {
 
 class Model;
 
-using Logs = std::map<std::string, double>;  // "loss", "accuracy"
+using Logs = std::map<std::string, double>;  // "loss", "accuracy", "val_loss", ...
 
-// Summed step results: loss_sum / samples is the mean loss.
+// Summed step results: loss_sum / samples is the mean loss; correct / samples the accuracy;
+// in_top_k / samples the top-k accuracy (0 unless the model is compiled with a top-k metric).
 struct StepTotals {
   double loss_sum = 0;
   int64_t correct = 0;
   int64_t samples = 0;
+  int64_t in_top_k = 0;  // last: {loss_sum, correct, samples} initialisers keep their meaning
   StepTotals& operator+=(const StepTotals& o) {
     loss_sum += o.loss_sum;
     correct += o.correct;
+    in_top_k += o.in_top_k;
     samples += o.samples;
     return *this;
   }
 };
+
+// The metrics compile() knows, by Keras's names (the logs' keys): "accuracy" (Keras's
+// categorical_accuracy or sparse_categorical_accuracy, as the loss's labels are),
+// "top_k_categorical_accuracy" (one-hot labels) and "sparse_top_k_categorical_accuracy" (class ids),
+// with Keras's k = 5.
+inline constexpr int kTopK = 5;
+// std::invalid_argument naming the metric and what to use instead, for an unknown name, a top-k
+// metric for the other kind of labels, or a name given twice.
+void check_metrics(const std::vector<std::string>& metrics, bool sparse_labels);
 
 // A training step whose loss or gradients were not all finite (a diverging run). The optimizer
 // skips an update with a non-finite gradient (framework/train/optimizers.h), so the variables and
@@ -158,6 +170,9 @@ class Model {
   void compile(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Loss> loss,
                std::vector<std::string> metrics = {"accuracy"});
   bool compiled() const { return optimizer_ != nullptr; }
+  const std::vector<std::string>& metrics() const { return metrics_; }
+  // The logs of summed results: "loss", then each compiled metric.
+  Logs logs_of(const StepTotals& totals) const;
   Optimizer& optimizer() { return *optimizer_; }
   const Loss& loss() const { return *loss_; }
 

@@ -63,4 +63,23 @@ int64_t count_correct(const Tensor& y_true, const Tensor& y_pred, bool sparse_la
   return correct;
 }
 
+int64_t count_in_top_k(const Tensor& y_true, const Tensor& y_pred, bool sparse_labels, int k) {
+  if (y_pred.is_abstract() || y_true.is_abstract() || y_pred.size() == 0) return 0;
+  ConstMatrixMap p = y_pred.matrix();
+  int64_t in_top_k = 0;
+  for (int64_t i = 0; i < p.rows(); ++i) {
+    Eigen::Index label = 0;
+    if (sparse_labels) {
+      label = static_cast<Eigen::Index>(y_true.data()[i]);
+    } else {
+      y_true.matrix().row(i).maxCoeff(&label);
+    }
+    if (label < 0 || label >= p.cols() || !p.row(i).allFinite()) continue;
+    const float target = p(i, label);
+    const int64_t higher = (p.row(i).array() > target).count();
+    in_top_k += higher < k ? 1 : 0;
+  }
+  return in_top_k;
+}
+
 }  // namespace keel

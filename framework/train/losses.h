@@ -53,4 +53,9 @@ std::shared_ptr<Loss> make_loss(const std::string& name, bool from_logits = fals
 // Keras's (sparse_)categorical_accuracy, summed rather than averaged so replicas can be combined.
 int64_t count_correct(const Tensor& y_true, const Tensor& y_pred, bool sparse_labels);
 
+// Number of rows whose label is among the k highest predictions: Keras's (sparse_)top_k_categorical_
+// accuracy, summed. As tf.math.in_top_k, a label is in the top k when fewer than k classes score
+// strictly higher than it (ties at the boundary count as in); a non-finite prediction never is.
+int64_t count_in_top_k(const Tensor& y_true, const Tensor& y_pred, bool sparse_labels, int k);
+
 }  // namespace keel

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include "framework/checkpoint/checkpoint_snapshot.h"
 #include "framework/checkpoint/h5_file.h"
 #include "framework/layers/core_layers.h"
 #include "framework/layers/initializers.h"
@@ -83,7 +84,7 @@ TrainState a_state(int64_t step) {
   s.epoch = 1;
   s.batch_in_epoch = 2;
   s.iterator_state = {{"format", "keel.dataset_iterator"}, {"produced", 2}};
-  s.epoch_totals = StepTotals{1.25, 5, 8};
+  s.epoch_totals = StepTotals{1.25, 5, 8, 7};  // 7 in the top k
   s.config = {{"model", "mlp"}, {"seed", 1}, {"device", "cpu"}};
   return s;
 }
@@ -96,6 +97,7 @@ void expect_same_state(const TrainState& got, const TrainState& want) {
   EXPECT_EQ(got.epoch_totals.loss_sum, want.epoch_totals.loss_sum);
   EXPECT_EQ(got.epoch_totals.correct, want.epoch_totals.correct);
   EXPECT_EQ(got.epoch_totals.samples, want.epoch_totals.samples);
+  EXPECT_EQ(got.epoch_totals.in_top_k, want.epoch_totals.in_top_k);
   EXPECT_EQ(got.config, want.config);
 }
 
@@ -389,6 +391,27 @@ TEST_F(CheckpointTest, TheCallbacksStateRoundTripsAndIsOptionalWhenRead) {
   }
   EXPECT_TRUE(read_train_state(path("old.h5")).callbacks.is_null());
   EXPECT_THROW(read_train_state(path("bad.h5")), CheckpointError);
+}
+
+// EarlyStopping's best weights ride in /keel/best_weights, checksummed like every dataset.
+TEST_F(CheckpointTest, BestWeightsRoundTripAndMustMatchTheModel) {
+  auto m = mlp(4, 1);
+  std::vector<std::vector<float>> best;
+  for (Variable* v : m->variables()) {
+    best.emplace_back(static_cast<size_t>(num_elements(v->shape())));
+    for (size_t i = 0; i < best.back().size(); ++i) best.back()[i] = 0.5f * static_cast<float>(i) + static_cast<float>(best.size());
+  }
+  CheckpointSnapshot snapshot = snapshot_checkpoint(*m, m->optimizer(), a_state(0));
+  snapshot_best_weights(*m, best, snapshot);
+  write_checkpoint(path("best.h5"), snapshot);
+  EXPECT_EQ(read_best_weights(path("best.h5"), *m), best);
+  EXPECT_GT(verify_checkpoint(path("best.h5")).datasets, static_cast<int64_t>(2 * best.size()));
+  save_checkpoint(path("none.h5"), *m, m->optimizer(), a_state(0));
+  EXPECT_TRUE(read_best_weights(path("none.h5"), *m).empty());
+  auto other = mlp(5, 1);
+  EXPECT_THROW(read_best_weights(path("best.h5"), *other), CheckpointError);
+  best.pop_back();
+  EXPECT_THROW(snapshot_best_weights(*m, best, snapshot), std::logic_error);
 }
 
 TEST_F(CheckpointTest, ATrainStateWithNegativeCountersIsRefused) {

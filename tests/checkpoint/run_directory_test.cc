@@ -277,3 +277,38 @@ TEST_F(RunDirectoryTest, MovingAPreviousRunAsideDeletesNothing) {
 
 }  // namespace
 }  // namespace keel
+
+namespace keel {
+namespace {
+
+// best.h5 (ModelCheckpoint's): replaced atomically, verified first, invisible to resume and pruning,
+// its temporaries cleaned, and moved aside with the run's other outputs.
+TEST_F(RunDirectoryTest, BestIsReplacedAtomicallyAndNeverACheckpoint) {
+  RunDirectory run(run_.string());
+  run.save(5, writes("ckpt"), /*keep=*/1);
+  replace_file(run.best_path(), writes("best 1"));
+  replace_file(run.best_path(), writes("best 2"));
+  EXPECT_EQ(read_file(run.best_path()), "best 2");
+  EXPECT_THROW(replace_file(run.best_path(), writes("bad"), [](const std::string&) { throw CheckpointError("damaged"); }),
+               CheckpointError);
+  EXPECT_THROW(replace_file((run_ / "missing" / "best.h5").string(), writes("x")), CheckpointError);
+  EXPECT_EQ(read_file(run.best_path()), "best 2");  // a save that fails verification leaves the old one
+  run.save(9, writes("ckpt"), /*keep=*/1);          // pruning: ckpt-5 goes, best.h5 stays
+  EXPECT_EQ(listing(), (std::set<std::string>{"best.h5", "ckpt-9.h5", "latest"}));
+  ASSERT_EQ(run.checkpoints().size(), 1u);
+  EXPECT_EQ(run.checkpoints()[0].first, 9);
+
+  write_file(run_ / ".best.h5.tmp-123", "torn");
+  run.remove_stale_temporaries();
+  EXPECT_FALSE(fs::exists(run_ / ".best.h5.tmp-123"));
+
+  write_file(run_ / "history.csv", "epoch\n");
+  fs::create_directories(run_ / "logs" / "train");
+  write_file(run_ / "notes.txt", "mine");
+  const fs::path aside = run.move_previous_run_aside();
+  EXPECT_EQ(listing(), (std::set<std::string>{"notes.txt", aside.filename().string()}));
+  for (const char* name : {"best.h5", "ckpt-9.h5", "latest", "history.csv", "logs"}) EXPECT_TRUE(fs::exists(aside / name)) << name;
+}
+
+}  // namespace
+}  // namespace keel

@@ -101,6 +101,38 @@ TEST(ModelTest, EvaluateGivesTheMeanLossAndAccuracy) {
   EXPECT_EQ(m->variables()[1]->value().to_vector(), (std::vector<float>{1, 0}));
 }
 
+TEST(ModelCompileTest, TopKMetricsByKerasNameForTheLossesLabels) {
+  clear_session();
+  auto m = constant_classifier();
+  auto one_hot = std::make_shared<CategoricalCrossentropy>();
+  EXPECT_THROW(m->compile(std::make_shared<SGD>(), one_hot, {"accuracy", "sparse_top_k_categorical_accuracy"}),
+               std::invalid_argument);
+  EXPECT_THROW(m->compile(std::make_shared<SGD>(), std::make_shared<SparseCategoricalCrossentropy>(),
+                          {"top_k_categorical_accuracy"}),
+               std::invalid_argument);
+  EXPECT_THROW(m->compile(std::make_shared<SGD>(), one_hot, {"accuracy", "accuracy"}), std::invalid_argument);
+  m->compile(std::make_shared<SGD>(), one_hot, {"accuracy", "top_k_categorical_accuracy"});
+  EXPECT_EQ(m->metrics(), (std::vector<std::string>{"accuracy", "top_k_categorical_accuracy"}));
+}
+
+TEST(ModelTest, EveryCompiledMetricIsLoggedAndOnlyThose) {
+  clear_session();
+  auto m = constant_classifier();
+  // Two classes: every label is in the top 5.
+  m->compile(std::make_shared<SGD>(), std::make_shared<CategoricalCrossentropy>(), {"top_k_categorical_accuracy"});
+  const Logs logs = m->evaluate(four_examples(3));
+  EXPECT_EQ(logs.size(), 3u);  // loss, samples and the metric: no accuracy
+  EXPECT_EQ(logs.at("top_k_categorical_accuracy"), 1.0);
+  FitOptions fit;
+  fit.validation_data = four_examples(2);
+  const History h = m->fit(four_examples(2), fit);
+  ASSERT_EQ(h.epochs.size(), 1u);
+  EXPECT_EQ(h.epochs[0].count("accuracy"), 0u);
+  EXPECT_EQ(h.epochs[0].at("top_k_categorical_accuracy"), 1.0);
+  EXPECT_EQ(h.epochs[0].at("val_top_k_categorical_accuracy"), 1.0);
+  EXPECT_EQ(h.epochs[0].count("val_samples"), 0u);
+}
+
 TEST(ModelTest, EvaluateOnMoreCoresThanRowsCountsEverySampleOnce) {
   // Batches of 3 on 4 cores: shards of 1, 1, 1 and 0 rows, then 1, 0, 0, 0.
   clear_session();

@@ -12,6 +12,7 @@ std::map<std::string, std::vector<float>> read_checkpoint_values(const std::stri
   H5File f = H5File::open_read(path);
   std::map<std::string, std::vector<float>> out;
   std::vector<std::string> todo = {"model_weights", "optimizer_weights"};
+  if (f.exists("keel/best_weights")) todo.push_back("keel/best_weights");  // EarlyStopping's
   while (!todo.empty()) {
     const std::string p = todo.back();
     todo.pop_back();

@@ -95,5 +95,21 @@ TEST(CountCorrectTest, DenseAndSparseLabels) {
   EXPECT_EQ(count_correct(host({4, 3}, {0, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0, 1}), pred, false), 2);
 }
 
+// tf.math.in_top_k: a label is in the top k when fewer than k classes score strictly higher; ties at
+// the boundary count as in; a row with a non-finite prediction never is.
+TEST(CountInTopKTest, StrictlyHigherClassesDecideAndTiesCountAsIn) {
+  Tensor pred = host({4, 4}, {0.1f, 0.4f, 0.3f, 0.2f,  0.25f, 0.25f, 0.25f, 0.25f,  0.7f, 0.1f, 0.1f, 0.1f,
+                              NAN, 0.5f, 0.2f, 0.3f});
+  const Tensor sparse = host({4}, {3, 2, 1, 1});
+  // Row 0: label 3 (0.2) has two higher (0.4, 0.3): in the top 3, not the top 2. Row 1: all tied,
+  // in at any k. Row 2: label 1 (0.1) has one higher: in the top 2. Row 3: NaN, never.
+  EXPECT_EQ(count_in_top_k(sparse, pred, /*sparse_labels=*/true, 1), 1);
+  EXPECT_EQ(count_in_top_k(sparse, pred, true, 2), 2);
+  EXPECT_EQ(count_in_top_k(sparse, pred, true, 3), 3);
+  EXPECT_EQ(count_in_top_k(sparse, pred, true, 5), 3);
+  const Tensor one_hot = host({4, 4}, {0, 0, 0, 1,  0, 0, 1, 0,  0, 1, 0, 0,  0, 1, 0, 0});
+  EXPECT_EQ(count_in_top_k(one_hot, pred, false, 2), 2);
+}
+
 }  // namespace
 }  // namespace keel

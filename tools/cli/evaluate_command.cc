@@ -80,6 +80,9 @@ nlohmann::json evaluation_json(const Evaluation& e) {
                    {"checkpoint_bytes", e.checkpoint_bytes},
                    {"params", e.params}};
   if (e.bn_batches > 0) j["bn_stats_batches"] = e.bn_batches;
+  for (const auto& [name, value] : e.logs) {  // the run's other metrics (--metrics), by Keras's names
+    if (name != "loss" && name != "accuracy" && name != "samples") j[name] = value;
+  }
   return j;
 }
 
@@ -93,8 +96,16 @@ void print_evaluation(const po::variables_map& vm, const Evaluation& e, const st
                 static_cast<long long>(e.bn_batches), vm.count("output") ? "; written to " : "",
                 vm.count("output") ? vm["output"].as<std::string>().c_str() : "");
   }
-  std::printf("%s on %s/%s (%lld samples): loss %.4f - accuracy %.4f\n", e.file.c_str(), e.config.dataset.c_str(),
-              split.c_str(), static_cast<long long>(e.logs.at("samples")), e.logs.at("loss"), e.logs.at("accuracy"));
+  std::string others;
+  for (const auto& [name, value] : e.logs) {
+    if (name == "loss" || name == "accuracy" || name == "samples") continue;
+    char text[32];
+    std::snprintf(text, sizeof text, " %.4f", value);
+    others += " - " + name + text;
+  }
+  std::printf("%s on %s/%s (%lld samples): loss %.4f - accuracy %.4f%s\n", e.file.c_str(), e.config.dataset.c_str(),
+              split.c_str(), static_cast<long long>(e.logs.at("samples")), e.logs.at("loss"), e.logs.at("accuracy"),
+              others.c_str());
   if (e.training_memory.is_null()) {
     std::printf("Training footprint: unknown (the checkpoint predates keel's record of it)\n");
   } else {

@@ -52,7 +52,11 @@ nlohmann::json RunConfig::to_json() const {
           {"restore_best_weights", restore_best_weights},
           {"reduce_lr_patience", reduce_lr_patience},
           {"reduce_lr_factor", reduce_lr_factor},
-          {"augment", augment}};
+          {"augment", augment},
+          {"metrics", metrics},
+          {"save_best_only", save_best_only},
+          {"checkpoint_monitor", checkpoint_monitor},
+          {"tensorboard", tensorboard}};
 }
 
 namespace {
@@ -182,6 +186,20 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   if (j.contains("reduce_lr_patience")) c.reduce_lr_patience = narrow_field(j, "reduce_lr_patience", -1, kMaxEpochs);
   if (j.contains("reduce_lr_factor")) c.reduce_lr_factor = double_field(j, "reduce_lr_factor");
   if (j.contains("augment")) c.augment = string_field(j, "augment", kMaxNameBytes);
+  if (j.contains("metrics")) {  // absent in runs from before keel had --metrics: accuracy alone
+    const json& list = field(j, "metrics");
+    if (!list.is_array() || list.empty() || list.size() > 8) wrong_type("metrics", "a list of 1 to 8 metric names", list);
+    c.metrics.clear();
+    for (const json& name : list) {
+      if (!name.is_string() || name.get_ref<const std::string&>().size() > kMaxNameBytes) {
+        wrong_type("metrics", "a list of metric names", list);
+      }
+      c.metrics.push_back(name.get<std::string>());
+    }
+  }
+  if (j.contains("save_best_only")) c.save_best_only = bool_field(j, "save_best_only");
+  if (j.contains("checkpoint_monitor")) c.checkpoint_monitor = string_field(j, "checkpoint_monitor", kMaxNameBytes);
+  if (j.contains("tensorboard")) c.tensorboard = bool_field(j, "tensorboard");
   c.validate();
   return c;
 }
@@ -202,7 +220,8 @@ void RunConfig::validate() const {
     throw std::invalid_argument("--momentum must be in [0, 1], got " + std::to_string(momentum));
   }
   make_optimizer(optimizer, learning_rate, momentum, nesterov);
-  make_loss(loss);
+  if (metrics.empty() || metrics.front() != "accuracy") throw std::invalid_argument("the metrics must start with accuracy");
+  check_metrics(metrics, make_loss(loss)->sparse_labels());
   if (lr_schedule != "constant" && lr_schedule != "cosine") {
     throw std::invalid_argument("--lr-schedule must be constant or cosine, got '" + quote_untrusted(lr_schedule) + "'");
   }
@@ -380,7 +399,7 @@ std::unique_ptr<Model> build_model(const RunConfig& config) {
   if (config.lr_schedule == "cosine" && config.decay_steps > 0) {
     optimizer->set_schedule(std::make_shared<CosineDecay>(optimizer->learning_rate(), config.decay_steps));
   }
-  model->compile(optimizer, make_loss(config.loss));
+  model->compile(optimizer, make_loss(config.loss), config.metrics);
   return model;
 }
 

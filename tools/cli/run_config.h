@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
@@ -64,6 +65,8 @@ struct RunConfig {
   std::string init_weights;      // the Keras weight file the run started from ("" none)
   bool init_by_name = false;     // ... loaded by layer name (else topologically)
   bool init_skip_mismatch = false;
+  // compile()'s metrics by Keras's names; "accuracy" always first (evaluate --json reports it).
+  std::vector<std::string> metrics = {"accuracy"};
   // Validation and Keras callbacks (tools/cli/fit_callbacks.h).
   double validation_split = 0.0;        // the last fraction of the training arrays, taken before shuffling
   std::string validation_data;          // "" none, "test": the dataset's test split
@@ -76,6 +79,9 @@ struct RunConfig {
   // --augment: Keras preprocessing layers on each training example, before batching ("" none); the
   // grammar is Augmentation::parse's (datasets/preprocessing.h). Never applied to evaluation.
   std::string augment;
+  bool save_best_only = false;          // ModelCheckpoint(save_best_only=True) writing RUN/best.h5
+  std::string checkpoint_monitor = "val_loss";
+  bool tensorboard = false;             // TensorBoard(log_dir=RUN/logs)
 
   int64_t global_batch() const { return batch_per_core * device.cores; }  // validate() checked the product
   nlohmann::json to_json() const;

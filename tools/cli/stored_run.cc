@@ -18,6 +18,7 @@ void check_train_state(const TrainState& s) {
   const StepTotals& t = s.epoch_totals;
   check_in_range("its epoch's sample count", t.samples, 0, INT64_MAX);
   check_in_range("its epoch's correct count", t.correct, 0, t.samples);
+  check_in_range("its epoch's top-k count", t.in_top_k, 0, t.samples);
   if (!std::isfinite(t.loss_sum)) throw std::invalid_argument("its epoch's loss sum is not finite");
 }
 

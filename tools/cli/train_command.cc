@@ -33,6 +33,8 @@ namespace {
 
 std::atomic<int> g_signal{0};
 
+const std::vector<std::vector<float>> kNoWeights;
+
 extern "C" void on_signal(int sig) {
   g_signal = sig;
   // A second signal ends the process the default way.
@@ -44,7 +46,7 @@ struct RunControl {
   int64_t stop_after_steps = 0;  // 0: train to the end
   bool quiet = false;
   bool sync_save = false;        // write each checkpoint in the step instead of in the background
-  bool replace_previous_run = false;  // train --overwrite: move the previous run aside at the first save
+  bool replace_previous_run = false;  // train --overwrite: move the previous run aside when training starts
   JsonlLogger* json_log = nullptr;    // --log-format jsonl
 };
 
@@ -123,8 +125,16 @@ class CheckpointCallback : public Callback {
     last_saved_ = -1;
     save(st, s);
   }
-  // The directory holds a previous run, to move aside before the first save (train --overwrite).
-  void replace_previous_run() { replace_previous_run_ = true; }
+  // What the save at the end of `st`'s epoch records beside the weights (RUN/best.h5 records the same).
+  TrainState epoch_end_state(const TrainingState& st) const {
+    TrainState s;
+    s.step = st.model->optimizer().iterations();
+    s.epoch = st.epoch + 1;
+    s.config = config_.to_json();
+    if (callbacks_ != nullptr) s.callbacks = callbacks_->state();
+    s.memory = training_memory(st.model->strategy().ledger(), config_, steps_this_run_, memory_before_);
+    return s;
+  }
   // Each checkpoint records what training measured: `before` (the resumed checkpoint's record) and
   // this invocation's ledger (tools/cli/memory_report.h).
   void record_memory_after(nlohmann::json before) { memory_before_ = std::move(before); }
@@ -161,12 +171,9 @@ class CheckpointCallback : public Callback {
     CheckpointSnapshot& snapshot = buffer();  // async: once the save before is written, or its error
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     snapshot_checkpoint(model, model.optimizer(), s, snapshot);
+    snapshot_best_weights(model, callbacks_ != nullptr ? callbacks_->best_weights() : kNoWeights, snapshot);
     // The values leave the cores for host memory (mirrored: core 0's copy).
     model.strategy().ledger().core(0).record_core_to_host(snapshot.bytes());
-    if (replace_previous_run_) {  // --overwrite: only once the new run has something to save
-      std::printf("Moved the previous run in %s to %s\n", dir_.dir().c_str(), dir_.move_previous_run_aside().c_str());
-      replace_previous_run_ = false;
-    }
     if (async_) {
       async_->save();
     } else {
@@ -186,7 +193,6 @@ class CheckpointCallback : public Callback {
   int64_t steps_this_run_ = 0;
   int64_t last_saved_ = -1;
   bool stopped_early_ = false;
-  bool replace_previous_run_ = false;
   nlohmann::json memory_before_;
   int64_t saves_ = 0;
   double stall_seconds_ = 0.0;
@@ -410,7 +416,14 @@ int nothing_to_do(const RunControl& control, Model& model, const RunDirectory& d
   return kExitOk;
 }
 
-void print_run_header(const RunConfig& config) {
+// Keras's optimizer.build(model.trainable_variables): a fresh run's slots (zeros) exist before its
+// first step, as the first step would create them, so the checkpoint snapshot is sized up front.
+// Then the device line, and the augmentation's.
+void build_slots_and_print_device(const RunConfig& config, ReplicatedStrategy& strategy, Model& model) {
+  {
+    auto scope = strategy.scope();
+    model.optimizer().build(model.trainable_variables());
+  }
   std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
               config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
               static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
@@ -443,33 +456,33 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   fit.validation_freq = config.validation_freq;
   nlohmann::json memory_before;  // null: a new run, or a checkpoint from before keel recorded it
   nlohmann::json callbacks_state;
+  std::vector<std::vector<float>> best_weights;  // EarlyStopping's, kept in the checkpoint
   if (resume_from) {
     check_model_matches(*resume_from, *model);
     if (!resume_from_checkpoint(resume_from->file, config, dir, strategy, *model, fit, memory_before, callbacks_state)) {
       return nothing_to_do(control, *model, dir, resume_from->file);
     }
+    if (config.restore_best_weights) best_weights = read_best_weights(resume_from->file, *model);
   }
   if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
-  {
-    // Keras's optimizer.build(model.trainable_variables): a fresh run's slots (zeros) exist before its
-    // first step, as the first step would create them, so the checkpoint snapshot is sized up front.
-    auto scope = strategy.scope();
-    model->optimizer().build(model->trainable_variables());
-  }
-  print_run_header(config);
+  build_slots_and_print_device(config, strategy, *model);
 
   ProgbarLogger progbar(stdout);
   CheckpointCallback checkpoints(dir, config, control);
-  if (control.replace_previous_run) checkpoints.replace_previous_run();
   checkpoints.record_memory_after(memory_before);
   InfeedReport infeed_report(control.quiet);
   TerminateOnNaN terminate_on_nan(control.quiet ? nullptr : stdout);
   if (!control.quiet) fit.callbacks.push_back(&progbar);
   fit.callbacks.push_back(&infeed_report);
   fit.callbacks.push_back(&terminate_on_nan);
-  FitCallbacks keras_callbacks(config, dir.dir(), resume_from ? fit.initial_epoch : -1, callbacks_state, control.quiet);
+  if (control.replace_previous_run) {  // --overwrite: only once the new run is ready to train
+    std::printf("Moved the previous run in %s to %s\n", dir.dir().c_str(), dir.move_previous_run_aside().c_str());
+  }
+  FitCallbacks keras_callbacks(config, dir, resume_from ? fit.initial_epoch : -1, callbacks_state,
+                               std::move(best_weights), control.quiet);
   keras_callbacks.add_to(fit);  // before the checkpoints, which record their state
   checkpoints.record_callbacks(&keras_callbacks);
+  keras_callbacks.set_best_state([&checkpoints](const TrainingState& st) { return checkpoints.epoch_end_state(st); });
   fit.callbacks.push_back(&checkpoints);
   if (control.json_log) fit.callbacks.push_back(control.json_log);
 
