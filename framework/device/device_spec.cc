@@ -24,16 +24,22 @@ struct Preset {
 
 // One entry per TensorCore as TensorFlow sees it; megacore chips (v4, v5p) are one device per chip.
 // The name's number is Google's: TensorCores for v2, v3, v4 and v5p (so v4-32 and v5p-32 are 16
-// megacore chips), chips for v5e and v6e. Hosts are Google Cloud TPU documentation's hosts (machines)
-// per slice; HBM per core is the documented HBM per chip divided by the devices per chip.
-//   v2, v3 (cloud.google.com/tpu/docs/v2, /v3): 2 TensorCores per chip, 4 chips (8 cores) per host;
-//           v2: 16 GiB per chip (8 GiB per core), v3: 32 GiB per chip (16 GiB per core).
-//   v4 (docs/v4): 32 GiB per chip, 4 chips per host (v4-8 is one host; v4-32 = 16 chips = 4 hosts).
-//   v5p (docs/v5p, table "Topology | Cores | Chips | Hosts"): 95 GB per chip, 4 chips per host
+// megacore chips), chips for v5e and v6e. A host is a TPU VM, the machine that runs one process with
+// its own input pipeline (TPUStrategy's worker); HBM per core is the documented HBM per chip divided
+// by the devices per chip. Sources, Google Cloud TPU documentation (cloud.google.com/tpu/docs/...):
+//   v3 (/v3): 2 TensorCores per chip, "32 GiB" per chip (16 GiB per core); a host is 4 chips, 8
+//           cores (v3-8 is one host; issue 12: "a v3-32 is 4 hosts x 8 TensorCores").
+//   v2: the v2-8 preset's 8 GiB per core and 8 cores per host, as v3's board; the v2 page was not
+//           among the documentation this was checked against (v2 slices assume v3's hosts).
+//   v4 (/v4): "32 GiB" per chip, 4 chips per host (v4-8 is one host; v4-32 = 16 chips = 4 hosts).
+//   v5p (/v5p, table "Topology | Cores | Chips | Hosts"): "95 GB" per chip, 4 chips per host
 //           (2x2x1: 8 cores, 4 chips, 1 host; 2x2x2: 16, 8, 2; 4x4x4: 128, 64, 16).
-//   v5e (docs/v5e, table "Topology | Number of chips | Number of hosts"): 16 GB per chip, 8 chips
-//           per host (2x4: 8 chips, 1 host; 4x4: 16, 2; 4x8: 32, 4).
-//   v6e (docs/v6e): 32 GB per chip, "Chips per host: 8", the same slice shapes as v5e.
+//   v5e (/v5e): "16 GB" per chip; "each TPU VM in a v5e slice contains 1, 4 or 8 chips": a v5e-8 is
+//           one 8-chip VM, a multi-host slice is made of 4-chip VMs (ct5lp-hightpu-4t), so v5e-16 is
+//           4 VMs (the page's "Number of hosts", 2 for 16 chips, counts the 8-chip machines under them).
+//   v6e (/v6e): "32 GB" per chip, the VM shapes of v5e (v6e-8: one 8-chip VM; v6e-16: 4 VMs of 4).
+// The VM counts of v5e and v6e slices agree with levanter's table of TPU configurations
+// (marin-community/levanter, src/levanter/infra/ray_tpu.py: v5litepod-16 and v6e-16, 4 VMs x 4 chips).
 // v5e's and v6e's "GB" are kept as the GiB of DESIGN.md's contract table (README says so).
 const Preset kPresets[] = {
     {"cpu", 1, 0, 1},
@@ -50,12 +56,12 @@ const Preset kPresets[] = {
     {"v3-128", 128, 16 * kGiB, 16},
     {"v4-32", 16, 32 * kGiB, 4},
     {"v4-128", 64, 32 * kGiB, 16},
-    {"v5e-16", 16, 16 * kGiB, 2},
-    {"v5e-32", 32, 16 * kGiB, 4},
+    {"v5e-16", 16, 16 * kGiB, 4},
+    {"v5e-32", 32, 16 * kGiB, 8},
     {"v5p-32", 16, 95 * kGB, 4},
     {"v5p-128", 64, 95 * kGB, 16},
-    {"v6e-16", 16, 32 * kGiB, 2},
-    {"v6e-32", 32, 32 * kGiB, 4},
+    {"v6e-16", 16, 32 * kGiB, 4},
+    {"v6e-32", 32, 32 * kGiB, 8},
 };
 
 void check_hosts(const char* what, int64_t hosts, int cores) {

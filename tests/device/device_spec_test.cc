@@ -37,8 +37,9 @@ TEST(DeviceSpecTest, Presets) {
   EXPECT_FALSE(cpu.has_budget());
 }
 
-// Pod slices: hosts x cores per host as Google Cloud TPU documentation gives them (device_spec.cc
-// names the source of each); megacore chips (v4, v5p) are one device, so v4-32 is 16 devices.
+// Pod slices: hosts (TPU VMs) x cores per host as Google Cloud TPU documentation gives them
+// (device_spec.cc names the source of each); megacore chips (v4, v5p) are one device, so v4-32 is 16
+// devices; a multi-host v5e or v6e slice is made of 4-chip VMs.
 TEST(DeviceSpecTest, PodSlicePresets) {
   struct Expected {
     const char* name;
@@ -49,9 +50,9 @@ TEST(DeviceSpecTest, PodSlicePresets) {
   for (const Expected& e : {Expected{"v2-32", 4, 8, 8 * kGiB}, Expected{"v2-128", 16, 8, 8 * kGiB},
                             Expected{"v3-32", 4, 8, 16 * kGiB}, Expected{"v3-128", 16, 8, 16 * kGiB},
                             Expected{"v4-32", 4, 4, 32 * kGiB}, Expected{"v4-128", 16, 4, 32 * kGiB},
-                            Expected{"v5e-16", 2, 8, 16 * kGiB}, Expected{"v5e-32", 4, 8, 16 * kGiB},
+                            Expected{"v5e-16", 4, 4, 16 * kGiB}, Expected{"v5e-32", 8, 4, 16 * kGiB},
                             Expected{"v5p-32", 4, 4, k95GB}, Expected{"v5p-128", 16, 4, k95GB},
-                            Expected{"v6e-16", 2, 8, 32 * kGiB}, Expected{"v6e-32", 4, 8, 32 * kGiB}}) {
+                            Expected{"v6e-16", 4, 4, 32 * kGiB}, Expected{"v6e-32", 8, 4, 32 * kGiB}}) {
     const DeviceSpec s = DeviceSpec::preset(e.name);
     EXPECT_EQ(s.hosts, e.hosts) << e.name;
     EXPECT_EQ(s.cores_per_host(), e.cores_per_host) << e.name;
