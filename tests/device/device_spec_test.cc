@@ -1,7 +1,10 @@
 #include "framework/device/device_spec.h"
 
+#include "framework/device/collectives.h"
+
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -128,6 +131,50 @@ TEST(DeviceSpecTest, ProcessesShareTheHostsInOrder) {
   EXPECT_THROW(v3.share(8, 0), std::invalid_argument);
   EXPECT_THROW(v3.share(0, 0), std::invalid_argument);
   EXPECT_THROW(v3.share(2, 2), std::invalid_argument) << "rank past the processes";
+}
+
+// For the MPI backend to come (issue 12, item 2): on every preset, summing each process's share of
+// the replicas in memory and then the processes' partial sums, both in tree order, gives the bits of
+// the slice's own tree-ordered sum, for every process count that divides the hosts. (It holds where
+// a share is 2^k consecutive cores from a multiple of 2^k; a custom slice of 2 hosts x 3 cores is not.)
+std::vector<float> sum_by_processes(const DeviceSpec& s, int processes, const std::vector<std::vector<float>>& values) {
+  const int64_t count = static_cast<int64_t>(values[0].size());
+  std::vector<std::vector<float>> partial(static_cast<size_t>(processes), std::vector<float>(values[0].size()));
+  for (int rank = 0; rank < processes; ++rank) {
+    const ProcessShare share = s.share(processes, rank);
+    std::vector<const float*> in;
+    for (int c = share.first_core; c < share.first_core + share.cores; ++c) in.push_back(values[static_cast<size_t>(c)].data());
+    tree_sum(in, partial[static_cast<size_t>(rank)].data(), count);
+  }
+  std::vector<const float*> in;
+  for (const std::vector<float>& p : partial) in.push_back(p.data());
+  std::vector<float> out(values[0].size());
+  tree_sum(in, out.data(), count);
+  return out;
+}
+
+TEST(DeviceSpecTest, SummingPerProcessThenAcrossGivesTheSlicesBitsOnEveryPreset) {
+  uint32_t state = 12345;
+  auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(state >> 8) / 16777216.0f * 2.0f - 1.0f;
+  };
+  for (const std::string& name : DeviceSpec::preset_names()) {
+    const DeviceSpec s = DeviceSpec::preset(name);
+    std::vector<std::vector<float>> values(static_cast<size_t>(s.cores), std::vector<float>(16));
+    for (auto& v : values) {
+      for (float& x : v) x = next() * (next() > 0 ? 1e6f : 1e-3f);  // mixed magnitudes: order shows in the bits
+    }
+    const std::vector<float> whole = sum_by_processes(s, 1, values);
+    for (const int processes : divisors(s.hosts)) {
+      const std::vector<float> split = sum_by_processes(s, processes, values);
+      EXPECT_EQ(std::memcmp(split.data(), whole.data(), whole.size() * sizeof(float)), 0) << name << " on " << processes;
+    }
+  }
+  // The check can fail: 2 hosts of 3 cores are not subtrees, and the two orders differ.
+  const DeviceSpec odd = DeviceSpec::custom(6, kGiB, 2);
+  const std::vector<std::vector<float>> v = {{1e8f}, {1.0f}, {-1e8f}, {1.0f}, {1.0f}, {1.0f}};
+  EXPECT_NE(sum_by_processes(odd, 2, v), sum_by_processes(odd, 1, v));
 }
 
 TEST(DeviceSpecTest, EveryListedPresetResolves) {
