@@ -6,6 +6,7 @@
 //
 //   tensor elements       <= 2^58        one tensor (so its bytes, and sums of a few, fit in int64)
 //   cores                 1 .. 4096      a device's cores (--cores; stored device.cores)
+//   hosts                 1 .. 4096      a slice's hosts, dividing its cores (--hosts; stored device.hosts)
 //   per-core batch        1 .. 2^20      --batch-per-core; stored batch_per_core; --max-batch searches up to it
 //   classes               1 .. 2^24      --classes; stored classes
 //   units, filters        1 .. 2^24      Dense units, Conv2D filters (model_config)
@@ -37,6 +38,7 @@ namespace keel {
 
 inline constexpr int64_t kMaxTensorElements = int64_t{1} << 58;
 inline constexpr int64_t kMaxCores = 4096;
+inline constexpr int64_t kMaxHosts = kMaxCores;
 inline constexpr int64_t kMaxBatchPerCore = int64_t{1} << 20;
 inline constexpr int64_t kMaxClasses = int64_t{1} << 24;
 inline constexpr int64_t kMaxUnits = int64_t{1} << 24;

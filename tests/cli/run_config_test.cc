@@ -174,6 +174,41 @@ TEST(RunConfigTest, FlagsPastTheLimitsAreRefused) {
   EXPECT_THAT(flag_refusal("--optimizer sgd --momentum 1.5"), HasSubstr("[0, 1]"));
 }
 
+// Pod slices: the stored device keeps its hosts; a run saved before hosts existed is one host; stored
+// hosts are checked like the rest (within 1..4096, dividing the cores).
+TEST(RunConfigTest, StoredHostsRoundTripDefaultToOneAndAreValidated) {
+  RunConfig c;
+  c.device = DeviceSpec::preset("v3-32");
+  const json stored = c.to_json();
+  EXPECT_EQ(stored["device"]["hosts"], 4);
+  EXPECT_EQ(RunConfig::from_json(stored).device.hosts, 4);
+  EXPECT_EQ(RunConfig::from_json(stored).device.cores, 32);
+  json old = stored_default();
+  old["device"].erase("hosts");
+  EXPECT_EQ(refusal(old), "");
+  EXPECT_EQ(RunConfig::from_json(old).device.hosts, 1);
+  json bad = stored;
+  bad["device"]["hosts"] = 5;
+  EXPECT_THAT(refusal(bad), HasSubstr("hosts that work: 1, 2, 4, 8, 16, 32"));
+  bad["device"]["hosts"] = 100000;
+  EXPECT_THAT(refusal(bad), HasSubstr("4096"));
+  bad["device"]["hosts"] = "4";
+  EXPECT_THAT(refusal(bad), HasSubstr("integer"));
+}
+
+TEST(RunConfigTest, HostsFlagMakesACustomSlice) {
+  const po::variables_map vm = flags("--hosts 4 --cores 16 --hbm-per-core 1GiB");
+  RunConfig c;
+  apply_device_options(vm, c);
+  EXPECT_EQ(c.device.name, "custom");
+  EXPECT_EQ(c.device.hosts, 4);
+  EXPECT_EQ(c.device.cores_per_host(), 4);
+  EXPECT_THAT(flag_refusal("--hosts 3 --cores 16 --hbm-per-core 1GiB"), HasSubstr("hosts that work: 1, 2, 4, 8, 16"));
+  EXPECT_THAT(flag_refusal("--hosts 4 --device v3-32"), HasSubstr("not both"));
+  EXPECT_THAT(flag_refusal("--hosts 4"), HasSubstr("--cores N and --hbm-per-core SIZE"));
+  EXPECT_EQ(flag_refusal("--device v4-32 --batch-per-core 2"), "");
+}
+
 TEST(RunConfigTest, HbmPerCoreZeroIsAnErrorAndUnboundedIsSaidSo) {
   EXPECT_THAT(flag_refusal("--cores 2 --hbm-per-core 0"), HasSubstr("--hbm-per-core unbounded"));
   EXPECT_THAT(flag_refusal("--cores 2 --hbm-per-core 0GiB"), HasSubstr("must be positive"));

@@ -23,10 +23,29 @@
 namespace keel::cli {
 namespace {
 
+// The slice's hosts: each one's cores and the sums of their figures (memory_report.h, per_host_json).
+void print_hosts(const MemoryPlan& plan) {
+  const nlohmann::json hosts = per_host_json(plan.device, plan_json(plan)["per_core"]);
+  std::printf("\nPer host (%d hosts x %d cores; sums of its cores):\n%-5s %-11s", plan.device.hosts,
+              plan.device.cores_per_host(), "host", "cores");
+  for (int k = 0; k < kNumCategories; ++k) std::printf(" %13s", category_name(static_cast<Category>(k)));
+  std::printf(" %13s %13s\n", "peak", "sent");
+  for (const nlohmann::json& h : hosts) {
+    const std::string cores = std::to_string(h["cores"].front().get<int>()) + "-" + std::to_string(h["cores"].back().get<int>());
+    std::printf("%-5d %-11s", h["host"].get<int>(), cores.c_str());
+    for (int k = 0; k < kNumCategories; ++k) {
+      std::printf(" %13lld", static_cast<long long>(h[category_name(static_cast<Category>(k))].get<int64_t>()));
+    }
+    std::printf(" %13lld %13lld\n", static_cast<long long>(h["peak"].get<int64_t>()), static_cast<long long>(h["sent_bytes"].get<int64_t>()));
+  }
+}
+
 void print_plan(const RunConfig& config, const MemoryPlan& plan) {
-  std::printf("Memory plan: %s on %s (%d cores x %s), %lld per core (global batch %lld), one training step\n",
+  const std::string slice = plan.device.hosts > 1 ? ", " + std::to_string(plan.device.hosts) + " hosts x " +
+                                                        std::to_string(plan.device.cores_per_host()) : "";
+  std::printf("Memory plan: %s on %s (%d cores x %s%s), %lld per core (global batch %lld), one training step\n",
               config.model.c_str(), plan.device.name.c_str(), plan.device.cores,
-              plan.device.has_budget() ? format_bytes(plan.device.hbm_bytes_per_core).c_str() : "no budget",
+              plan.device.has_budget() ? format_bytes(plan.device.hbm_bytes_per_core).c_str() : "no budget", slice.c_str(),
               static_cast<long long>(plan.batch_per_core), static_cast<long long>(plan.batch_per_core * plan.device.cores));
   std::printf("%-5s", "core");
   for (int k = 0; k < kNumCategories; ++k) std::printf(" %13s", category_name(static_cast<Category>(k)));
@@ -57,6 +76,7 @@ void print_plan(const RunConfig& config, const MemoryPlan& plan) {
     }
     std::printf("\n");
   }
+  if (plan.device.hosts > 1) print_hosts(plan);
   if (plan.max_batch_per_core) {
     std::printf("Largest per-core batch that fits: %lld\n", static_cast<long long>(*plan.max_batch_per_core));
   }
@@ -70,7 +90,7 @@ namespace {
 // keel memory RUN: the run's own configuration (model, device, batch, frozen layers) planned, beside
 // what its training measured (recorded in its checkpoints).
 int memory_of_run(const po::variables_map& vm) {
-  for (const char* flag : {"model", "input-shape", "classes", "device", "cores", "hbm-per-core", "batch-per-core", "freeze"}) {
+  for (const char* flag : {"model", "input-shape", "classes", "device", "cores", "hosts", "hbm-per-core", "batch-per-core", "freeze"}) {
     if (vm.count(flag)) throw UsageError(std::string("--") + flag + " describes a new run; `keel memory RUN` plans the run's own");
   }
   const std::string target = vm["run"].as<std::string>();
@@ -107,8 +127,11 @@ int memory_command(const std::vector<std::string>& args) {
   add_device_options(device_opts);
   po::options_description d("Usage: keel memory --model resnet50 --input-shape 224x224x3 --device v3-8 "
                             "--batch-per-core 128 [--max-batch] [--json]\n"
-                            "       keel memory RUN_DIR [--json]   (the run's own plan beside what its training measured)\n\n"
-                            "What each core needs for one training step, planned without allocating it.");
+                            "       keel memory RUN_DIR [--json]   (the run's own plan beside what its training measured)\n"
+                            "       keel memory --model mlp --device v3-32 --batch-per-core 16   (a pod slice: per core and per host)\n\n"
+                            "What each core needs for one training step, planned without allocating it; on a pod slice\n"
+                            "(--device v3-32, or --hosts H --cores N --hbm-per-core SIZE) also each host's sums, all in\n"
+                            "this one process.");
   add_freeze_option(model_opts);
   d.add_options()("help,h", "this help")
       ("run", po::value<std::string>(), "a run directory or checkpoint: plan its configuration")
@@ -207,7 +230,8 @@ int summary_command(const std::vector<std::string>& args) {
 int models_command(const std::vector<std::string>& args) {
   const bool help = !args.empty() && (args[0] == "--help" || args[0] == "-h");
   if (help) {
-    std::cout << "Usage: keel models [--json]\n\nLists the model zoo. --json prints an array of {\"name\", "
+    std::cout << "Usage: keel models [--json]\n\nLists the model zoo, then the device presets (--device) with their "
+                 "hosts x cores per host and HBM per core. --json prints the zoo only: an array of {\"name\", "
                  "\"default_input_shape\", \"description\"}.\n";
     return kExitOk;
   }
@@ -221,7 +245,16 @@ int models_command(const std::vector<std::string>& args) {
       std::printf("%-12s input %-14s %s\n", e.name.c_str(), shape_string(e.default_input_shape).c_str(), e.description.c_str());
     }
   }
-  if (json) std::cout << all.dump() << "\n";
+  if (json) {
+    std::cout << all.dump() << "\n";
+    return kExitOk;
+  }
+  std::printf("\nDevice presets (--device; pod slices run in one process, simulated):\n");
+  for (const std::string& name : DeviceSpec::preset_names()) {
+    const DeviceSpec d = DeviceSpec::preset(name);
+    std::printf("%-12s %2d host%s x %3d cores  %s per core\n", name.c_str(), d.hosts, d.hosts == 1 ? " " : "s",
+                d.cores_per_host(), d.has_budget() ? format_bytes(d.hbm_bytes_per_core).c_str() : "host RAM");
+  }
   return kExitOk;
 }
 

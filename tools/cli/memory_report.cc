@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 namespace keel::cli {
 namespace {
@@ -12,6 +14,8 @@ nlohmann::json device_json(const DeviceSpec& device, int64_t batch_per_core) {
   return {{"device", device.name},
           {"cores", device.cores},
           {"hbm_bytes_per_core", device.hbm_bytes_per_core},
+          {"hosts", device.hosts},
+          {"cores_per_host", device.cores_per_host()},
           {"batch_per_core", batch_per_core}};
 }
 
@@ -33,6 +37,25 @@ int64_t field(const nlohmann::json& core, const std::string& name) {
 
 }  // namespace
 
+nlohmann::json per_host_json(const DeviceSpec& device, const nlohmann::json& per_core) {
+  std::vector<std::string> sums;
+  for (int k = 0; k < kNumCategories; ++k) sums.push_back(category(k));
+  for (const char* name : {"peak", "sent_bytes", "received_bytes"}) sums.emplace_back(name);
+  nlohmann::json hosts = nlohmann::json::array();
+  for (int h = 0; h < device.hosts; ++h) {
+    nlohmann::json host = {{"host", h}, {"cores", nlohmann::json::array()},
+                           {"hbm_bytes", device.hbm_bytes_per_core * device.cores_per_host()}};
+    for (const std::string& name : sums) host[name] = int64_t{0};
+    for (int c = device.first_core_of(h); c < device.first_core_of(h) + device.cores_per_host(); ++c) {
+      host["cores"].push_back(c);
+      if (static_cast<size_t>(c) >= per_core.size()) continue;
+      for (const std::string& name : sums) host[name] = field(host, name) + field(per_core[static_cast<size_t>(c)], name);
+    }
+    hosts.push_back(host);
+  }
+  return hosts;
+}
+
 nlohmann::json plan_json(const MemoryPlan& plan) {
   nlohmann::json per_core = nlohmann::json::array();
   for (const CoreMemory& m : plan.per_core) {
@@ -47,6 +70,7 @@ nlohmann::json plan_json(const MemoryPlan& plan) {
   j["fits"] = plan.fits;
   j["max_batch_per_core"] = plan.max_batch_per_core ? nlohmann::json(*plan.max_batch_per_core) : nlohmann::json(nullptr);
   j["per_core"] = per_core;
+  j["per_host"] = per_host_json(plan.device, per_core);
   return j;
 }
 

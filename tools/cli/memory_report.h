@@ -14,9 +14,16 @@
 
 namespace keel::cli {
 
-// keel memory --json: {"device", "cores", "hbm_bytes_per_core", "batch_per_core", "fits",
-// "max_batch_per_core", "per_core": [{"core", <category>..., "peak", "sent_bytes", "received_bytes"}]}.
+// keel memory --json: {"device", "cores", "hbm_bytes_per_core", "hosts", "cores_per_host",
+// "batch_per_core", "fits", "max_batch_per_core", "per_core": [{"core", <category>..., "peak",
+// "sent_bytes", "received_bytes"}], "per_host": per_host_json(...)}.
 nlohmann::json plan_json(const MemoryPlan& plan);
+
+// Per host of the slice: [{"host", "cores": [its global core ids], "hbm_bytes" (its cores' HBM),
+// <category>..., "peak", "sent_bytes", "received_bytes"}], each figure the sum of its cores' in
+// `per_core` (a plan_json or footprint "per_core" array). A host's "peak" is the sum of its cores'
+// high-water marks: an upper bound of what its chips hold at once.
+nlohmann::json per_host_json(const DeviceSpec& device, const nlohmann::json& per_core);
 
 // What a run's training measured so far, cumulative across resumes: `before` is what the checkpoint
 // this invocation resumed from recorded (null for a new run), `ledger` this invocation's, `steps` the

@@ -21,7 +21,9 @@ nlohmann::json RunConfig::to_json() const {
   return {{"model", model},
           {"dataset", dataset},
           {"data_dir", data_dir},
-          {"device", {{"name", device.name}, {"cores", device.cores}, {"hbm_bytes_per_core", device.hbm_bytes_per_core}}},
+          {"device",
+           {{"name", device.name}, {"cores", device.cores}, {"hbm_bytes_per_core", device.hbm_bytes_per_core},
+            {"hosts", device.hosts}}},
           {"batch_per_core", batch_per_core},
           {"epochs", epochs},
           {"optimizer", optimizer},
@@ -129,6 +131,8 @@ DeviceSpec device_from_json(const json& d) {
   if (!d.is_object()) wrong_type("device", "an object", d);
   DeviceSpec spec{string_field(d, "name", kMaxNameBytes), narrow_field(d, "cores", 1, kMaxCores),
                   int_field(d, "hbm_bytes_per_core")};
+  // Runs saved before pod slices have no "hosts": they ran on one host.
+  if (d.contains("hosts")) spec.hosts = narrow_field(d, "hosts", 1, kMaxHosts);
   spec.validate();
   return spec;
 }
@@ -263,10 +267,26 @@ void add_model_options(po::options_description& d) {
       ("loss", po::value<std::string>(), "categorical_crossentropy | sparse_categorical_crossentropy");
 }
 
+namespace {
+
+// --device's help: every preset, with its hosts where it has several.
+std::string device_help() {
+  std::string text = "device preset (default v3-8):";
+  for (const std::string& name : DeviceSpec::preset_names()) {
+    const DeviceSpec s = DeviceSpec::preset(name);
+    text += " " + name + (s.hosts > 1 ? " (" + std::to_string(s.hosts) + "x" + std::to_string(s.cores_per_host()) + ")" : "");
+    if (&name != &DeviceSpec::preset_names().back()) text += ",";
+  }
+  return text + "; pod slices (hosts x cores per host) run in one process";
+}
+
+}  // namespace
+
 void add_device_options(po::options_description& d) {
   d.add_options()
-      ("device", po::value<std::string>(), "device preset: cpu, v2-8, v3-8, v4-8, v5e-8, v5p-8, v6e-8 (default v3-8)")
-      ("cores", po::value<int>(), "custom device: number of cores")
+      ("device", po::value<std::string>(), device_help().c_str())
+      ("cores", po::value<int>(), "custom device: number of cores (the whole slice's)")
+      ("hosts", po::value<int>(), "custom device: hosts of a pod slice (default 1; must divide --cores)")
       ("hbm-per-core", po::value<std::string>(), "custom device: HBM per core, e.g. 512MiB, 16GiB, or unbounded (no budget)")
       ("batch-per-core", po::value<int64_t>(), "per-core batch; the global batch is this times the cores (default 16)");
 }
@@ -306,13 +326,16 @@ void apply_model_options(const po::variables_map& vm, RunConfig& c) {
 }
 
 void apply_device_options(const po::variables_map& vm, RunConfig& c) {
-  const bool custom = vm.count("cores") || vm.count("hbm-per-core");
-  if (custom && vm.count("device")) throw UsageError("give either --device or --cores/--hbm-per-core, not both");
+  const bool custom = vm.count("cores") || vm.count("hbm-per-core") || vm.count("hosts");
+  if (custom && vm.count("device")) {
+    throw UsageError("give either --device or --cores/--hbm-per-core/--hosts, not both (a preset fixes its hosts)");
+  }
   if (custom) {
     if (!vm.count("cores") || !vm.count("hbm-per-core")) {
-      throw UsageError("a custom device needs both --cores N and --hbm-per-core SIZE");
+      throw UsageError("a custom device needs both --cores N and --hbm-per-core SIZE (and optionally --hosts H)");
     }
-    c.device = DeviceSpec::custom(vm["cores"].as<int>(), parse_hbm_per_core(vm["hbm-per-core"].as<std::string>()));
+    c.device = DeviceSpec::custom(vm["cores"].as<int>(), parse_hbm_per_core(vm["hbm-per-core"].as<std::string>()),
+                                  vm.count("hosts") ? vm["hosts"].as<int>() : 1);
   } else if (vm.count("device")) {
     c.device = DeviceSpec::preset(vm["device"].as<std::string>());
   }

@@ -424,8 +424,11 @@ void build_slots_and_print_device(const RunConfig& config, ReplicatedStrategy& s
     auto scope = strategy.scope();
     model.optimizer().build(model.trainable_variables());
   }
-  std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
-              config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
+  const DeviceSpec& d = config.device;
+  const std::string slice = d.hosts > 1 ? " (" + std::to_string(d.hosts) + " hosts x " + std::to_string(d.cores_per_host()) +
+                                               ", simulated in this process)" : "";
+  std::printf("Device %s: %d cores%s x %s HBM; global batch %lld (%lld per core)\n", d.name.c_str(), d.cores, slice.c_str(),
+              d.has_budget() ? format_bytes(d.hbm_bytes_per_core).c_str() : "unbounded",
               static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
   if (!config.augment.empty()) {
     std::printf("Augmenting each training example (--augment %s; evaluation and validation data are not)\n",
