@@ -30,12 +30,12 @@ nlohmann::json page_data(const std::string& html) {
   return nlohmann::json::parse(html.substr(begin + open.size(), end - begin - open.size()));
 }
 
-// Per core (pid) and counter name, the largest value the trace's counter track reaches.
+// Per core (pid - 1) and counter name, the largest value the trace's counter track reaches.
 std::map<int, std::map<std::string, int64_t>> counter_maxima(const nlohmann::json& trace) {
   std::map<int, std::map<std::string, int64_t>> out;
   for (const nlohmann::json& e : trace["traceEvents"]) {
     if (e["ph"] != "C") continue;
-    int64_t& m = out[e["pid"].get<int>()][e["name"].get<std::string>()];
+    int64_t& m = out[e["pid"].get<int>() - 1][e["name"].get<std::string>()];
     m = std::max(m, e["args"]["bytes"].get<int64_t>());
   }
   return out;
@@ -61,7 +61,23 @@ void expect_instants_add_up_to_the_counters(const nlohmann::json& trace) {
       EXPECT_EQ(total[pid], in_use[pid]) << e.dump();
     }
   }
-  for (const auto& [pid, n] : charges) EXPECT_GT(n, 0) << "core " << pid;
+  for (const auto& [pid, n] : charges) EXPECT_GT(n, 0) << "pid " << pid;
+}
+
+// Each core is a named process (pid core + 1) with a named thread for its allocations.
+void expect_named_processes(const nlohmann::json& trace, size_t cores) {
+  std::map<int, std::string> process, thread;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    if (e["ph"] != "M") continue;
+    if (e["name"] == "process_name") process[e["pid"].get<int>()] = e["args"]["name"];
+    if (e["name"] == "thread_name") thread[e["tid"].get<int>()] = e["args"]["name"];
+  }
+  ASSERT_EQ(process.size(), cores);
+  for (size_t c = 0; c < cores; ++c) {
+    const int pid = static_cast<int>(c) + 1;
+    EXPECT_THAT(process[pid], HasSubstr("core " + std::to_string(c) + " ("));
+    EXPECT_EQ(thread[pid], "allocations");
+  }
 }
 
 class MemoryTrace : public ::testing::Test {
@@ -99,6 +115,7 @@ class MemoryTrace : public ::testing::Test {
       expect_largest_at_peak(page["per_core"][c]);
     }
     expect_instants_add_up_to_the_counters(trace);
+    expect_named_processes(trace, j["per_core"].size());
     expect_self_contained(read_file(page_path));
     return page;
   }

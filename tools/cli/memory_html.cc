@@ -57,7 +57,7 @@ constexpr const char* kHead = R"HTML(<!DOCTYPE html>
 body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#222;background:#fff}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:20px 0 6px}
 .sub{color:#555;margin-bottom:10px}.grid{display:flex;flex-wrap:wrap;gap:10px}
-.core{border:1px solid #ddd;border-radius:4px;padding:4px 6px}.core b{font-size:13px}
+.core{border:1px solid #ddd;border-radius:4px;padding:4px 6px}.core b{display:block;font-size:13px}
 table{border-collapse:collapse;font-size:13px}td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:right}
 td.l,th.l{text-align:left}.legend span{display:inline-block;margin-right:12px}
 .sw{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
@@ -75,7 +75,7 @@ constexpr const char* kBody = R"HTML(</script>
 <table id="largest"></table>
 <div id="suggest"></div>
 <script>
-"use strict";
+(function(){"use strict";
 const D = JSON.parse(document.getElementById("keel-memory-data").textContent);
 const ORDER = ["parameters","optimizer","inputs","gradients","workspace","activations"];
 const COLOR = {parameters:"#4e79a7",optimizer:"#76b7b2",inputs:"#edc948",gradients:"#f28e2b",workspace:"#b07aa1",activations:"#e15759"};
@@ -87,7 +87,7 @@ function row(t,cells,head){const r=el("tr");cells.forEach((c,i)=>r.appendChild(e
 function header(){
   const b=D.hbm_bytes_per_core;
   document.getElementById("title").textContent="keel memory: "+D.model+" on "+D.device+", "+D.batch_per_core+" per core";
-  document.getElementById("sub").textContent=D.cores+" cores x "+(b>0?fmt(b)+" HBM":"no budget")+
+  document.getElementById("sub").textContent=D.cores+(D.cores===1?" core x ":" cores x ")+(b>0?fmt(b)+" HBM":"no budget")+
     "; one steady-state training step, planned; "+(b>0?(D.fits?"fits":"DOES NOT FIT"):"no budget to fit");
   const lg=document.getElementById("legend");
   ORDER.forEach(k=>{const s=el("span");s.appendChild(el("span",{class:"sw",style:"background:"+COLOR[k]}));s.append(k);lg.appendChild(s);});
@@ -105,23 +105,23 @@ function area(svg,c,X,Y){
     for(let i=0;i<n;i++)base[i]=top[i];});
 }
 function marks(svg,c,X,Y,sc,W,H){
-  c.phases.forEach(p=>{const x=X(p.position);svg.appendChild(el("svg:line",{x1:x,x2:x,y1:14,y2:H-18,stroke:"#999","stroke-dasharray":"2,2"}));
-    svg.appendChild(el("svg:text",{x:x+2,y:24},p.label));});
+  c.phases.forEach((p,i)=>{const x=X(p.position);svg.appendChild(el("svg:line",{x1:x,x2:x,y1:4+10*i,y2:H-18,stroke:"#999","stroke-dasharray":"2,2"}));
+    svg.appendChild(el("svg:text",{x:x+3,y:12+10*i},p.label));});
   const px=X(c.peak_position);svg.appendChild(el("svg:line",{x1:px,x2:px,y1:Y(c.peak),y2:H-18,stroke:"#000"}));
-  svg.appendChild(el("svg:text",{x:Math.min(px+3,W-90),y:Math.max(Y(c.peak)-3,34)},"peak "+fmt(c.peak)));
+  svg.appendChild(el("svg:text",{x:Math.min(px+3,W-90),y:Math.max(Y(c.peak)+12,46)},"peak "+fmt(c.peak)));
   const b=D.hbm_bytes_per_core;
-  if(sc.budget){const y=Y(b);svg.appendChild(el("svg:line",{x1:44,x2:W-4,y1:y,y2:y,stroke:"#b00","stroke-width":1.5,"stroke-dasharray":"6,3"}));
-    svg.appendChild(el("svg:text",{x:W-110,y:y-3,style:"fill:#b00"},"budget "+fmt(b)));}
-  else if(b>0)svg.appendChild(el("svg:text",{x:W-190,y:10,style:"fill:#b00"},"budget "+fmt(b)+" (off scale, "+(100*c.peak/b).toFixed(2)+"% used)"));
+  if(sc.budget){const y=Y(b);svg.appendChild(el("svg:line",{x1:60,x2:W-4,y1:y,y2:y,stroke:"#b00","stroke-width":1.5,"stroke-dasharray":"6,3"}));
+    svg.appendChild(el("svg:text",{x:W-100,y:y-3,style:"fill:#b00"},"budget "+fmt(b)));}
+  else if(b>0)svg.appendChild(el("svg:text",{x:W-200,y:12,style:"fill:#b00"},"budget "+fmt(b)+" (off scale, "+(100*c.peak/b).toFixed(2)+"% used)"));
 }
 function chart(c,sc){
-  const W=560,H=210,last=c.events+1,X=p=>44+(W-50)*p/last,Y=v=>(H-18)-(H-32)*v/sc.max;
+  const W=540,H=200,last=c.events+1,X=p=>60+(W-66)*p/last,Y=v=>(H-18)-(H-58)*v/sc.max;
   const box=el("div",{class:"core"}),svg=el("svg:svg",{width:W,height:H,viewBox:"0 0 "+W+" "+H});
-  box.appendChild(el("b",{},"core "+c.core+": peak "+fmt(c.peak)));
-  [0,0.5,1].forEach(f=>{const v=sc.max*f/1.04,y=Y(v);svg.appendChild(el("svg:line",{x1:44,x2:W-4,y1:y,y2:y,stroke:"#eee"}));
+  box.appendChild(el("b",{},"core "+c.core+": peak "+fmt(c.peak)+(D.hbm_bytes_per_core>0?" ("+(100*c.peak/D.hbm_bytes_per_core).toFixed(2)+"% of HBM)":"")));
+  [0,0.5,1].forEach(f=>{const v=sc.max*f/1.04,y=Y(v);svg.appendChild(el("svg:line",{x1:60,x2:W-4,y1:y,y2:y,stroke:"#eee"}));
     svg.appendChild(el("svg:text",{x:2,y:y+3},fmt(Math.round(v))));});
   area(svg,c,X,Y);marks(svg,c,X,Y,sc,W,H);
-  svg.appendChild(el("svg:text",{x:44,y:H-4},"step position (ledger events, "+c.events+")"));
+  svg.appendChild(el("svg:text",{x:60,y:H-4},"step position (ledger events: "+c.events+")"));
   box.appendChild(svg);return box;
 }
 function peaks(){
@@ -141,9 +141,10 @@ function suggestions(){
   D.suggestions.forEach(s=>row(t,cols.map(k=>({t:typeof s[k]==="object"?JSON.stringify(s[k]):String(s[k]),l:1}))));box.appendChild(t);
 }
 header();const sc=scale(),charts=document.getElementById("charts");D.per_core.forEach(c=>charts.appendChild(chart(c,sc)));peaks();
-const pick=document.getElementById("pick");let top=0;
-D.per_core.forEach((c,i)=>{pick.appendChild(el("option",{value:i},String(c.core)));if(c.peak>D.per_core[top].peak)top=i;});
-pick.value=top;largest(top);pick.onchange=()=>largest(+pick.value);suggestions();
+const pick=document.getElementById("pick");let busiest=0;
+D.per_core.forEach((c,i)=>{pick.appendChild(el("option",{value:i},String(c.core)));if(c.peak>D.per_core[busiest].peak)busiest=i;});
+pick.value=busiest;largest(busiest);pick.onchange=()=>largest(+pick.value);suggestions();
+})();
 </script></body></html>
 )HTML";
 

@@ -11,10 +11,12 @@
 namespace keel::cli {
 namespace {
 
-constexpr int kAllocationsTid = 0;
+// Core c is process c + 1 and its allocations thread the same id: Perfetto reads pid/tid 0 as the
+// idle process, and one tid shared by several processes as a thread that moved between them.
+int pid_of(int core) { return core + 1; }
 
 nlohmann::json metadata(const char* name, int pid, const nlohmann::json& args) {
-  return {{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", kAllocationsTid}, {"args", args}};
+  return {{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", pid}, {"args", args}};
 }
 
 nlohmann::json counter(const std::string& name, int pid, int64_t ts, int64_t bytes) {
@@ -35,7 +37,7 @@ std::string instant_name(const LedgerEvent& e) {
 
 nlohmann::json instant(const LedgerEvent& e, int pid, int64_t ts) {
   if (e.kind == LedgerEventKind::mark) {
-    return {{"name", e.owner}, {"ph", "i"}, {"s", "p"}, {"pid", pid}, {"tid", kAllocationsTid}, {"ts", ts}, {"cat", "phase"}};
+    return {{"name", e.owner}, {"ph", "i"}, {"s", "p"}, {"pid", pid}, {"tid", pid}, {"ts", ts}, {"cat", "phase"}};
   }
   nlohmann::json args = {{"event", ledger_event_kind_name(e.kind)},
                          {"owner", e.owner},
@@ -44,30 +46,31 @@ nlohmann::json instant(const LedgerEvent& e, int pid, int64_t ts) {
                          {"shape", shape_string(e.shape)},
                          {"in_use_bytes", e.total}};
   if (e.kind == LedgerEventKind::retag) args["from_category"] = category_name(e.from_category);
-  return {{"name", instant_name(e)}, {"ph", "i"}, {"s", "t"}, {"pid", pid}, {"tid", kAllocationsTid},
+  return {{"name", instant_name(e)}, {"ph", "i"}, {"s", "t"}, {"pid", pid}, {"tid", pid},
           {"ts", ts}, {"cat", category_name(e.category)}, {"args", args}};
 }
 
 void append_core(nlohmann::json& out, int core, const std::string& label, const std::vector<LedgerEvent>& events) {
-  out.push_back(metadata("process_name", core, {{"name", label}}));
-  out.push_back(metadata("process_sort_index", core, {{"sort_index", core}}));
-  out.push_back(metadata("thread_name", core, {{"name", "allocations"}}));
+  const int pid = pid_of(core);
+  out.push_back(metadata("process_name", pid, {{"name", label}}));
+  out.push_back(metadata("process_sort_index", pid, {{"sort_index", core}}));
+  out.push_back(metadata("thread_name", pid, {{"name", "allocations"}}));
   std::array<int64_t, kNumCategories> shown{};
   int64_t shown_total = 0;
-  for (int k = 0; k < kNumCategories; ++k) out.push_back(counter(category_name(static_cast<Category>(k)), core, 0, 0));
-  out.push_back(counter("total", core, 0, 0));
+  for (int k = 0; k < kNumCategories; ++k) out.push_back(counter(category_name(static_cast<Category>(k)), pid, 0, 0));
+  out.push_back(counter("total", pid, 0, 0));
   for (size_t i = 0; i < events.size(); ++i) {
     const LedgerEvent& e = events[i];
     const int64_t ts = static_cast<int64_t>(i) + 1;
-    out.push_back(instant(e, core, ts));
+    out.push_back(instant(e, pid, ts));
     for (size_t k = 0; k < shown.size(); ++k) {
       if (e.current[k] == shown[k]) continue;
       shown[k] = e.current[k];
-      out.push_back(counter(category_name(static_cast<Category>(k)), core, ts, shown[k]));
+      out.push_back(counter(category_name(static_cast<Category>(k)), pid, ts, shown[k]));
     }
     if (e.total != shown_total) {
       shown_total = e.total;
-      out.push_back(counter("total", core, ts, shown_total));
+      out.push_back(counter("total", pid, ts, shown_total));
     }
   }
 }
