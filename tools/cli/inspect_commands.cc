@@ -79,17 +79,16 @@ MemoryOutputs memory_outputs(const po::variables_map& vm) {
   return out;
 }
 
-void write_memory_outputs(const MemoryOutputs& out, const MemoryPlan& plan, const std::string& model, bool quiet) {
+void write_memory_outputs(const MemoryOutputs& out, const MemoryPlan& plan, const std::string& model) {
   const auto dump = [](const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
-  if (!out.trace.empty()) {
-    write_output_file("--trace", out.trace, dump(memory_trace(plan, model)));
-    if (!quiet) std::printf("Trace: %s (Chrome trace events; open in Perfetto or chrome://tracing)\n", out.trace.c_str());
-  }
-  if (!out.report.empty()) {
-    // No suggestions until `keel memory --suggest` exists (issue 11): the page then has no such section.
-    write_output_file("--report", out.report, memory_report_html(memory_report_data(plan, model, nullptr)));
-    if (!quiet) std::printf("Report: %s (one self-contained page)\n", out.report.c_str());
-  }
+  if (!out.trace.empty()) write_output_file("--trace", out.trace, dump(memory_trace(plan, model)));
+  // No suggestions until `keel memory --suggest` exists (issue 11): the page then has no such section.
+  if (!out.report.empty()) write_output_file("--report", out.report, memory_report_html(memory_report_data(plan, model, nullptr)));
+}
+
+void print_memory_outputs(const MemoryOutputs& out) {
+  if (!out.trace.empty()) std::printf("Trace: %s (Chrome trace events; open in Perfetto or chrome://tracing)\n", out.trace.c_str());
+  if (!out.report.empty()) std::printf("Report: %s (one self-contained page)\n", out.report.c_str());
 }
 
 }  // namespace
@@ -113,12 +112,13 @@ int memory_of_run(const po::variables_map& vm) {
   const nlohmann::json& measured = selected.check.state.memory;
   j["measured"] = measured;
   j["plan_equals_measured"] = measured.is_null() ? nlohmann::json(nullptr) : nlohmann::json(peaks_equal(j, measured));
-  write_memory_outputs(outputs, plan, config.model, vm["json"].as<bool>());
+  write_memory_outputs(outputs, plan, config.model);
   if (vm["json"].as<bool>()) {
     std::cout << j.dump() << "\n";
     return kExitOk;
   }
   print_plan(config, plan);
+  print_memory_outputs(outputs);
   if (measured.is_null()) {
     std::printf("Measured: unknown (%s predates keel's record of what training measured)\n", selected.path.c_str());
     return kExitOk;
@@ -166,11 +166,12 @@ int memory_command(const std::vector<std::string>& args) {
   const Shape labels = label_shape(config);
   MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, labels, outputs.detail());
   if (vm["max-batch"].as<bool>()) plan.max_batch_per_core = find_max_batch(factory, config.device, labels);
-  write_memory_outputs(outputs, plan, config.model, vm["json"].as<bool>());
+  write_memory_outputs(outputs, plan, config.model);
   if (vm["json"].as<bool>()) {
     std::cout << plan_json(plan).dump() << "\n";
   } else {
     print_plan(config, plan);
+    print_memory_outputs(outputs);
   }
   return kExitOk;
 }
