@@ -35,8 +35,9 @@ struct MemoryPlan {
   std::vector<CoreMemory> per_core;
   std::optional<int64_t> max_batch_per_core;  // filled by find_max_batch
   // With PlanDetail::timeline: each core's ledger event log of the planned step, from the first
-  // variable built (marks "build", "prefetch", "train_step" begin its phases). Replayed, it reaches
-  // exactly the peaks above, because they are the same ledger's.
+  // variable built. Marks begin its phases: "build", "prefetch" (the next batch's slot), "train_step"
+  // (the step's infeed), then train_step's own "forward", "backward", "apply_gradients" (all-reduce
+  // and update). Replayed, it reaches exactly the peaks above, because they are the same ledger's.
   std::vector<std::vector<LedgerEvent>> timeline;
 };
 

@@ -118,7 +118,7 @@ TEST(Planner, TimelineReachesExactlyThePlansPeaks) {
       }
       EXPECT_EQ(category_peak, plan.per_core[c].category_peak) << "core " << c;
       EXPECT_EQ(peak, plan.per_core[c].peak) << "core " << c;
-      EXPECT_EQ(marks, (std::vector<std::string>{"build", "prefetch", "train_step"}));
+      EXPECT_EQ(marks, (std::vector<std::string>{"build", "prefetch", "train_step", "forward", "backward", "apply_gradients"}));
       EXPECT_EQ(plan.timeline[c].front().owner, "build");
     }
   }

@@ -105,8 +105,8 @@ function area(svg,c,X,Y){
     for(let i=0;i<n;i++)base[i]=top[i];});
 }
 function marks(svg,c,X,Y,sc,W,H){
-  c.phases.forEach((p,i)=>{const x=X(p.position);svg.appendChild(el("svg:line",{x1:x,x2:x,y1:4+10*i,y2:H-18,stroke:"#999","stroke-dasharray":"2,2"}));
-    svg.appendChild(el("svg:text",{x:x+3,y:12+10*i},p.label));});
+  c.phases.forEach((p,i)=>{const x=X(p.position),y=12+10*(i%3);svg.appendChild(el("svg:line",{x1:x,x2:x,y1:y-8,y2:H-18,stroke:"#999","stroke-dasharray":"2,2"}));
+    svg.appendChild(el("svg:text",{x:x+3,y:y},p.label));});
   const px=X(c.peak_position);svg.appendChild(el("svg:line",{x1:px,x2:px,y1:Y(c.peak),y2:H-18,stroke:"#000"}));
   svg.appendChild(el("svg:text",{x:Math.min(px+3,W-90),y:Math.max(Y(c.peak)+12,46)},"peak "+fmt(c.peak)));
   const b=D.hbm_bytes_per_core;
