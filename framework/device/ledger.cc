@@ -9,6 +9,16 @@ namespace keel {
 ResourceExhausted::ResourceExhausted(int core, int64_t requested_bytes, std::string report)
     : std::runtime_error(std::move(report)), core_(core), requested_bytes_(requested_bytes) {}
 
+const char* ledger_event_kind_name(LedgerEventKind kind) {
+  switch (kind) {
+    case LedgerEventKind::charge: return "charge";
+    case LedgerEventKind::release: return "release";
+    case LedgerEventKind::retag: return "retag";
+    case LedgerEventKind::mark: return "mark";
+  }
+  return "?";
+}
+
 namespace {
 
 void add_charge(MemoryStat& s, int64_t bytes) {
@@ -36,7 +46,8 @@ uint64_t CoreLedger::charge(int64_t bytes, Category category, std::string owner,
   add_charge(stats_[static_cast<int>(category)], bytes);
   add_charge(total_, bytes);
   uint64_t handle = next_handle_++;
-  live_.emplace(handle, LiveAllocation{bytes, category, std::move(owner), shape});
+  auto it = live_.emplace(handle, LiveAllocation{bytes, category, std::move(owner), shape}).first;
+  if (recording_) log(LedgerEventKind::charge, handle, it->second, category);
   return handle;
 }
 
@@ -46,6 +57,7 @@ void CoreLedger::release(uint64_t handle) {
   if (it == live_.end()) return;
   add_release(stats_[static_cast<int>(it->second.category)], it->second.bytes);
   add_release(total_, it->second.bytes);
+  if (recording_) log(LedgerEventKind::release, handle, it->second, it->second.category);
   live_.erase(it);
 }
 
@@ -54,12 +66,35 @@ void CoreLedger::retag(uint64_t handle, Category category, std::string owner) {
   auto it = live_.find(handle);
   if (it == live_.end()) return;
   LiveAllocation& a = it->second;
+  const Category from = a.category;
   if (a.category != category) {
     add_release(stats_[static_cast<int>(a.category)], a.bytes);
     add_charge(stats_[static_cast<int>(category)], a.bytes);
     a.category = category;
   }
   a.owner = std::move(owner);
+  if (recording_) log(LedgerEventKind::retag, handle, a, from);
+}
+
+void CoreLedger::log(LedgerEventKind kind, uint64_t handle, const LiveAllocation& a, Category from) {
+  LedgerEvent e{kind, handle, a.bytes, a.category, from, a.owner, a.shape, {}, total_.current};
+  for (int k = 0; k < kNumCategories; ++k) e.current[static_cast<size_t>(k)] = stats_[k].current;
+  events_.push_back(std::move(e));
+}
+
+void CoreLedger::record_events(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  recording_ = on;
+}
+
+void CoreLedger::mark(std::string label) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (recording_) log(LedgerEventKind::mark, 0, LiveAllocation{0, Category::workspace, std::move(label), {}}, Category::workspace);
+}
+
+std::vector<LedgerEvent> CoreLedger::events() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_;
 }
 
 void CoreLedger::record_host_to_core(int64_t bytes) {
@@ -158,6 +193,14 @@ Ledger::Ledger(DeviceSpec spec) : spec_(std::move(spec)) {
 
 void Ledger::reset_peaks() {
   for (auto& c : cores_) c->reset_peaks();
+}
+
+void Ledger::record_events(bool on) {
+  for (auto& c : cores_) c->record_events(on);
+}
+
+void Ledger::mark(const std::string& label) {
+  for (auto& c : cores_) c->mark(label);
 }
 
 }  // namespace keel

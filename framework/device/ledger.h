@@ -48,6 +48,25 @@ struct TransferStat {
   int64_t collective_count = 0;
 };
 
+// One entry of a core's event log (CoreLedger::record_events): what changed, and each category's
+// bytes in use right after it, as the ledger counted them; a log replayed in order therefore
+// reaches exactly the ledger's peaks.
+enum class LedgerEventKind { charge, release, retag, mark };
+
+struct LedgerEvent {
+  LedgerEventKind kind = LedgerEventKind::mark;
+  uint64_t handle = 0;  // the allocation (charge, release, retag); 0 for a mark
+  int64_t bytes = 0;
+  Category category = Category::workspace;       // the allocation's category after the event
+  Category from_category = Category::workspace;  // retag: its category before
+  std::string owner;                             // a mark: its label ("train_step")
+  Shape shape;
+  std::array<int64_t, kNumCategories> current{};  // bytes in use per category after the event
+  int64_t total = 0;                              // their sum
+};
+
+const char* ledger_event_kind_name(LedgerEventKind kind);  // "charge", "release", "retag", "mark"
+
 class ResourceExhausted : public std::runtime_error {
  public:
   ResourceExhausted(int core, int64_t requested_bytes, std::string report);
@@ -76,6 +95,12 @@ class CoreLedger {
   void record_core_to_host(int64_t bytes);
   void record_collective(int64_t sent_bytes, int64_t received_bytes);
 
+  // Event log: off by default (a training run would grow it every step). While on, every charge,
+  // release, retag and mark is appended in the order the ledger applied it.
+  void record_events(bool on);
+  void mark(std::string label);
+  std::vector<LedgerEvent> events() const;
+
   int core() const { return core_; }
   int64_t capacity_bytes() const { return capacity_; }
   MemoryStat stat(Category category) const;
@@ -89,6 +114,7 @@ class CoreLedger {
  private:
   std::string exhausted_report(int64_t bytes, Category category, const std::string& owner,
                                const Shape& shape) const;
+  void log(LedgerEventKind kind, uint64_t handle, const LiveAllocation& a, Category from);
 
   const int core_;
   const int64_t capacity_;  // 0: no budget
@@ -98,6 +124,8 @@ class CoreLedger {
   TransferStat transfers_{};
   uint64_t next_handle_ = 1;
   std::unordered_map<uint64_t, LiveAllocation> live_;
+  bool recording_ = false;
+  std::vector<LedgerEvent> events_;
 };
 
 // One CoreLedger per core of a DeviceSpec.
@@ -109,6 +137,8 @@ class Ledger {
   CoreLedger& core(int i) { return *cores_.at(static_cast<size_t>(i)); }
   const CoreLedger& core(int i) const { return *cores_.at(static_cast<size_t>(i)); }
   void reset_peaks();
+  void record_events(bool on);  // on every core
+  void mark(const std::string& label);  // the same label in every core's log
 
  private:
   DeviceSpec spec_;

@@ -198,18 +198,22 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
     const size_t r = static_cast<size_t>(ctx.replica_id());
     StepTotals& t = per_replica[r];
     std::vector<Tensor> grads;
+    CoreLedger& ledger = strategy_->ledger().core(ctx.replica_id());  // marks: phases in its event log
     {
       const Batch b = std::move(shards[r]);
       GradientTape tape;
+      ledger.mark("forward");
       Tensor y = call(b.images, /*training=*/true);
       Tensor loss = (*loss_)(b.labels, y);
+      ledger.mark("backward");
       grads = tape.gradient(loss, vars);
       t.loss_sum = static_cast<double>(loss.item()) * static_cast<double>(b.size());
       t.correct = count_correct(b.labels, y, sparse);
       if (top_k) t.in_top_k = count_in_top_k(b.labels, y, sparse, kTopK);
       t.samples = b.size();
-      strategy_->ledger().core(ctx.replica_id()).record_core_to_host(2 * sizeof(float));
+      ledger.record_core_to_host(2 * sizeof(float));
     }  // the shard and the forward pass's tensors are released before the update, as on a device
+    ledger.mark("apply_gradients");
     GradientUpdate u = optimizer_->apply_gradients(std::move(grads), vars);
     if (r == 0) update = std::move(u);
   });  // then BatchNormalization's moving statistics are combined (ReplicaLocalState)

@@ -29,6 +29,7 @@ std::vector<TransferStat> run_steady_state_step(ReplicatedStrategy& strategy, co
   check_in_range("the per-core batch", batch_per_core, 1, kMaxBatchPerCore);
   const DeviceSpec& device = strategy.spec();
   std::unique_ptr<Model> model;
+  strategy.ledger().mark("build");
   {
     auto scope = strategy.scope();
     model = factory();
@@ -45,9 +46,11 @@ std::vector<TransferStat> run_steady_state_step(ReplicatedStrategy& strategy, co
     batch.images = Tensor::empty(x);
     batch.labels = Tensor::empty(y);
   }
+  strategy.ledger().mark("prefetch");
   const std::vector<Batch> slot = strategy.distribute(batch);
   std::vector<TransferStat> before;
   for (int c = 0; c < device.cores; ++c) before.push_back(strategy.ledger().core(c).transfers());
+  strategy.ledger().mark("train_step");
   model->train_step(batch);
   return before;
 }
@@ -55,12 +58,13 @@ std::vector<TransferStat> run_steady_state_step(ReplicatedStrategy& strategy, co
 }  // namespace
 
 MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
-                              const Shape& label_shape) {
+                              const Shape& label_shape, PlanDetail detail) {
   // Planned without a budget, so every figure is known even when it does not fit; a real step runs
   // out exactly when some core's running total passes its budget, i.e. when its peak exceeds it.
   DeviceSpec unlimited = device;
   unlimited.hbm_bytes_per_core = 0;
   ReplicatedStrategy strategy(unlimited, ReplicatedStrategy::Options{/*abstract=*/true, /*host_threads=*/0});
+  if (detail == PlanDetail::timeline) strategy.ledger().record_events(true);
   const std::vector<TransferStat> before = run_steady_state_step(strategy, factory, batch_per_core, label_shape);
 
   MemoryPlan plan;
@@ -71,6 +75,9 @@ MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& dev
     const TransferStat after = strategy.ledger().core(m.core).transfers();
     m.sent_bytes = after.sent_bytes - before[static_cast<size_t>(m.core)].sent_bytes;
     m.received_bytes = after.received_bytes - before[static_cast<size_t>(m.core)].received_bytes;
+  }
+  if (detail == PlanDetail::timeline) {
+    for (int c = 0; c < device.cores; ++c) plan.timeline.push_back(strategy.ledger().core(c).events());
   }
   plan.fits = true;
   for (const CoreMemory& m : plan.per_core) {

@@ -34,7 +34,14 @@ struct MemoryPlan {
   bool fits = false;
   std::vector<CoreMemory> per_core;
   std::optional<int64_t> max_batch_per_core;  // filled by find_max_batch
+  // With PlanDetail::timeline: each core's ledger event log of the planned step, from the first
+  // variable built. Marks begin its phases: "build", "prefetch" (the next batch's slot), "train_step"
+  // (the step's infeed), then train_step's own "forward", "backward", "apply_gradients" (all-reduce
+  // and update). Replayed, it reaches exactly the peaks above, because they are the same ledger's.
+  std::vector<std::vector<LedgerEvent>> timeline;
 };
+
+enum class PlanDetail { figures, timeline };
 
 // Builds and compiles the model to plan, in the current scope (called inside the planner's strategy).
 using ModelFactory = std::function<std::unique_ptr<Model>()>;
@@ -45,7 +52,7 @@ std::vector<CoreMemory> core_memory(const Ledger& ledger);
 // One training step at `batch_per_core` on every core of `device`. `label_shape` excludes the batch
 // (empty for class ids, {classes} for one-hot). Nothing is allocated but bookkeeping.
 MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
-                              const Shape& label_shape);
+                              const Shape& label_shape, PlanDetail detail = PlanDetail::figures);
 
 // The same step against every core's budget, before anything real exists: throws ResourceExhausted,
 // with the ledger's report, at the allocation where a training step would run out; returns if it

@@ -83,6 +83,54 @@ TEST(CoreLedgerTest, RetagMovesBytesBetweenCategoriesNotTheTotal) {
   EXPECT_EQ(core.stat(Category::workspace).current, 0);
 }
 
+TEST(CoreLedgerTest, EventLogIsOffUntilAskedAndRecordsEachChangeInOrder) {
+  CoreLedger core(0, 0);
+  core.charge(8, Category::parameters, "before", {2});
+  core.mark("not recorded");
+  EXPECT_TRUE(core.events().empty());
+  core.record_events(true);
+  const uint64_t a = core.charge(256, Category::workspace, "backward:dense", {64});
+  core.mark("step");
+  core.retag(a, Category::gradients, "gradient:dense/kernel");
+  core.release(a);
+  const std::vector<LedgerEvent> e = core.events();
+  ASSERT_EQ(e.size(), 4u);
+  EXPECT_EQ(e[0].kind, LedgerEventKind::charge);
+  EXPECT_EQ(e[0].handle, a);
+  EXPECT_EQ(e[0].bytes, 256);
+  EXPECT_EQ(e[0].owner, "backward:dense");
+  EXPECT_EQ(e[0].shape, Shape({64}));
+  EXPECT_EQ(e[0].total, 264);
+  EXPECT_EQ(e[0].current[static_cast<size_t>(Category::workspace)], 256);
+  EXPECT_EQ(e[0].current[static_cast<size_t>(Category::parameters)], 8);
+  EXPECT_EQ(e[1].kind, LedgerEventKind::mark);
+  EXPECT_EQ(e[1].owner, "step");
+  EXPECT_EQ(e[1].total, 264);
+  EXPECT_EQ(e[2].kind, LedgerEventKind::retag);
+  EXPECT_EQ(e[2].from_category, Category::workspace);
+  EXPECT_EQ(e[2].category, Category::gradients);
+  EXPECT_EQ(e[2].owner, "gradient:dense/kernel");
+  EXPECT_EQ(e[2].current[static_cast<size_t>(Category::workspace)], 0);
+  EXPECT_EQ(e[2].current[static_cast<size_t>(Category::gradients)], 256);
+  EXPECT_EQ(e[3].kind, LedgerEventKind::release);
+  EXPECT_EQ(e[3].category, Category::gradients);
+  EXPECT_EQ(e[3].total, 8);
+  core.record_events(false);
+  core.charge(4, Category::inputs, "after", {1});
+  EXPECT_EQ(core.events().size(), 4u);
+  EXPECT_STREQ(ledger_event_kind_name(LedgerEventKind::retag), "retag");
+}
+
+TEST(LedgerTest, MarksGoToEveryCore) {
+  Ledger ledger(DeviceSpec::custom(3, 0));
+  ledger.record_events(true);
+  ledger.mark("train_step");
+  for (int c = 0; c < 3; ++c) {
+    ASSERT_EQ(ledger.core(c).events().size(), 1u);
+    EXPECT_EQ(ledger.core(c).events()[0].owner, "train_step");
+  }
+}
+
 TEST(CoreLedgerTest, LiveAllocationsLargestFirst) {
   CoreLedger core(3, 0);
   core.charge(10, Category::parameters, "small", {});

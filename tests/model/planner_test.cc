@@ -97,6 +97,33 @@ TEST(Planner, SeedMlpFigures) {
   }
 }
 
+// The timeline is the planning ledger's own log: replayed, it reaches exactly the plan's peaks, and
+// asking for it changes no figure.
+TEST(Planner, TimelineReachesExactlyThePlansPeaks) {
+  for (const DeviceSpec& device : {DeviceSpec::preset("v3-8"), DeviceSpec::preset("cpu")}) {
+    const ModelFactory f = [] { return build_compiled("mlp"); };
+    const MemoryPlan figures = plan_training_step(f, device, 16, {10});
+    const MemoryPlan plan = plan_training_step(f, device, 16, {10}, PlanDetail::timeline);
+    EXPECT_TRUE(figures.timeline.empty());
+    expect_equal(plan.per_core, figures.per_core);
+    ASSERT_EQ(plan.timeline.size(), static_cast<size_t>(device.cores));
+    for (size_t c = 0; c < plan.timeline.size(); ++c) {
+      std::array<int64_t, kNumCategories> category_peak{};
+      int64_t peak = 0;
+      std::vector<std::string> marks;
+      for (const LedgerEvent& e : plan.timeline[c]) {
+        for (size_t k = 0; k < category_peak.size(); ++k) category_peak[k] = std::max(category_peak[k], e.current[k]);
+        peak = std::max(peak, e.total);
+        if (e.kind == LedgerEventKind::mark) marks.push_back(e.owner);
+      }
+      EXPECT_EQ(category_peak, plan.per_core[c].category_peak) << "core " << c;
+      EXPECT_EQ(peak, plan.per_core[c].peak) << "core " << c;
+      EXPECT_EQ(marks, (std::vector<std::string>{"build", "prefetch", "train_step", "forward", "backward", "apply_gradients"}));
+      EXPECT_EQ(plan.timeline[c].front().owner, "build");
+    }
+  }
+}
+
 TEST(Planner, FitsFlipsExactlyWhereTheBudgetIsPassed) {
   const ModelFactory f = [] { return build_compiled("mlp"); };
   const MemoryPlan unlimited = plan_training_step(f, DeviceSpec::custom(2, 0), 64, {10});

@@ -16,7 +16,9 @@
 #include "tools/cli/checkpoint_selection.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/data_sources.h"
+#include "tools/cli/memory_html.h"
 #include "tools/cli/memory_report.h"
+#include "tools/cli/memory_trace.h"
 #include "tools/cli/run_config.h"
 #include "tools/cli/stored_run.h"
 
@@ -83,6 +85,32 @@ void print_plan(const RunConfig& config, const MemoryPlan& plan) {
 }
 
 
+// --trace FILE.json and --report FILE.html: checked before planning, written after.
+struct MemoryOutputs {
+  std::string trace, report;
+  PlanDetail detail() const { return trace.empty() && report.empty() ? PlanDetail::figures : PlanDetail::timeline; }
+};
+
+MemoryOutputs memory_outputs(const po::variables_map& vm) {
+  MemoryOutputs out;
+  if (vm.count("trace")) check_output_path("--trace", out.trace = vm["trace"].as<std::string>());
+  if (vm.count("report")) check_output_path("--report", out.report = vm["report"].as<std::string>());
+  if (!out.trace.empty() && out.trace == out.report) throw UsageError("--trace and --report name the same file; give two");
+  return out;
+}
+
+void write_memory_outputs(const MemoryOutputs& out, const MemoryPlan& plan, const std::string& model) {
+  const auto dump = [](const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
+  if (!out.trace.empty()) write_output_file("--trace", out.trace, dump(memory_trace(plan, model)));
+  // No suggestions until `keel memory --suggest` exists (issue 11): the page then has no such section.
+  if (!out.report.empty()) write_output_file("--report", out.report, memory_report_html(memory_report_data(plan, model, nullptr)));
+}
+
+void print_memory_outputs(const MemoryOutputs& out) {
+  if (!out.trace.empty()) std::printf("Trace: %s (Chrome trace events; open in Perfetto or chrome://tracing)\n", out.trace.c_str());
+  if (!out.report.empty()) std::printf("Report: %s (one self-contained page)\n", out.report.c_str());
+}
+
 }  // namespace
 
 namespace {
@@ -96,18 +124,21 @@ int memory_of_run(const po::variables_map& vm) {
   const std::string target = vm["run"].as<std::string>();
   const SelectedCheckpoint selected = select_target(target, "memory");
   const RunConfig config = read_stored_run(selected.path).config;  // within keel's limits, or refused
+  const MemoryOutputs outputs = memory_outputs(vm);
   const ModelFactory factory = model_factory(config);
-  MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, label_shape(config));
+  MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, label_shape(config), outputs.detail());
   if (vm["max-batch"].as<bool>()) plan.max_batch_per_core = find_max_batch(factory, config.device, label_shape(config));
   nlohmann::json j = plan_json(plan);
   const nlohmann::json& measured = selected.check.state.memory;
   j["measured"] = measured;
   j["plan_equals_measured"] = measured.is_null() ? nlohmann::json(nullptr) : nlohmann::json(peaks_equal(j, measured));
+  write_memory_outputs(outputs, plan, config.model);
   if (vm["json"].as<bool>()) {
     std::cout << j.dump() << "\n";
     return kExitOk;
   }
   print_plan(config, plan);
+  print_memory_outputs(outputs);
   if (measured.is_null()) {
     std::printf("Measured: unknown (%s predates keel's record of what training measured)\n", selected.path.c_str());
     return kExitOk;
@@ -127,6 +158,7 @@ int memory_command(const std::vector<std::string>& args) {
   add_device_options(device_opts);
   po::options_description d("Usage: keel memory --model resnet50 --input-shape 224x224x3 --device v3-8 "
                             "--batch-per-core 128 [--max-batch] [--json]\n"
+                            "       [--trace FILE.json] [--report FILE.html]\n"
                             "       keel memory RUN_DIR [--json]   (the run's own plan beside what its training measured)\n"
                             "       keel memory --model mlp --device v3-32 --batch-per-core 16   (a pod slice: per core and per host)\n\n"
                             "What each core needs for one training step, planned without allocating it; on a pod slice\n"
@@ -136,7 +168,9 @@ int memory_command(const std::vector<std::string>& args) {
   d.add_options()("help,h", "this help")
       ("run", po::value<std::string>(), "a run directory or checkpoint: plan its configuration")
       ("max-batch", po::bool_switch(), "also find the largest per-core batch that fits")
-      ("json", po::bool_switch(), "print one JSON object");
+      ("json", po::bool_switch(), "print one JSON object")
+      ("trace", po::value<std::string>(), "also write the planned step as Chrome trace events (Perfetto, chrome://tracing)")
+      ("report", po::value<std::string>(), "also write the planned step as one self-contained HTML page");
   d.add(model_opts).add(device_opts);
   po::positional_options_description pos;
   pos.add("run", 1);
@@ -150,14 +184,17 @@ int memory_command(const std::vector<std::string>& args) {
   apply_model_options(vm, config);
   apply_device_options(vm, config);
   if (vm.count("freeze")) config.freeze = vm["freeze"].as<std::string>();
+  const MemoryOutputs outputs = memory_outputs(vm);
   const ModelFactory factory = model_factory(config);
   const Shape labels = label_shape(config);
-  MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, labels);
+  MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, labels, outputs.detail());
   if (vm["max-batch"].as<bool>()) plan.max_batch_per_core = find_max_batch(factory, config.device, labels);
+  write_memory_outputs(outputs, plan, config.model);
   if (vm["json"].as<bool>()) {
     std::cout << plan_json(plan).dump() << "\n";
   } else {
     print_plan(config, plan);
+    print_memory_outputs(outputs);
   }
   return kExitOk;
 }
