@@ -112,8 +112,10 @@ std::unique_ptr<Model> resnet(const std::string& model_name, const std::vector<S
     x = (*keel::Dense(options.classes, d))(x);
   } else if (options.pooling == "avg") {
     x = (*keel::GlobalAveragePooling2D("avg_pool"))(x);
+  } else if (options.pooling == "max") {
+    x = (*keel::GlobalMaxPooling2D("max_pool"))(x);
   } else if (!options.pooling.empty()) {
-    throw std::invalid_argument("pooling must be \"avg\" or empty, got \"" + options.pooling + "\"");
+    throw std::invalid_argument("pooling must be \"avg\", \"max\" or empty, got \"" + options.pooling + "\"");
   }
   return std::make_unique<Functional>(input, x, model_name);
 }

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "framework/core/limits.h"
+
 namespace keel::zoo {
 
 std::unique_ptr<Model> build_mlp(const ModelOptions& options, int64_t hidden);
@@ -33,18 +35,14 @@ const ZooEntry& find(const std::string& name) {
   }
   std::string known;
   for (const ZooEntry& e : models()) known += (known.empty() ? "" : ", ") + e.name;
-  throw std::invalid_argument("unknown model '" + name + "' (known: " + known + "; see `keel models`)");
+  throw std::invalid_argument("unknown model '" + quote_untrusted(name) + "' (known: " + known + "; see `keel models`)");
 }
 
 std::unique_ptr<Model> build(const std::string& name, ModelOptions options) {
   const ZooEntry& entry = find(name);
   if (options.input_shape.empty()) options.input_shape = entry.default_input_shape;
-  if (options.classes <= 0) {
-    throw std::invalid_argument("--classes must be positive, got " + std::to_string(options.classes));
-  }
-  for (int64_t d : options.input_shape) {
-    if (d <= 0) throw std::invalid_argument("input shape " + shape_string(options.input_shape) + " must be positive");
-  }
+  check_in_range("--classes", options.classes, 1, kMaxClasses);
+  check_input_shape("the input shape", options.input_shape);
   return entry.build(options);
 }
 

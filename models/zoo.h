@@ -14,7 +14,7 @@ struct ModelOptions {
   Shape input_shape;  // without batch; empty: the model's default
   int64_t classes = 10;
   bool include_top = true;   // ResNets: the avg_pool + predictions head
-  std::string pooling;       // ResNets without top: "" or "avg"
+  std::string pooling;       // ResNets without top: "", "avg" or "max" (keras.applications' pooling)
 };
 
 struct ZooEntry {

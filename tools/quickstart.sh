@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quickstart: build keel (Release) into build/, train the MLP on Fashion-MNIST replicated over a
-# simulated v3-8 (8 cores x 16 = global batch 128), evaluate it on the test split, and print the
-# per-core HBM plan for the same configuration.
+# simulated v3-8 (8 cores x 16 = global batch 128), evaluate it on the test split (accuracy and the
+# memory footprint per core), and print the run's per-core HBM plan beside what its training measured.
 # Idempotent: if checkpoints/mlp already holds a run, it is resumed to EPOCHS (a no-op when done).
 # Environment: EPOCHS (default 10).
 set -euo pipefail
@@ -43,5 +43,5 @@ fi
 echo "==> evaluating $RUN_DIR on the test split"
 "$KEEL" evaluate "$RUN_DIR" --split test
 
-echo "==> per-core HBM plan"
-"$KEEL" memory --model mlp --device v3-8 --batch-per-core 16
+echo "==> per-core HBM plan of the run, beside what its training measured"
+"$KEEL" memory "$RUN_DIR"

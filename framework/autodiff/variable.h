@@ -20,6 +20,11 @@ class Variable {
   const std::string& name() const { return name_; }  // "dense/kernel"
   const Shape& shape() const { return value_.shape(); }
   bool trainable() const { return trainable_; }
+  // Freezing (Layer::set_trainable): a non-trainable variable gets no gradient and no optimizer slot.
+  void set_trainable(bool trainable) {
+    trainable_ = trainable;
+    value_.mark_trainable_variable(trainable_);
+  }
   // Reading a trainable variable inside a GradientTape makes the tape watch it.
   const Tensor& value() const { return value_; }
   Tensor& mutable_value() { return value_; }

@@ -1,8 +1,12 @@
 #include "framework/checkpoint/checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <stdexcept>
 
+#include "framework/checkpoint/checkpoint_snapshot.h"
 #include "framework/checkpoint/h5_file.h"
 
 namespace keel {
@@ -10,7 +14,8 @@ namespace {
 
 constexpr const char* kKerasVersion = "2.13.1";  // the legacy H5 layout keel writes
 
-std::string weight_name(const Variable& v) { return v.name() + ":0"; }  // "dense/kernel:0"
+std::string weight_name(const std::string& variable) { return variable + ":0"; }  // "dense/kernel:0"
+std::string weight_name(const Variable& v) { return weight_name(v.name()); }
 
 nlohmann::json state_to_json(const TrainState& s) {
   return {{"step", s.step},
@@ -19,7 +24,24 @@ nlohmann::json state_to_json(const TrainState& s) {
           {"iterator_state", s.iterator_state},
           {"epoch_totals", {{"loss_sum", s.epoch_totals.loss_sum}, {"correct", s.epoch_totals.correct},
                             {"samples", s.epoch_totals.samples}}},
-          {"config", s.config}};
+          {"config", s.config},
+          {"memory", s.memory},
+          {"callbacks", s.callbacks}};
+}
+
+// A field of the train state that is not what keel writes.
+struct FieldError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// An integer field as stored: a float such as 1e30 (whose conversion would be undefined) is refused.
+int64_t integer(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    throw FieldError(std::string(key) + " does not fit in 64 bits");
+  }
+  if (!v.is_number_integer()) throw FieldError(std::string(key) + " is not an integer");
+  return v.get<int64_t>();
 }
 
 // A train state's counters are never negative, and an epoch's totals count its samples.
@@ -41,22 +63,39 @@ TrainState state_from_json(const std::string& path, const std::string& text) {
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
     TrainState s;
-    s.step = j.at("step").get<int64_t>();
-    s.epoch = j.at("epoch").get<int>();
-    s.batch_in_epoch = j.at("batch_in_epoch").get<int64_t>();
+    s.step = integer(j, "step");
+    s.epoch = static_cast<int>(std::clamp<int64_t>(integer(j, "epoch"), -1, std::numeric_limits<int>::max()));
+    s.batch_in_epoch = integer(j, "batch_in_epoch");
     s.iterator_state = j.at("iterator_state");
     const auto& t = j.at("epoch_totals");
     s.epoch_totals.loss_sum = t.at("loss_sum").get<double>();
-    s.epoch_totals.correct = t.at("correct").get<int64_t>();
-    s.epoch_totals.samples = t.at("samples").get<int64_t>();
+    s.epoch_totals.correct = integer(t, "correct");
+    s.epoch_totals.samples = integer(t, "samples");
     s.config = j.at("config");
-    check_state_ranges(path, s);
+    s.memory = j.value("memory", nlohmann::json());
+    if (!s.memory.is_null() && !s.memory.is_object()) throw CheckpointError("checkpoint " + path + ": /keel/train_state's memory is not an object");
+    s.callbacks = j.value("callbacks", nlohmann::json());
+    if (!s.callbacks.is_null() && !s.callbacks.is_object()) throw CheckpointError("checkpoint " + path + ": /keel/train_state's callbacks is not an object");
     return s;
+  } catch (const FieldError& e) {
+    throw CheckpointError("checkpoint " + path + ": /keel/train_state is damaged (" + e.what() + ")");
   } catch (const nlohmann::json::exception& e) {
     std::string reason = e.what();
     if (reason.size() > 300) reason = reason.substr(0, 300) + "...";
     throw CheckpointError("checkpoint " + path + ": /keel/train_state is damaged (" + reason + ")");
   }
+}
+
+// The element count of a shape a file declares, refused above what one checkpoint dataset may hold.
+int64_t checked_num_elements(const std::string& path, const Shape& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) || n > H5File::kMaxVerifiedElements) {
+      throw CheckpointError("checkpoint " + path + ": a dataset declares shape " + shape_string(shape) +
+                            ", more than a checkpoint holds");
+    }
+  }
+  return static_cast<int64_t>(n);
 }
 
 // The root attributes keel_config_crc32 covers.
@@ -174,51 +213,81 @@ int64_t stage_optimizer_weights(H5File& f, const std::string& path, const Model&
 }  // namespace
 
 void save_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer, const TrainState& state) {
+  write_checkpoint(path, snapshot_checkpoint(model, optimizer, state));
+}
+
+void write_checkpoint(const std::string& path, const CheckpointSnapshot& snapshot) {
   H5File f = H5File::create(path);
   f.set_attr_int64("/", "keel_format_version", kCheckpointFormatVersion);
   f.set_attr_string("/", "keras_version", kKerasVersion);
   f.set_attr_string("/", "backend", "keel");
-  const std::string model_config = model.to_config().dump();
-  const std::string training_config =
-      nlohmann::json{{"loss", model.loss().get_config()},
-                     {"metrics", {"accuracy"}},
-                     {"optimizer_config", {{"class_name", optimizer.name()}, {"config", optimizer.get_config()}}}}
-          .dump();
-  f.set_attr_string("/", "model_config", model_config);
-  f.set_attr_string("/", "training_config", training_config);
-  f.set_attr_int64("/", "keel_config_crc32", config_checksum(model_config, training_config));
+  f.set_attr_string("/", "model_config", snapshot.model_config);
+  f.set_attr_string("/", "training_config", snapshot.training_config);
+  f.set_attr_int64("/", "keel_config_crc32", config_checksum(snapshot.model_config, snapshot.training_config));
 
   f.create_group("model_weights");
   std::vector<std::string> layer_names;
-  for (Layer* layer : model.layers()) layer_names.push_back(layer->name());
+  for (const SnapshotLayer& layer : snapshot.layers) layer_names.push_back(layer.name);
   f.set_attr_string_list("model_weights", "layer_names", layer_names);
   f.set_attr_string("model_weights", "backend", "keel");
   f.set_attr_string("model_weights", "keras_version", kKerasVersion);
-  for (Layer* layer : model.layers()) {
-    const std::string group = "model_weights/" + layer->name();
+  for (const SnapshotLayer& layer : snapshot.layers) {
+    const std::string group = "model_weights/" + layer.name;
     f.create_group(group);
     std::vector<std::string> names;
-    for (Variable* v : layer->weights()) {
-      names.push_back(weight_name(*v));
-      const Tensor& t = v->value();
-      f.write_floats(group + "/" + weight_name(*v), t.shape(), t.data());
+    for (const SnapshotValue& v : layer.weights) {
+      names.push_back(weight_name(v.name));
+      f.write_floats(group + "/" + weight_name(v.name), v.shape, v.values.data());
     }
     f.set_attr_string_list(group, "weight_names", names);
   }
 
   f.create_group("optimizer_weights");
-  const std::string iterations = optimizer.name() + "/iterations:0";
+  const std::string iterations = snapshot.optimizer_name + "/iterations:0";
   std::vector<std::string> opt_names = {iterations};
-  f.write_int64("optimizer_weights/" + iterations, optimizer.iterations());
-  for (Variable* slot : optimizer.slot_variables()) {
-    opt_names.push_back(weight_name(*slot));
-    f.write_floats("optimizer_weights/" + weight_name(*slot), slot->shape(), slot->value().data());
+  f.write_int64("optimizer_weights/" + iterations, snapshot.iterations);
+  for (const SnapshotValue& slot : snapshot.slots) {
+    opt_names.push_back(weight_name(slot.name));
+    f.write_floats("optimizer_weights/" + weight_name(slot.name), slot.shape, slot.values.data());
   }
   f.set_attr_string_list("optimizer_weights", "weight_names", opt_names);
 
   f.create_group("keel");
-  f.write_string("keel/train_state", state_to_json(state).dump());
+  f.write_string("keel/train_state", state_to_json(snapshot.state).dump());
   f.close();
+}
+
+TrainState load_model_weights(const std::string& path, Model& model) {
+  H5File f = open_keel_checkpoint(path);
+  TrainState state = state_from_json(path, f.read_string("keel/train_state"));
+  StagedWeights staged;
+  stage_model_weights(f, path, model, staged);
+  for (Variable* v : model.variables()) {
+    const std::vector<float>& buffer = staged.at(v->name());
+    Tensor& t = v->mutable_value();
+    if (!t.is_abstract()) std::copy(buffer.begin(), buffer.end(), t.data());
+  }
+  return state;
+}
+
+void read_optimizer_state(const std::string& path, CheckpointSnapshot& into) {
+  H5File f = open_keel_checkpoint(path);
+  if (!f.exists("optimizer_weights")) throw CheckpointError("checkpoint " + path + " has no /optimizer_weights");
+  const std::vector<std::string> names = f.get_attr_string_list("optimizer_weights", "weight_names");
+  if (names.empty() || names.front().size() < 13 || !names.front().ends_with("/iterations:0")) {
+    throw CheckpointError("checkpoint " + path + ": optimizer_weights does not start with <optimizer>/iterations:0");
+  }
+  into.optimizer_name = names.front().substr(0, names.front().size() - 13);
+  into.iterations = f.read_int64("optimizer_weights/" + names.front());
+  into.slots.resize(names.size() - 1);
+  for (size_t i = 1; i < names.size(); ++i) {
+    if (!names[i].ends_with(":0")) throw CheckpointError("checkpoint " + path + ": optimizer weight '" + names[i].substr(0, 200) + "' is not a variable");
+    SnapshotValue& slot = into.slots[i - 1];
+    slot.name = names[i].substr(0, names[i].size() - 2);
+    slot.shape = f.dataset_shape("optimizer_weights/" + names[i]);
+    slot.values.resize(static_cast<size_t>(checked_num_elements(path, slot.shape)));
+    f.read_floats("optimizer_weights/" + names[i], slot.shape, slot.values.data());
+  }
 }
 
 TrainState read_train_state(const std::string& path) {
@@ -238,6 +307,7 @@ CheckpointCheck verify_checkpoint(const std::string& path) {
 TrainState load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer) {
   H5File f = open_keel_checkpoint(path);
   TrainState state = state_from_json(path, f.read_string("keel/train_state"));
+  check_state_ranges(path, state);
 
   StagedWeights staged;  // read everything before assigning anything
   stage_model_weights(f, path, model, staged);

@@ -37,11 +37,20 @@ struct TrainState {
   nlohmann::json iterator_state; // the data iterator's position in `epoch`; null at an epoch start
   StepTotals epoch_totals;       // running loss/accuracy sums of `epoch`
   nlohmann::json config;         // how the run was started (model, data, device, optimizer, seed...)
+  nlohmann::json memory;         // what training measured so far, per core (tools/cli/memory_report.h);
+                                 // null in checkpoints written before keel recorded it
+  nlohmann::json callbacks;      // the callbacks' resumable state by name ({"EarlyStopping": {...}});
+                                 // null when none kept any, and in checkpoints from before keel did
 };
 
+// write_checkpoint(path, snapshot_checkpoint(model, optimizer, state)) (checkpoint_snapshot.h).
 void save_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer, const TrainState& state);
 // Restores weights, optimizer slots and iterations; returns the training state.
 TrainState load_checkpoint(const std::string& path, Model& model, Optimizer& optimizer);
+// Only the model's weights, checked as load_checkpoint checks them; no optimizer state is read or
+// built (evaluation: nothing of the optimizer occupies the cores). Returns the training state.
+TrainState load_model_weights(const std::string& path, Model& model);
+
 // Only the training state (to rebuild the model a checkpoint belongs to). Checks it is keel's.
 TrainState read_train_state(const std::string& path);
 

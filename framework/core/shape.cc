@@ -1,11 +1,43 @@
 #include "framework/core/shape.h"
 
+#include <stdexcept>
+
+#include "framework/core/limits.h"
+
 namespace keel {
+
+int64_t checked_mul(int64_t a, int64_t b, const char* what) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) {
+    throw std::invalid_argument(std::string(what) + " overflows: " + std::to_string(a) + " * " + std::to_string(b) +
+                                " does not fit in 64 bits");
+  }
+  return r;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const char* what) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) {
+    throw std::invalid_argument(std::string(what) + " overflows: " + std::to_string(a) + " + " + std::to_string(b) +
+                                " does not fit in 64 bits");
+  }
+  return r;
+}
 
 int64_t num_elements(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n) || n > kMaxTensorElements || n < -kMaxTensorElements) {
+      throw std::invalid_argument("shape " + shape_string(shape) + " has more than " +
+                                  limit_string(kMaxTensorElements) +
+                                  " elements, keel's limit for one tensor (see README \"Limits\")");
+    }
+  }
   return n;
+}
+
+int64_t num_bytes(const Shape& shape, int64_t element_bytes) {
+  return checked_mul(num_elements(shape), element_bytes, "tensor bytes");
 }
 
 std::string shape_string(const Shape& shape) {

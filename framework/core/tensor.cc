@@ -15,7 +15,7 @@ std::shared_ptr<Storage> Storage::allocate(int64_t elements, const Shape& shape,
   if (elements < 0) throw std::invalid_argument("negative tensor size " + shape_string(shape));
   std::shared_ptr<Storage> s(new Storage());
   s->elements_ = elements;
-  const int64_t bytes = elements * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes = checked_mul(elements, static_cast<int64_t>(sizeof(float)), "tensor bytes");
   // Charge first: an allocation that does not fit must fail before any memory is taken. On a throw,
   // the destructor releases the charges made so far.
   const bool abstract = device_hooks::charge_new_storage(bytes, category, owner, shape, s->charges_);
@@ -27,7 +27,8 @@ std::shared_ptr<Storage> Storage::allocate_host(int64_t elements) {
   if (elements < 0) throw std::invalid_argument("negative tensor size");
   std::shared_ptr<Storage> s(new Storage());
   s->elements_ = elements;
-  if (elements > 0) s->data_ = static_cast<float*>(host_allocate(static_cast<size_t>(elements) * sizeof(float)));
+  const int64_t bytes = checked_mul(elements, static_cast<int64_t>(sizeof(float)), "tensor bytes");
+  if (elements > 0) s->data_ = static_cast<float*>(host_allocate(static_cast<size_t>(bytes)));
   return s;
 }
 
@@ -136,7 +137,7 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
       if (unknown >= 0) throw std::invalid_argument("reshape: more than one -1 in " + shape_string(new_shape));
       unknown = static_cast<int>(i);
     } else {
-      known *= resolved[i];
+      known = checked_mul(known, resolved[i], "reshape");
     }
   }
   if (unknown >= 0 && known > 0) resolved[static_cast<size_t>(unknown)] = size() / known;

@@ -78,7 +78,7 @@ class Tensor {
   int rank() const { return static_cast<int>(impl_->shape.size()); }
   int64_t dim(int i) const { return impl_->shape.at(static_cast<size_t>(i < 0 ? i + rank() : i)); }
   int64_t size() const { return num_elements(impl_->shape); }
-  int64_t bytes() const { return size() * static_cast<int64_t>(sizeof(float)); }
+  int64_t bytes() const { return num_bytes(impl_->shape, static_cast<int64_t>(sizeof(float))); }
   bool is_abstract() const { return impl_->storage && impl_->storage->abstract(); }
   bool is_string() const { return impl_ != nullptr && impl_->string != nullptr; }
   const std::string& string_value() const;  // throws std::logic_error unless is_string()

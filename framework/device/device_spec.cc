@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "framework/core/limits.h"
+
 namespace keel {
 namespace {
 
@@ -45,16 +47,23 @@ DeviceSpec DeviceSpec::preset(const std::string& name) {
   }
   std::string known;
   for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("unknown device preset '" + name + "' (known: " + known +
+  throw std::invalid_argument("unknown device preset '" + quote_untrusted(name) + "' (known: " + known +
                               "; or give --cores N --hbm-per-core SIZE)");
 }
 
 DeviceSpec DeviceSpec::custom(int cores, int64_t hbm_bytes_per_core) {
-  if (cores < 1 || cores > 4096) {
-    throw std::invalid_argument("--cores must be between 1 and 4096, got " + std::to_string(cores));
-  }
-  if (hbm_bytes_per_core < 0) throw std::invalid_argument("--hbm-per-core must not be negative");
+  check_in_range("--cores", cores, 1, kMaxCores);
+  if (hbm_bytes_per_core != 0) check_in_range("--hbm-per-core (bytes)", hbm_bytes_per_core, 1, kMaxHbmBytesPerCore);
   return DeviceSpec{"custom", cores, hbm_bytes_per_core};
+}
+
+void DeviceSpec::validate() const {
+  if (name.empty() || name.size() > kMaxNameBytes) {
+    throw std::invalid_argument("a device name must have 1 to " + std::to_string(kMaxNameBytes) + " bytes, got " +
+                                std::to_string(name.size()));
+  }
+  check_in_range("device cores", cores, 1, kMaxCores);
+  check_in_range("device HBM per core (bytes; 0: no budget)", hbm_bytes_per_core, 0, kMaxHbmBytesPerCore);
 }
 
 int64_t parse_bytes(const std::string& text) {
@@ -66,7 +75,7 @@ int64_t parse_bytes(const std::string& text) {
     ++i;
   }
   if (digits == 0 || dots > 1) {
-    throw std::invalid_argument("not a size: '" + text + "' (examples: 512MiB, 16GiB, 95GB)");
+    throw std::invalid_argument("not a size: '" + quote_untrusted(text) + "' (examples: 512MiB, 16GiB, 95GB)");
   }
   const double value = std::strtod(text.substr(0, i).c_str(), nullptr);
   const std::string unit = text.substr(i);
@@ -80,10 +89,10 @@ int64_t parse_bytes(const std::string& text) {
   else if (unit == "MB") scale = 1e6;
   else if (unit == "GB") scale = 1e9;
   else if (unit == "TB") scale = 1e12;
-  else throw std::invalid_argument("unknown size unit '" + unit + "' in '" + text + "' (use B, KiB, MiB, GiB, KB, MB, GB)");
+  else throw std::invalid_argument("unknown size unit in '" + quote_untrusted(text) + "' (use B, KiB, MiB, GiB, KB, MB, GB)");
   const double bytes = value * scale;
   // 2^63 is exactly representable; anything at or above it does not fit.
-  if (!(bytes < 9223372036854775808.0)) throw std::invalid_argument("size '" + text + "' is too large");
+  if (!(bytes < 9223372036854775808.0)) throw std::invalid_argument("size '" + quote_untrusted(text) + "' is too large");
   return static_cast<int64_t>(std::llround(bytes));
 }
 

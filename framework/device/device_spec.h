@@ -16,7 +16,11 @@ struct DeviceSpec {
 
   // The presets of DESIGN.md (contract). Throws std::invalid_argument naming the known presets.
   static DeviceSpec preset(const std::string& name);
+  // 1..kMaxCores cores; hbm_bytes_per_core 0 (no budget) or 1..kMaxHbmBytesPerCore (core/limits.h).
   static DeviceSpec custom(int cores, int64_t hbm_bytes_per_core);
+  // A spec read back (a checkpoint's): name 1..kMaxNameBytes, cores and HBM within the limits above.
+  // Throws std::invalid_argument.
+  void validate() const;
   static const std::vector<std::string>& preset_names();
 };
 

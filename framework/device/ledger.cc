@@ -28,7 +28,9 @@ void add_release(MemoryStat& s, int64_t bytes) {
 
 uint64_t CoreLedger::charge(int64_t bytes, Category category, std::string owner, const Shape& shape) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (capacity_ > 0 && total_.current + bytes > capacity_) {
+  // Checked: a plan without a budget may sum tensors no real core could hold.
+  const int64_t in_use_after = checked_add(total_.current, bytes, "the bytes charged to one core");
+  if (capacity_ > 0 && in_use_after > capacity_) {
     throw ResourceExhausted(core_, bytes, exhausted_report(bytes, category, owner, shape));
   }
   add_charge(stats_[static_cast<int>(category)], bytes);

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "framework/core/limits.h"
 #include "framework/layers/core_layers.h"
 #include "framework/layers/initializers.h"
 #include "framework/ops/concat.h"
@@ -16,7 +17,7 @@ namespace {
 ops::Padding parse_padding(const std::string& layer, const std::string& padding) {
   if (padding == "valid") return ops::Padding::valid;
   if (padding == "same") return ops::Padding::same;
-  throw std::invalid_argument(layer + ": padding must be \"valid\" or \"same\", got \"" + padding + "\"");
+  throw std::invalid_argument(layer + ": padding must be \"valid\" or \"same\", got \"" + quote_untrusted(padding) + "\"");
 }
 
 void check_image(const std::string& layer, const Shape& s) {
@@ -31,11 +32,11 @@ nlohmann::json pair(const std::array<int, 2>& v) { return nlohmann::json::array(
 
 Conv2D::Conv2D(int64_t filters, std::array<int, 2> kernel_size, Options options)
     : Layer("conv2d", options.name), filters_(filters), kernel_size_(kernel_size), options_(std::move(options)) {
-  if (filters_ <= 0) throw std::invalid_argument("Conv2D: filters must be positive");
+  check_in_range("Conv2D: filters", filters_, 1, kMaxUnits);
   for (int i = 0; i < 2; ++i) {
-    if (kernel_size_[i] <= 0 || options_.strides[i] <= 0 || options_.dilation_rate[i] <= 0) {
-      throw std::invalid_argument("Conv2D: kernel size, strides and dilation must be positive");
-    }
+    check_in_range("Conv2D: kernel size", kernel_size_[i], 1, kMaxKernelSize);
+    check_in_range("Conv2D: strides", options_.strides[i], 1, kMaxKernelSize);
+    check_in_range("Conv2D: dilation rate", options_.dilation_rate[i], 1, kMaxKernelSize);
   }
   parse_padding("Conv2D", options_.padding);
   check_activation(options_.activation);
@@ -91,7 +92,7 @@ nlohmann::json Conv2D::get_config() const {
 ZeroPadding2D::ZeroPadding2D(std::array<std::array<int, 2>, 2> padding, std::string name)
     : Layer("zero_padding2d", name), padding_(padding) {
   for (const auto& p : padding_) {
-    if (p[0] < 0 || p[1] < 0) throw std::invalid_argument("ZeroPadding2D: padding must not be negative");
+    for (int side : p) check_in_range("ZeroPadding2D: padding", side, 0, kMaxKernelSize);
   }
 }
 
@@ -117,7 +118,8 @@ Pooling2D::Pooling2D(Kind kind, std::array<int, 2> pool_size, std::array<int, 2>
     : Layer(kind == Kind::max ? "max_pooling2d" : "average_pooling2d", name),
       kind_(kind), pool_size_(pool_size), strides_(strides), padding_(std::move(padding)) {
   for (int i = 0; i < 2; ++i) {
-    if (pool_size_[i] <= 0 || strides_[i] <= 0) throw std::invalid_argument("pooling: pool size and strides must be positive");
+    check_in_range("pooling: pool size", pool_size_[i], 1, kMaxKernelSize);
+    check_in_range("pooling: strides", strides_[i], 1, kMaxKernelSize);
   }
   parse_padding(class_name(), padding_);
 }
@@ -158,6 +160,28 @@ Shape GlobalAveragePooling2D::compute_output_shape(const Shape& s) const {
 Tensor GlobalAveragePooling2D::call(const Tensor& x, bool training) { return ops::global_avg_pool2d(x); }
 
 nlohmann::json GlobalAveragePooling2D::get_config() const {
+  nlohmann::json c = Layer::get_config();
+  c["data_format"] = "channels_last";
+  c["keepdims"] = false;
+  return c;
+}
+
+GlobalMaxPooling2D::GlobalMaxPooling2D(std::string name) : Layer("global_max_pooling2d", name) {}
+
+Shape GlobalMaxPooling2D::compute_output_shape(const Shape& s) const {
+  check_image("GlobalMaxPooling2D '" + name() + "'", s);
+  return {s[2]};
+}
+
+// One max pool whose window is the whole image, then (N, 1, 1, C) -> (N, C): max_pool2d's backward
+// (the gradient to the first maximum) is TensorFlow's reduce_max gradient on ties too.
+Tensor GlobalMaxPooling2D::call(const Tensor& x, bool training) {
+  if (x.rank() != 4) throw std::invalid_argument("GlobalMaxPooling2D '" + name() + "' expects (N, H, W, C), got " + shape_string(x.shape()));
+  const std::array<int, 2> window = {static_cast<int>(x.dim(1)), static_cast<int>(x.dim(2))};
+  return ops::reshape(ops::max_pool2d(x, window, window, ops::Padding::valid), {x.dim(0), x.dim(3)});
+}
+
+nlohmann::json GlobalMaxPooling2D::get_config() const {
   nlohmann::json c = Layer::get_config();
   c["data_format"] = "channels_last";
   c["keepdims"] = false;
@@ -244,6 +268,9 @@ std::shared_ptr<layers::Pooling2D> AveragePooling2D(int pool_size, int strides, 
 }
 std::shared_ptr<layers::GlobalAveragePooling2D> GlobalAveragePooling2D(std::string name) {
   return std::make_shared<layers::GlobalAveragePooling2D>(std::move(name));
+}
+std::shared_ptr<layers::GlobalMaxPooling2D> GlobalMaxPooling2D(std::string name) {
+  return std::make_shared<layers::GlobalMaxPooling2D>(std::move(name));
 }
 std::shared_ptr<layers::Add> Add(std::string name) { return std::make_shared<layers::Add>(std::move(name)); }
 std::shared_ptr<layers::Concatenate> Concatenate(int axis, std::string name) {

@@ -75,6 +75,16 @@ class GlobalAveragePooling2D : public Layer {
   nlohmann::json get_config() const override;
 };
 
+// Max over H and W: (N, H, W, C) -> (N, C). Keras's GlobalMaxPooling2D (channels_last, no keepdims).
+class GlobalMaxPooling2D : public Layer {
+ public:
+  explicit GlobalMaxPooling2D(std::string name = "");
+  std::string class_name() const override { return "GlobalMaxPooling2D"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor call(const Tensor& x, bool training) override;
+  nlohmann::json get_config() const override;
+};
+
 class Add : public Layer {
  public:
   explicit Add(std::string name = "");
@@ -116,6 +126,7 @@ std::shared_ptr<layers::Pooling2D> MaxPooling2D(int pool_size = 2, int strides =
 std::shared_ptr<layers::Pooling2D> AveragePooling2D(int pool_size = 2, int strides = 0, std::string padding = "valid",
                                                     std::string name = "");
 std::shared_ptr<layers::GlobalAveragePooling2D> GlobalAveragePooling2D(std::string name = "");
+std::shared_ptr<layers::GlobalMaxPooling2D> GlobalMaxPooling2D(std::string name = "");
 std::shared_ptr<layers::Add> Add(std::string name = "");
 std::shared_ptr<layers::Concatenate> Concatenate(int axis = -1, std::string name = "");
 

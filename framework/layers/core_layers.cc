@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "framework/core/limits.h"
 #include "framework/core/random.h"
 #include "framework/device/replica_context.h"
 #include "framework/layers/initializers.h"
@@ -12,7 +13,7 @@ namespace layers {
 
 void check_activation(const std::string& activation) {
   if (activation != "linear" && activation != "relu" && activation != "softmax") {
-    throw std::invalid_argument("unknown activation '" + activation + "' (known: linear, relu, softmax)");
+    throw std::invalid_argument("unknown activation '" + quote_untrusted(activation) + "' (known: linear, relu, softmax)");
   }
 }
 
@@ -29,7 +30,7 @@ Tensor apply_activation(const std::string& activation, const Tensor& x) {
 }
 
 Dense::Dense(int64_t units, Options options) : Layer("dense", options.name), units_(units), options_(std::move(options)) {
-  if (units_ <= 0) throw std::invalid_argument("Dense: units must be positive, got " + std::to_string(units_));
+  check_in_range("Dense: units", units_, 1, kMaxUnits);
   check_activation(options_.activation);
   if (options_.input_shape) set_declared_input_shape(*options_.input_shape);
 }

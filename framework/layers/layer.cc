@@ -86,7 +86,7 @@ Tensor Layer::operator()(const Tensor& x, bool training) {
 }
 
 nlohmann::json Layer::get_config() const {
-  nlohmann::json config = {{"name", name_}, {"trainable", true}, {"dtype", "float32"}};
+  nlohmann::json config = {{"name", name_}, {"trainable", trainable_}, {"dtype", "float32"}};
   if (declared_input_shape_) {
     nlohmann::json shape = nlohmann::json::array({nullptr});
     for (int64_t d : *declared_input_shape_) shape.push_back(d);
@@ -100,8 +100,14 @@ Variable& Layer::add_weight(const std::string& name, const Shape& shape, const s
   const std::string full = name_ + "/" + name;
   Tensor value = Tensor::empty(shape, Category::parameters, full);
   initialize(value, initializer, next_initializer_key());
-  variables_.push_back(std::make_unique<Variable>(full, std::move(value), trainable));
+  variables_.push_back(std::make_unique<Variable>(full, std::move(value), trainable && trainable_));
+  variable_trainable_.push_back(trainable);
   return *variables_.back();
+}
+
+void Layer::set_trainable(bool trainable) {
+  trainable_ = trainable;
+  for (size_t i = 0; i < variables_.size(); ++i) variables_[i]->set_trainable(trainable && variable_trainable_[i]);
 }
 
 std::vector<Variable*> Layer::weights() const {

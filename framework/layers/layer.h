@@ -63,6 +63,11 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual nlohmann::json get_config() const;
 
   std::vector<Variable*> weights() const;
+  // Keras's layer.trainable: false freezes every weight of the layer (no gradients, no optimizer
+  // slots; a frozen BatchNormalization also runs in inference mode, as in Keras 2). Set it before
+  // compile. True restores each weight's own trainability (moving statistics stay non-trainable).
+  void set_trainable(bool trainable);
+  bool trainable() const { return trainable_; }
   std::vector<Variable*> trainable_weights() const;
   std::vector<Variable*> non_trainable_weights() const;
   int64_t count_params() const;
@@ -85,6 +90,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   int inbound_nodes_ = 0;
   std::optional<Shape> declared_input_shape_;
   std::vector<std::unique_ptr<Variable>> variables_;
+  std::vector<bool> variable_trainable_;  // each weight's own trainability, as added
+  bool trainable_ = true;
 };
 
 using LayerPtr = std::shared_ptr<Layer>;

@@ -71,7 +71,7 @@ Tensor BatchNormalization::call(const Tensor& x, bool training) {
   }
   const Tensor gamma = gamma_or_ones(channels), beta = beta_or_zeros(channels);
   const float epsilon = options_.epsilon;
-  if (!training) {
+  if (!training || !trainable()) {  // frozen: inference mode, as Keras 2's BatchNormalization
     return ops::batch_norm_inference(x, gamma, beta, moving_mean_->value(), moving_variance_->value(), epsilon);
   }
   ops::BatchNormResult r = ops::batch_norm_training(x, gamma, beta, epsilon);

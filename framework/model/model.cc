@@ -1,7 +1,7 @@
 #include "framework/model/model.h"
 
 #include <chrono>
-
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -54,6 +54,17 @@ std::string row(const std::string& a, const std::string& b, const std::string& c
 }
 
 }  // namespace
+
+std::string NonFiniteStep::describe() const {
+  char loss_text[32];
+  std::snprintf(loss_text, sizeof loss_text, "%g", std::isnan(loss) ? std::fabs(loss) : loss);  // "nan", never "-nan"
+  std::string text = "step " + std::to_string(step) + ": ";
+  const bool bad_loss = !std::isfinite(loss);
+  if (bad_loss) text += std::string("the loss is ") + loss_text;
+  if (!variable.empty()) text += std::string(bad_loss ? " and " : "") + "the gradient of " + variable + " is not finite";
+  if (update_skipped) text += std::string(" (the update was not applied") + (bad_loss ? ")" : std::string("; loss ") + loss_text + ")");
+  return text;
+}
 
 Model::Model(std::string name) : name_(std::move(name)) {}
 
@@ -146,9 +157,11 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
   const std::vector<Variable*> vars = trainable_variables();
   const bool sparse = loss_->sparse_labels();
   std::vector<StepTotals> per_replica(static_cast<size_t>(n));
+  GradientUpdate update;  // every replica's is the same: replica 0's is kept
   // The step's random streams are keyed by the optimizer's iterations, so a resumed run draws what
   // a straight one would.
-  strategy_->set_step(optimizer_->iterations());
+  const int64_t step = optimizer_->iterations() + 1;
+  strategy_->set_step(step - 1);
   strategy_->run_replicas([&](ReplicaContext& ctx) {
     const size_t r = static_cast<size_t>(ctx.replica_id());
     StepTotals& t = per_replica[r];
@@ -164,10 +177,16 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
       t.samples = b.size();
       strategy_->ledger().core(ctx.replica_id()).record_core_to_host(2 * sizeof(float));
     }  // the shard and the forward pass's tensors are released before the update, as on a device
-    optimizer_->apply_gradients(std::move(grads), vars);
+    GradientUpdate u = optimizer_->apply_gradients(std::move(grads), vars);
+    if (r == 0) update = std::move(u);
   });  // then BatchNormalization's moving statistics are combined (ReplicaLocalState)
   StepTotals total;
   for (const StepTotals& t : per_replica) total += t;
+  non_finite_.reset();
+  if (!update.applied || !std::isfinite(total.loss_sum)) {
+    non_finite_ = NonFiniteStep{step, total.samples ? total.loss_sum / static_cast<double>(total.samples) : total.loss_sum,
+                                update.non_finite_variable, !update.applied};
+  }
   return total;
 }
 
@@ -223,6 +242,11 @@ Batch to_batch(const Element& e) {
 
 History Model::fit(const Dataset& dataset, const FitOptions& options) {
   if (!compiled()) throw std::logic_error("fit: call compile() first");
+  if (options.validation_split != 0.0) {
+    throw std::invalid_argument("fit: validation_split is not supported for Dataset inputs (as in Keras); "
+                                "split the data before batching and pass validation_data");
+  }
+  if (options.validation_freq <= 0) throw std::invalid_argument("fit: validation_freq must be positive");
   History history;
   TrainingState st;
   st.model = this;
@@ -247,7 +271,7 @@ History Model::fit(const Dataset& dataset, const FitOptions& options) {
     st.collective_bytes = 0;
     for (Callback* cb : options.callbacks) cb->on_epoch_begin(st);
     if (train_epoch(it, st, options.callbacks)) {
-      const Logs logs = logs_of(st.epoch_totals);
+      const Logs logs = epoch_logs(st, options);
       history.epochs.push_back(logs);
       for (Callback* cb : options.callbacks) cb->on_epoch_end(st, logs);
     }
@@ -255,6 +279,16 @@ History Model::fit(const Dataset& dataset, const FitOptions& options) {
   }
   for (Callback* cb : options.callbacks) cb->on_train_end(st);
   return history;
+}
+
+Logs Model::epoch_logs(const TrainingState& st, const FitOptions& options) {
+  Logs logs = logs_of(st.epoch_totals);
+  if (options.validation_data && (st.epoch + 1) % options.validation_freq == 0) {
+    const Logs val = evaluate(*options.validation_data);
+    logs["val_loss"] = val.at("loss");
+    logs["val_accuracy"] = val.at("accuracy");
+  }
+  return logs;
 }
 
 bool Model::train_epoch(Iterator& it, TrainingState& st, const std::vector<Callback*>& callbacks) {
@@ -287,6 +321,7 @@ bool Model::train_epoch(Iterator& it, TrainingState& st, const std::vector<Callb
     st.step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
     ++st.batch;
     st.last_batch_of_epoch = !next.has_value();
+    st.non_finite = non_finite_;
     const Logs logs = logs_of(st.epoch_totals);
     for (Callback* cb : callbacks) cb->on_train_batch_end(st, logs);
     st.position = nullptr;

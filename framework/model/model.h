@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,17 @@ struct StepTotals {
   }
 };
 
+// A training step whose loss or gradients were not all finite (a diverging run). The optimizer
+// skips an update with a non-finite gradient (framework/train/optimizers.h), so the variables and
+// slots are still the last finite step's; a step whose loss alone was not finite was applied.
+struct NonFiniteStep {
+  int64_t step = 0;          // 1-based: the optimizer's iterations before it, plus one
+  double loss = 0.0;         // the step's mean loss (NaN or +-inf when it is the loss that was not finite)
+  std::string variable;      // the first variable whose all-reduced gradient was not finite; empty if none
+  bool update_skipped = false;
+  // "step 3: loss nan, gradient of 'dense/kernel' not finite (the update was not applied)"
+  std::string describe() const;
+};
 
 // What callbacks see during fit (Keras passes the model; keel adds the resumable position).
 struct TrainingState {
@@ -55,6 +67,9 @@ struct TrainingState {
   nlohmann::json iterator_state() const { return iterator->save(*position); }
   StepTotals epoch_totals;       // summed over this epoch's batches so far
   bool stop_training = false;    // set by a callback: fit returns after this step
+  // In on_train_batch_end (and the on_epoch_end that may follow it): set when this step's loss or
+  // gradients were not finite. Such a step must not be saved; TerminateOnNaN stops training on it.
+  std::optional<NonFiniteStep> non_finite;
   // In on_train_batch_end: this batch was the epoch's last (known even when the cardinality is not,
   // because the next batch has already been pulled into the prefetch slot).
   bool last_batch_of_epoch = false;
@@ -87,6 +102,13 @@ struct FitOptions {
   nlohmann::json initial_iterator_state;
   StepTotals initial_epoch_totals;
   std::vector<Callback*> callbacks;
+  // Keras's validation: evaluated after every validation_freq-th epoch (epoch + 1 divisible by it),
+  // adding val_loss and val_accuracy to that epoch's logs. validation_split (Keras: the last fraction
+  // of the arrays, before shuffling) cannot be taken from a Dataset, as in Keras; fit refuses it, and
+  // `keel train --validation-split` applies it where the arrays are (tools/cli/run_config.cc).
+  std::optional<Dataset> validation_data;
+  int validation_freq = 1;
+  double validation_split = 0.0;
 };
 
 struct History {
@@ -147,6 +169,8 @@ class Model {
   StepTotals train_step_on_cores(std::vector<Batch> shards);
   // Forward in inference mode; loss and correct predictions summed over the batch.
   StepTotals test_step(const Batch& global);
+  // Set by the last train_step when its loss or gradients were not finite; nullopt otherwise.
+  const std::optional<NonFiniteStep>& last_step_non_finite() const { return non_finite_; }
 
  protected:
   // Called by subclasses once the layers exist, inside the scope the model was created in.
@@ -155,6 +179,8 @@ class Model {
  private:
   // fit()'s steps over one epoch; false when a callback stopped training before the epoch's end.
   bool train_epoch(Iterator& it, TrainingState& st, const std::vector<Callback*>& callbacks);
+  // The logs of an epoch that ended: its totals, and the validation's when this epoch has one.
+  Logs epoch_logs(const TrainingState& st, const FitOptions& options);
 
   std::string name_;
   ReplicatedStrategy* strategy_ = nullptr;
@@ -162,6 +188,7 @@ class Model {
   std::shared_ptr<Optimizer> optimizer_;
   std::shared_ptr<Loss> loss_;
   std::vector<std::string> metrics_;
+  std::optional<NonFiniteStep> non_finite_;
 };
 
 // Keras's Sequential: layers applied in order. Built at construction when the first layer declares

@@ -1,6 +1,9 @@
 #include "framework/model/planner.h"
 
+#include <algorithm>
 #include <stdexcept>
+
+#include "framework/core/limits.h"
 
 namespace keel {
 
@@ -16,22 +19,22 @@ std::vector<CoreMemory> core_memory(const Ledger& ledger) {
   return out;
 }
 
-MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
-                              const Shape& label_shape) {
-  if (batch_per_core <= 0) throw std::invalid_argument("--batch-per-core must be positive");
-  // Planned without a budget, so every figure is known even when it does not fit; a real step runs
-  // out exactly when some core's running total passes its budget, i.e. when its peak exceeds it.
-  DeviceSpec unlimited = device;
-  unlimited.hbm_bytes_per_core = 0;
-  ReplicatedStrategy strategy(unlimited, ReplicatedStrategy::Options{/*abstract=*/true, /*host_threads=*/0});
+namespace {
+
+// One steady-state training step of fit() on `strategy` (abstract): the model built with its
+// optimizer's slots resident, as they are from the second step on, and the next step's batch waiting
+// in each core's prefetch slot meanwhile. Returns each core's transfers before the step.
+std::vector<TransferStat> run_steady_state_step(ReplicatedStrategy& strategy, const ModelFactory& factory,
+                                                int64_t batch_per_core, const Shape& label_shape) {
+  check_in_range("the per-core batch", batch_per_core, 1, kMaxBatchPerCore);
+  const DeviceSpec& device = strategy.spec();
   std::unique_ptr<Model> model;
   {
     auto scope = strategy.scope();
     model = factory();
-    // A steady-state step: from the second step on, the optimizer's slots are resident throughout.
     model->optimizer().build(model->trainable_variables());
   }
-  const int64_t global = batch_per_core * device.cores;
+  const int64_t global = checked_mul(batch_per_core, device.cores, "the global batch (per-core batch x cores)");
   Batch batch;
   {
     ContextScope host(strategy.host_context());
@@ -42,11 +45,23 @@ MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& dev
     batch.images = Tensor::empty(x);
     batch.labels = Tensor::empty(y);
   }
-  // fit()'s steady state: the next step's batch waits in each core's prefetch slot meanwhile.
   const std::vector<Batch> slot = strategy.distribute(batch);
   std::vector<TransferStat> before;
   for (int c = 0; c < device.cores; ++c) before.push_back(strategy.ledger().core(c).transfers());
   model->train_step(batch);
+  return before;
+}
+
+}  // namespace
+
+MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
+                              const Shape& label_shape) {
+  // Planned without a budget, so every figure is known even when it does not fit; a real step runs
+  // out exactly when some core's running total passes its budget, i.e. when its peak exceeds it.
+  DeviceSpec unlimited = device;
+  unlimited.hbm_bytes_per_core = 0;
+  ReplicatedStrategy strategy(unlimited, ReplicatedStrategy::Options{/*abstract=*/true, /*host_threads=*/0});
+  const std::vector<TransferStat> before = run_steady_state_step(strategy, factory, batch_per_core, label_shape);
 
   MemoryPlan plan;
   plan.device = device;
@@ -64,6 +79,13 @@ MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& dev
   return plan;
 }
 
+void check_training_step_fits(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
+                              const Shape& label_shape) {
+  // The same step against each core's budget: the ledger throws where a real one would run out.
+  ReplicatedStrategy strategy(device, ReplicatedStrategy::Options{/*abstract=*/true, /*host_threads=*/0});
+  run_steady_state_step(strategy, factory, batch_per_core, label_shape);
+}
+
 int64_t find_max_batch(const ModelFactory& factory, const DeviceSpec& device, const Shape& label_shape) {
   if (!device.has_budget()) throw std::invalid_argument("--max-batch needs a device with an HBM budget (not 'cpu')");
   auto fits = [&](int64_t b) { return plan_training_step(factory, device, b, label_shape).fits; };
@@ -71,8 +93,8 @@ int64_t find_max_batch(const ModelFactory& factory, const DeviceSpec& device, co
   int64_t lo = 1, hi = 2;  // fits(lo), hi unknown
   while (fits(hi)) {
     lo = hi;
-    if (hi > (int64_t{1} << 40)) return lo;
-    hi *= 2;
+    if (hi == kMaxBatchPerCore) return lo;
+    hi = std::min(hi * 2, kMaxBatchPerCore);
   }
   while (hi - lo > 1) {  // fits(lo), !fits(hi)
     const int64_t mid = lo + (hi - lo) / 2;

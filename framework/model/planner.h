@@ -47,8 +47,14 @@ std::vector<CoreMemory> core_memory(const Ledger& ledger);
 MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
                               const Shape& label_shape);
 
-// The largest per-core batch whose training step fits every core's budget (0 if even 1 does not).
-// Requires a device with a budget.
+// The same step against every core's budget, before anything real exists: throws ResourceExhausted,
+// with the ledger's report, at the allocation where a training step would run out; returns if it
+// fits (always, on a device without a budget). Nothing is allocated but bookkeeping.
+void check_training_step_fits(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
+                              const Shape& label_shape);
+
+// The largest per-core batch (at most kMaxBatchPerCore) whose training step fits every core's budget
+// (0 if even 1 does not). Requires a device with a budget.
 int64_t find_max_batch(const ModelFactory& factory, const DeviceSpec& device, const Shape& label_shape);
 
 }  // namespace keel

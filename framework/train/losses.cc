@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "framework/core/limits.h"
 #include "framework/ops/ops.h"
 
 namespace keel {
@@ -40,7 +41,7 @@ nlohmann::json SparseCategoricalCrossentropy::get_config() const {
 std::shared_ptr<Loss> make_loss(const std::string& name, bool from_logits) {
   if (name == "categorical_crossentropy") return std::make_shared<CategoricalCrossentropy>(from_logits);
   if (name == "sparse_categorical_crossentropy") return std::make_shared<SparseCategoricalCrossentropy>(from_logits);
-  throw std::invalid_argument("unknown loss '" + name +
+  throw std::invalid_argument("unknown loss '" + quote_untrusted(name) +
                               "' (known: categorical_crossentropy, sparse_categorical_crossentropy)");
 }
 

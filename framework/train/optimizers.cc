@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "framework/core/limits.h"
 #include "framework/device/context.h"
 #include "framework/device/replica_context.h"
 
@@ -26,18 +27,31 @@ nlohmann::json CosineDecay::get_config() const {
           {"config", {{"initial_learning_rate", initial_}, {"decay_steps", decay_steps_}, {"alpha", alpha_}}}};
 }
 
-void Optimizer::apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars) {
+Optimizer::Optimizer(std::string name, float learning_rate) : name_(std::move(name)), learning_rate_(learning_rate) {
+  if (!(std::isfinite(learning_rate) && learning_rate > 0.0f)) {
+    throw std::invalid_argument("the learning rate must be finite and positive, got " + std::to_string(learning_rate));
+  }
+}
+
+GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars) {
   if (grads.size() != vars.size()) {
     throw std::invalid_argument("apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
                                 std::to_string(vars.size()) + " variables");
   }
   ReplicaContext* ctx = current_replica_context();
-  // Slots are created once, mirrored, by one replica (TensorFlow's merge_call).
-  if (!built()) {
-    if (ctx != nullptr) {
-      ctx->merge_call([&] { build(vars); });
-    } else {
+  const int replica = ctx != nullptr ? ctx->replica_id() : 0;
+  const int replicas = ctx != nullptr ? ctx->num_replicas() : 1;
+  // Slots (and the replicas' votes) are created once, mirrored, by one replica (TensorFlow's
+  // merge_call); every replica reads the same sizes, since only a merge_call changes them.
+  if (!built() || non_finite_votes_.size() < static_cast<size_t>(replicas)) {
+    auto create = [&] {
       build(vars);
+      non_finite_votes_.resize(std::max(non_finite_votes_.size(), static_cast<size_t>(replicas)));
+    };
+    if (ctx != nullptr) {
+      ctx->merge_call(create);
+    } else {
+      create();
     }
   }
   check(grads, vars);
@@ -48,15 +62,38 @@ void Optimizer::apply_gradients(std::vector<Tensor> grads, const std::vector<Var
   for (const Tensor& g : grads) {
     if (g.defined()) defined.push_back(g);
   }
-  const int replica = ctx != nullptr ? ctx->replica_id() : 0;
-  const int replicas = ctx != nullptr ? ctx->num_replicas() : 1;
   if (replicas > 1) ctx->all_reduce(ReduceOp::Mean, defined);
+  if (const size_t bad = first_non_finite(grads, vars, replica, replicas); bad < vars.size()) {
+    if (replicas > 1) ctx->barrier();  // every replica has read the votes before any votes again
+    return GradientUpdate{false, vars[bad]->name()};
+  }
   // The update is elementwise per variable: each replica updates every replicas-th variable.
   for (size_t i = static_cast<size_t>(replica); i < vars.size(); i += static_cast<size_t>(replicas)) {
     if (grads[i].defined()) apply_one(vars[i], grads[i], step);
   }
   if (replica == 0) iterations_ = step;
   if (replicas > 1) ctx->barrier();  // every variable is updated before any replica reads one
+  return GradientUpdate{};
+}
+
+namespace {
+
+// No NaN and no infinity: x * 0 is (+-)0 for a finite x and NaN otherwise, so the sum is NaN exactly
+// when some element is not finite; Eigen sums in SIMD packets, with no branch per element.
+bool all_finite(const Tensor& t) { return t.is_abstract() || std::isfinite((t.array() * 0.0f).sum()); }
+
+}  // namespace
+
+size_t Optimizer::first_non_finite(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars, int replica,
+                                   int replicas) {
+  size_t mine = vars.size();
+  for (size_t i = static_cast<size_t>(replica); i < vars.size() && mine == vars.size(); i += static_cast<size_t>(replicas)) {
+    if (grads[i].defined() && !all_finite(grads[i])) mine = i;
+  }
+  if (replicas == 1) return mine;
+  non_finite_votes_[static_cast<size_t>(replica)] = mine;
+  current_replica_context()->barrier();  // every vote is in
+  return *std::min_element(non_finite_votes_.begin(), non_finite_votes_.begin() + replicas);
 }
 
 void Optimizer::check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) const {
@@ -126,6 +163,12 @@ nlohmann::json Adam::get_config() const {
   return c;
 }
 
+SGD::SGD(Options options) : Optimizer("SGD", options.learning_rate), options_(options) {
+  if (!(options_.momentum >= 0.0f && options_.momentum <= 1.0f)) {
+    throw std::invalid_argument("SGD momentum must be in [0, 1], got " + std::to_string(options_.momentum));
+  }
+}
+
 std::vector<std::string> SGD::slot_names() const {
   if (options_.momentum != 0.0f) return {"momentum"};
   return {};
@@ -156,6 +199,9 @@ nlohmann::json SGD::get_config() const {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate, float momentum, bool nesterov) {
+  if (std::isnan(learning_rate) || std::isinf(learning_rate) || learning_rate == 0.0f) {
+    throw std::invalid_argument("the learning rate must be finite and positive, got " + std::to_string(learning_rate));
+  }
   std::string lower = name;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   if (lower == "adam") {
@@ -170,7 +216,7 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learnin
     o.nesterov = nesterov;
     return std::make_unique<SGD>(o);
   }
-  throw std::invalid_argument("unknown optimizer '" + name + "' (known: adam, sgd)");
+  throw std::invalid_argument("unknown optimizer '" + quote_untrusted(name) + "' (known: adam, sgd)");
 }
 
 }  // namespace keel

@@ -5,6 +5,10 @@
 // replica updating a share of them. Slots are created mirrored on first use (merge_call), charged as
 // `optimizer`, named "<Optimizer>/<variable>/<slot>". State is keyed by variable name, and
 // `iterations` advances once per step.
+//
+// An update whose all-reduced gradients hold a NaN or an infinity is skipped whole, on every replica,
+// and `iterations` does not advance (as TensorFlow's LossScaleOptimizer and PyTorch's GradScaler skip
+// a step; Keras would apply it): the variables and slots keep the last finite step's values.
 #pragma once
 
 #include <map>
@@ -41,9 +45,17 @@ class CosineDecay : public LearningRateSchedule {
   float alpha_;
 };
 
+// What apply_gradients did with one step's gradients.
+struct GradientUpdate {
+  bool applied = true;
+  // Skipped: the first variable, in the order of `vars`, whose all-reduced gradient was not finite.
+  std::string non_finite_variable;
+};
+
 class Optimizer {
  public:
-  Optimizer(std::string name, float learning_rate) : name_(std::move(name)), learning_rate_(learning_rate) {}
+  // The learning rate must be finite and positive (std::invalid_argument otherwise).
+  Optimizer(std::string name, float learning_rate);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -53,6 +65,7 @@ class Optimizer {
   void set_learning_rate(float lr) { learning_rate_ = lr; }
   // With a schedule, the rate of an update is schedule(iterations before it), as in Keras.
   void set_schedule(std::shared_ptr<LearningRateSchedule> schedule) { schedule_ = std::move(schedule); }
+  bool has_schedule() const { return schedule_ != nullptr; }
   float learning_rate_at(int64_t iterations) const { return schedule_ ? (*schedule_)(iterations) : learning_rate_; }
   int64_t iterations() const { return iterations_; }
   void set_iterations(int64_t n) { iterations_ = n; }
@@ -60,8 +73,9 @@ class Optimizer {
   // Undefined gradients (variables the loss does not depend on) are skipped; every replica must
   // leave the same ones undefined. Inside strategy.run, called by every replica: the gradients are
   // all-reduced (mean) in place, so afterwards each replica's `grads` hold the mean. Outside a run
-  // (one replica, TensorFlow's default strategy) they are applied as they are.
-  void apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars);
+  // (one replica, TensorFlow's default strategy) they are applied as they are. A step with a
+  // non-finite gradient is skipped whole (see the top of this file); every replica returns the same.
+  GradientUpdate apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars);
   // Creates the slots for `vars` now (before restoring a checkpoint); no-op if already built.
   void build(const std::vector<Variable*>& vars);
   bool built() const { return built_; }
@@ -78,6 +92,10 @@ class Optimizer {
  private:
   void check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) const;
   void apply_one(Variable* var, const Tensor& grad, int64_t step);
+  // The index of the first variable with a non-finite gradient, vars.size() if none: each replica
+  // checks the share it updates and the replicas agree through one barrier.
+  size_t first_non_finite(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars, int replica,
+                          int replicas);
 
   std::string name_;
   float learning_rate_;
@@ -86,6 +104,8 @@ class Optimizer {
   bool built_ = false;
   std::map<std::string, std::vector<Variable*>> slots_;  // by variable name
   std::vector<std::unique_ptr<Variable>> slot_order_;
+  // Each replica's answer of first_non_finite for its share (one slot per replica, so no lock).
+  std::vector<size_t> non_finite_votes_;
 };
 
 class Adam : public Optimizer {
@@ -116,7 +136,8 @@ class SGD : public Optimizer {
     bool nesterov = false;
   };
   SGD() : SGD(Options{}) {}
-  explicit SGD(Options options) : Optimizer("SGD", options.learning_rate), options_(options) {}
+  // momentum finite in [0, 1].
+  explicit SGD(Options options);
   nlohmann::json get_config() const override;
 
  protected:
@@ -127,7 +148,8 @@ class SGD : public Optimizer {
   Options options_;
 };
 
-// "adam" | "sgd" with a learning rate (negative: the optimizer's default).
+// "adam" | "sgd" with a learning rate (negative: the optimizer's default; otherwise finite and
+// positive). std::invalid_argument for an unknown name or a value out of range.
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate = -1.0f,
                                           float momentum = 0.0f, bool nesterov = false);
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Crash campaign: SIGKILLs `keel train` / `keel resume` at random moments (inside saves too: the run
-# saves every few steps) and checks that the run, resumed after every kill, ends with a final
-# checkpoint holding bit for bit the values of a run never killed; that every checkpoint left verifies;
-# and that no temporary file is left behind.
+# saves every few steps, in the background) and checks that the run, resumed after every kill, ends
+# with a final checkpoint holding bit for bit the weights, optimizer state and training state of a run
+# never killed (read with h5py); that every checkpoint left verifies; and that no temporary file is
+# left behind.
 #
 # Usage: tests/cli/crash_campaign.sh KEEL_BINARY KILLS [SEED]
 #   CI runs a few kills (tests/CMakeLists.txt); README states a long run's result (>= 100 kills):
@@ -57,8 +58,30 @@ else
   "$KEEL" resume "$run" --quiet > "$WORK/last.log" 2>&1 || fail "the final resume failed: $(tail -c 400 "$WORK/last.log")"
 fi
 [[ -f "$run/$FINAL" ]] || fail "the killed run never reached $FINAL"
-cmp -s "$WORK/reference/$FINAL" "$run/$FINAL" \
-  || fail "after $kills kills, $FINAL differs from the reference run's"
+# Every weight, optimizer slot and the iterations bit for bit, and the training state; only the memory
+# record differs, by design: it counts what each invocation moved (a killed one's prefetch included).
+/usr/bin/python3 - "$WORK/reference/$FINAL" "$run/$FINAL" <<'PY' || fail "after $kills kills, $FINAL differs from the reference run's"
+import json, sys
+import h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
+def datasets(f):
+    out = {}
+    def visit(name, obj):  # returning anything but None would stop the visit
+        if isinstance(obj, h5py.Dataset):
+            out[name] = obj[()]
+    f.visititems(visit)
+    return out
+da, db = datasets(a), datasets(b)
+assert sorted(da) == sorted(db), (sorted(da), sorted(db))
+for name in da:
+    if name == "keel/train_state":
+        sa, sb = json.loads(da[name]), json.loads(db[name])
+        sa.pop("memory", None); sb.pop("memory", None)
+        assert sa == sb, name
+    else:
+        assert np.asarray(da[name]).tobytes() == np.asarray(db[name]).tobytes(), name
+assert len(da) >= 6
+PY
 
 shopt -s nullglob
 leftovers=("$run"/.*.tmp-*)
@@ -68,4 +91,4 @@ for ckpt in "$run"/ckpt-*.h5; do
 done
 corrupt=("$run"/*.corrupt*)
 [[ ${#corrupt[@]} -eq 0 ]] || fail "checkpoints were found damaged: ${corrupt[*]}"
-echo "crash_campaign: OK: $kills SIGKILLs, the final checkpoint is byte-identical to a run never killed"
+echo "crash_campaign: OK: $kills SIGKILLs, the final checkpoint holds bit for bit the state of a run never killed"

@@ -1,5 +1,6 @@
 // The exit status contract of the `keel` binary by kind of error (tools/cli/exit_status.h): user
-// mistakes end in 2, HBM exhaustion in 3, keel's own broken invariants in 70 with a request to report.
+// mistakes end in 2, HBM exhaustion in 3, a diverged training in 4, keel's own broken invariants in 70
+// with a request to report.
 #include "tools/cli/exit_status.h"
 
 #include <gmock/gmock.h>
@@ -54,6 +55,12 @@ TEST(ExitStatusTest, HbmExhaustionIsExit3WithItsReport) {
   const auto [status, message] = outcome(ResourceExhausted(1, 64, "core 1: 64 B requested for activation:x"));
   EXPECT_EQ(status, 3);
   EXPECT_THAT(message, HasSubstr("core 1"));
+}
+
+TEST(ExitStatusTest, DivergedTrainingIsExit4WithItsOneLineMessage) {
+  const auto [status, message] = outcome(TrainingDiverged("training diverged at step 3: the loss is nan"));
+  EXPECT_EQ(status, 4);
+  EXPECT_EQ(message, "keel train: training diverged at step 3: the loss is nan\n");
 }
 
 }  // namespace

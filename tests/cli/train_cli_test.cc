@@ -2,9 +2,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <regex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -86,6 +94,83 @@ TEST_F(TrainCli, SigtermSavesACheckpointAndExitsCleanly) {
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
 }
 
+// A signal reaches keel before anything slow: sent as soon as `keel train` catches it (it still has to
+// plan the step and load the data), it ends the run with a message and the shell's status for the
+// signal — never a silent kill — and nothing is saved.
+TEST_F(TrainCli, SigintBeforeTheFirstStepEndsWithAMessage) {
+  const std::string run = dir_ + "/early";
+  const auto start = std::chrono::steady_clock::now();
+  const BackgroundKeel p = start_keel({"train", "--model", "mlp", "--device", "v3-8", "--epochs", "1", "--quiet",
+                                      "--checkpoint-dir", run},
+                                     dir_ + "/out", dir_ + "/err");
+  ASSERT_TRUE(wait_until_catching(p.pid, SIGINT, 10000)) << read_file(p.err_path);
+  const auto caught = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(::kill(p.pid, SIGINT), 0);
+  const int status = wait_for(p);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT) << read_file(p.out_path) << read_file(p.err_path);
+  EXPECT_THAT(read_file(p.err_path), HasSubstr("keel train: interrupted by signal 2 before the first step; nothing was saved"));
+  EXPECT_FALSE(std::filesystem::exists(run + "/latest"));
+  // Installed first of all, well within the first half second (slack for a loaded machine).
+  EXPECT_LT(caught, std::chrono::milliseconds(2000));
+}
+
+TEST_F(TrainCli, SigtermWhileResumingLeavesTheRunAsItWas) {
+  const std::string run = dir_ + "/run";
+  CommandResult a = run_keel("train " + kRun + "--epochs 1 --stop-after-steps 2 --checkpoint-dir " + run);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const std::string before = md5_of_dir(run);
+  const BackgroundKeel p = start_keel({"resume", run, "--quiet"}, dir_ + "/out", dir_ + "/err");
+  ASSERT_TRUE(wait_until_catching(p.pid, SIGTERM, 10000)) << read_file(p.err_path);
+  ASSERT_EQ(::kill(p.pid, SIGTERM), 0);
+  const int status = wait_for(p);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << read_file(p.out_path) << read_file(p.err_path);
+  EXPECT_THAT(read_file(p.err_path), HasSubstr("keel resume: interrupted by signal 15 before the first step; " + run +
+                                               " is as it was"));
+  EXPECT_EQ(md5_of_dir(run), before);
+}
+
+// Tiny IDX files in `dir`: `n` blank 28x28 images and labels 0..9 (gzip'd, as Debian ships them).
+void write_tiny_fashion_mnist(const std::string& dir, int n) {
+  std::filesystem::create_directories(dir);
+  auto be32 = [](std::string& s, uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) s.push_back(static_cast<char>((v >> shift) & 0xff));
+  };
+  for (const std::string split : {"train", "t10k"}) {
+    std::string images, labels;
+    be32(images, 0x803);
+    be32(images, static_cast<uint32_t>(n));
+    be32(images, 28);
+    be32(images, 28);
+    images.append(static_cast<size_t>(n) * 28 * 28, '\0');
+    be32(labels, 0x801);
+    be32(labels, static_cast<uint32_t>(n));
+    for (int i = 0; i < n; ++i) labels.push_back(static_cast<char>(i % 10));
+    std::ofstream(dir + "/" + split + "-images-idx3-ubyte", std::ios::binary) << images;
+    std::ofstream(dir + "/" + split + "-labels-idx1-ubyte", std::ios::binary) << labels;
+  }
+  ASSERT_EQ(run_command("gzip -f " + dir + "/*-ubyte").exit_code, 0);
+}
+
+// Batches drop their remainder, so data smaller than one global batch would train no step at all
+// (and used to save a step-0 checkpoint it could not resume): refused before step 0, with both sizes.
+TEST_F(TrainCli, DataSmallerThanOneGlobalBatchIsRefusedBeforeStepZero) {
+  write_tiny_fashion_mnist(dir_ + "/tiny", 100);
+  const std::string run = dir_ + "/run";
+  CommandResult r = run_keel("train --model mlp --device v3-8 --batch-per-core 16 --epochs 1 --quiet --data-dir " +
+                             dir_ + "/tiny --checkpoint-dir " + run);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("holds 100 examples, fewer than one global batch of 128 (16 per core x 8 cores)"));
+  EXPECT_FALSE(std::filesystem::exists(run + "/latest"));
+  // One global batch is enough.
+  CommandResult ok = run_keel("train --model mlp --device v3-8 --batch-per-core 12 --epochs 1 --quiet --data-dir " +
+                              dir_ + "/tiny --checkpoint-dir " + run);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  CommandResult resumed = run_keel("resume " + run + " --epochs 2 --quiet");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+}
+
 TEST_F(TrainCli, TrainRefusesADirectoryHoldingARun) {
   CommandResult a = run_keel("train " + kRun + "--epochs 1 --stop-after-steps 2 --checkpoint-dir " + dir_);
   ASSERT_EQ(a.exit_code, 0) << a.err;
@@ -104,6 +189,86 @@ TEST_F(TrainCli, KeepPrunesOldCheckpoints) {
   EXPECT_EQ(count, 2);
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt-468.h5"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt-400.h5"));
+}
+
+// SGD at 1e7 takes the MLP's loss and gradients to NaN within a few steps (measured: step 5).
+TEST_F(TrainCli, ADivergingRunExits4AndEveryCheckpointLeftIsFinite) {
+  for (const std::string save : {"", "--sync-save "}) {
+    const std::string run = dir_ + "/diverge" + (save.empty() ? "-async" : "-sync");
+    CommandResult r = run_keel("train " + kRun + save + "--epochs 1 --optimizer sgd --lr 1e7 --save-every-steps 1 --keep 0 " +
+                               "--checkpoint-dir " + run);
+    ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+    // One line naming the step and the first non-finite variable.
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(r.err, m, std::regex("keel train: training diverged at step ([0-9]+): [^\n]*the gradient of "
+                                                      "(dense|dense_1)/(kernel|bias) is not finite \\(the update was not "
+                                                      "applied[^\n]*\n")))
+        << r.err;
+    const int64_t diverged = std::stoll(m[1].str());
+    ASSERT_GE(diverged, 3) << "the test needs finite checkpoints before the divergence";
+    // Every step before it was saved (--save-every-steps 1), none from it on, and each is finite.
+    std::vector<int64_t> steps;
+    for (const auto& e : std::filesystem::directory_iterator(run)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("ckpt-", 0) == 0) steps.push_back(std::stoll(name.substr(5)));
+    }
+    std::sort(steps.begin(), steps.end());
+    std::vector<int64_t> expected;
+    for (int64_t s = 1; s < diverged; ++s) expected.push_back(s);
+    EXPECT_EQ(steps, expected) << save;
+    EXPECT_EQ(read_file(run + "/latest"), "ckpt-" + std::to_string(diverged - 1) + ".h5\n");
+    for (int64_t s : steps) {
+      const auto values = read_checkpoint_values(run + "/ckpt-" + std::to_string(s) + ".h5");
+      EXPECT_GE(values.size(), 5u);
+      for (const auto& [name, v] : values) {
+        for (float x : v) ASSERT_TRUE(std::isfinite(x)) << "ckpt-" << s << " " << name;
+      }
+    }
+    // Resuming diverges again at the same step, and saves nothing.
+    const std::string before = md5_of_dir(run);
+    CommandResult again = run_keel("resume " + run + " --quiet");
+    EXPECT_EQ(again.exit_code, 4) << again.err;
+    EXPECT_THAT(again.err, HasSubstr("keel resume: training diverged at step " + std::to_string(diverged) + ":"));
+    EXPECT_EQ(md5_of_dir(run), before);
+  }
+}
+
+// Saves are asynchronous by default; --sync-save writes them in the step. Both, stopped and resumed,
+// reach the same bits, and the same bits as a straight run.
+TEST_F(TrainCli, AsyncAndSyncSavesStopAndResumeToIdenticalCheckpoints) {
+  CommandResult a1 = run_keel("train " + kRun + "--epochs 2 --save-every-steps 100 --keep 0 --stop-after-steps 650 --checkpoint-dir " +
+                              dir_ + "/async");
+  ASSERT_EQ(a1.exit_code, 0) << a1.err;
+  EXPECT_THAT(a1.out, HasSubstr("(asynchronous; snapshot 1.16 MiB; "));
+  CommandResult a2 = run_keel("resume " + dir_ + "/async --quiet");
+  ASSERT_EQ(a2.exit_code, 0) << a2.err;
+  CommandResult s1 = run_keel("train " + kRun + "--sync-save --epochs 2 --save-every-steps 100 --keep 0 --stop-after-steps 650 "
+                              "--checkpoint-dir " + dir_ + "/sync");
+  ASSERT_EQ(s1.exit_code, 0) << s1.err;
+  EXPECT_THAT(s1.out, HasSubstr("(synchronous, --sync-save; snapshot 1.16 MiB)"));
+  CommandResult s2 = run_keel("resume " + dir_ + "/sync --quiet --sync-save");
+  ASSERT_EQ(s2.exit_code, 0) << s2.err;
+  for (const char* ckpt : {"ckpt-650.h5", "ckpt-900.h5", "ckpt-936.h5"}) {
+    expect_bit_identical(dir_ + "/async/" + ckpt, dir_ + "/sync/" + ckpt);
+  }
+  CommandResult straight = run_keel("train " + kRun + "--epochs 2 --checkpoint-dir " + dir_ + "/straight");
+  ASSERT_EQ(straight.exit_code, 0) << straight.err;
+  expect_bit_identical(dir_ + "/straight/ckpt-936.h5", dir_ + "/async/ckpt-936.h5");
+}
+
+// A background save that fails ends the run with its error (exit 2), as a synchronous one does; it is
+// never lost. Here ckpt-5.h5 cannot be renamed into place: a directory holds that name.
+TEST_F(TrainCli, AFailedBackgroundSaveIsReportedAsASynchronousOneIs) {
+  for (const std::string save : {"", "--sync-save "}) {
+    const std::string run = dir_ + "/run" + (save.empty() ? "-async" : "-sync");
+    std::filesystem::create_directories(run + "/ckpt-5.h5/occupied");
+    CommandResult r = run_keel("train " + kRun + save + "--epochs 1 --save-every-steps 5 --stop-after-steps 7 " +
+                               "--checkpoint-dir " + run);
+    EXPECT_EQ(r.exit_code, 2) << save << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("ckpt-5.h5: Is a directory")) << save;
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("saved step"))) << save;
+    EXPECT_FALSE(std::filesystem::exists(run + "/latest")) << save;
+  }
 }
 
 TEST_F(TrainCli, EvaluateJsonAndCheckpointReadableByH5py) {

@@ -1,10 +1,14 @@
-// Shape helpers and the ledger's category names (a contract of `keel memory --json`).
+// Shape helpers (overflow-checked sizes) and the ledger's category names (a contract of `keel memory --json`).
 #include "framework/core/shape.h"
 
+#include <cstdint>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include "framework/core/limits.h"
 
 namespace keel {
 namespace {
@@ -17,6 +21,46 @@ TEST(ShapeTest, NumElementsIsTheProductOfTheDimensions) {
   EXPECT_EQ(num_elements({3, 0, 5}), 0) << "a zero dimension empties the tensor";
   EXPECT_EQ(num_elements({1, 1, 1}), 1);
   EXPECT_EQ(num_elements({128, 224, 224, 3}), int64_t{128} * 224 * 224 * 3) << "no 32-bit overflow";
+}
+
+// Overflow never wraps: past the per-tensor limit (or int64) the product is refused with a message
+// naming the shape and the limit, whatever the order of the dimensions.
+TEST(ShapeTest, NumElementsRefusesProductsPastTheLimit) {
+  const int64_t big = int64_t{1} << 40;
+  for (const Shape& s : {Shape{big, big}, Shape{1 << 20, 1 << 20, 1 << 20}, Shape{INT64_MAX, 2},
+                         Shape{3, int64_t{1} << 62}, Shape{int64_t{1} << 29, int64_t{1} << 30}}) {
+    try {
+      num_elements(s);
+      ADD_FAILURE() << shape_string(s) << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(shape_string(s)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("2^58"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(num_elements({kMaxTensorElements}), kMaxTensorElements) << "the limit itself is allowed";
+  EXPECT_THROW(num_elements({kMaxTensorElements + 1}), std::invalid_argument);
+  EXPECT_EQ(num_elements({-1, 10}), -10) << "an unknown dimension keeps its sign, as before";
+}
+
+TEST(ShapeTest, NumBytesIsCheckedToo) {
+  EXPECT_EQ(num_bytes({16, 784}, 4), 16 * 784 * 4);
+  EXPECT_EQ(num_bytes({kMaxTensorElements}, 4), kMaxTensorElements * 4);
+  EXPECT_THROW(num_bytes({kMaxTensorElements}, 64), std::invalid_argument);
+}
+
+TEST(ShapeTest, CheckedMulAndAddNameWhatOverflowed) {
+  EXPECT_EQ(checked_mul(16, 8, "global batch"), 128);
+  EXPECT_EQ(checked_mul(-3, 5, "x"), -15);
+  EXPECT_EQ(checked_add(INT64_MAX - 1, 1, "x"), INT64_MAX);
+  try {
+    checked_mul(int64_t{1} << 62, 4096, "the global batch");
+    ADD_FAILURE() << "2^62 * 4096 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "the global batch overflows: 4611686018427387904 * 4096 does not fit in 64 bits");
+  }
+  EXPECT_THROW(checked_add(INT64_MAX, 1, "x"), std::invalid_argument);
+  EXPECT_THROW(checked_add(INT64_MIN, -1, "x"), std::invalid_argument);
+  EXPECT_THROW(checked_mul(INT64_MIN, -1, "x"), std::invalid_argument);
 }
 
 TEST(ShapeTest, ShapeStringPrintsLikeKeras) {

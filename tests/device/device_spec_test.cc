@@ -1,6 +1,7 @@
 #include "framework/device/device_spec.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -65,6 +66,24 @@ TEST(DeviceSpecTest, Custom) {
   EXPECT_THROW(DeviceSpec::custom(0, 100), std::invalid_argument);
   EXPECT_THROW(DeviceSpec::custom(-1, 100), std::invalid_argument);
   EXPECT_THROW(DeviceSpec::custom(2, -1), std::invalid_argument);
+  EXPECT_THROW(DeviceSpec::custom(4097, 100), std::invalid_argument) << "cores past keel's limit, 4096";
+  EXPECT_THROW(DeviceSpec::custom(2, (int64_t{1} << 50) + 1), std::invalid_argument) << "HBM past 2^50 bytes";
+  EXPECT_EQ(DeviceSpec::custom(4096, int64_t{1} << 50).cores, 4096);
+}
+
+TEST(DeviceSpecTest, ValidateChecksASpecReadBack) {
+  DeviceSpec::preset("v3-8").validate();
+  DeviceSpec::preset("cpu").validate();
+  for (const DeviceSpec& bad : {DeviceSpec{"x", 1000000, 0}, DeviceSpec{"x", 0, 0}, DeviceSpec{"x", 8, -1},
+                                DeviceSpec{"", 8, 0}, DeviceSpec{std::string(1000, 'n'), 8, 0},
+                                DeviceSpec{"x", 8, INT64_MAX}}) {
+    EXPECT_THROW(bad.validate(), std::invalid_argument) << bad.name.size() << " " << bad.cores;
+  }
+  try {
+    DeviceSpec{"v3-8", 1000000, 1}.validate();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("2^12 (4096), got 1000000"));
+  }
 }
 
 TEST(ParseBytesTest, UnitsAndPlainNumbers) {

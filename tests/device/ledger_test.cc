@@ -156,6 +156,16 @@ TEST(CoreLedgerTest, NoBudgetMeansNoLimit) {
   EXPECT_NO_THROW(core.charge(int64_t{1} << 50, Category::parameters, "huge", {}));
 }
 
+// A plan without a budget may sum more than int64 holds: refused, never wrapped into a small figure.
+TEST(CoreLedgerTest, ChargesThatWouldOverflowAreRefused) {
+  CoreLedger core(0, 0);
+  core.charge(INT64_MAX - 10, Category::activations, "huge", {});
+  EXPECT_THROW(core.charge(11, Category::activations, "one more", {}), std::invalid_argument);
+  EXPECT_EQ(core.total().current, INT64_MAX - 10) << "nothing charged";
+  CoreLedger budget(0, 1000);
+  EXPECT_THROW(budget.charge(INT64_MAX, Category::inputs, "past", {}), ResourceExhausted);
+}
+
 TEST(CoreLedgerTest, TransfersAreCounted) {
   CoreLedger core(0, 0);
   core.record_host_to_core(100);

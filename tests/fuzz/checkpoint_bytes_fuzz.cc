@@ -2,12 +2,14 @@
 // checkpoint file. Contract: the file loads or throws CheckpointError, never anything else, and a
 // throwing load leaves the model as it was (CheckpointFixture::load_and_check).
 //
-// NOT run in CI: mutated HDF5 bytes reach libhdf5's (1.10.8) own parser, which within seconds hangs
-// (an endless loop decoding a global heap, H5HG__cache_heap_deserialize) and leaks on its error paths
-// (H5C_protect / H5O object-header decode) — libhdf5 defects keel cannot guard against. Run it by hand
-// (tests/fuzz/run_fuzzers.sh --with-bytes, or see README in run_fuzzers.sh) to look for keel findings
-// among them; checkpoint_fuzz covers keel's checkpoint logic in CI with valid HDF5 files of hostile
-// content.
+// Run in CI since checkpoint format 2: keel's files have no HDF5 global heap (strings are fixed-
+// length) and their metadata is under HDF5's own checksums (1.8 object format), so mutated bytes are
+// refused by libhdf5 before it decodes them. Before, with variable-length strings, libhdf5 (1.10.8)
+// hung within seconds in an endless loop decoding a damaged global heap
+// (H5HG__cache_heap_deserialize) and crashed in H5HG_read. It still leaks on its error paths
+// (H5C_protect / object-header decode): run_fuzzers.sh suppresses leaks allocated inside libhdf5
+// only (tests/fuzz/lsan_libhdf5.supp). checkpoint_fuzz covers keel's checkpoint logic with valid
+// HDF5 files of hostile content.
 //
 // Setting KEEL_FUZZ_WRITE_SEED=<path> writes a valid checkpoint of the fixture's model to <path> and
 // exits; that is how corpus/checkpoint_bytes/mlp.h5 was made.

@@ -155,6 +155,9 @@ TEST(Conv2DTest, BadArgumentsAreRefused) {
   EXPECT_THROW(Conv2D(0, 3), std::invalid_argument);
   EXPECT_THROW(Conv2D(4, 0), std::invalid_argument);
   EXPECT_THROW(Conv2D(4, std::array<int, 2>{3, -1}), std::invalid_argument);
+  EXPECT_THROW(Conv2D(int64_t{1} << 40, 3), std::invalid_argument) << "filters past keel's limit, 2^24";
+  EXPECT_THROW(Conv2D(4, 5000), std::invalid_argument) << "a kernel past keel's limit, 2^12";
+  EXPECT_THROW(Conv2D(4, 3, conv_options({1, 1}, "valid", {100000, 1})), std::invalid_argument);
   EXPECT_THROW(Conv2D(4, 3, conv_options({0, 1})), std::invalid_argument);
   EXPECT_THROW(Conv2D(4, 3, conv_options({1, 1}, "valid", {1, 0})), std::invalid_argument);
   EXPECT_THROW(Conv2D(4, 3, conv_options({1, 1}, "full")), std::invalid_argument);
@@ -194,6 +197,7 @@ TEST(ZeroPadding2DTest, ShapesValuesAndConfig) {
 TEST(ZeroPadding2DTest, BadArgumentsAreRefused) {
   EXPECT_THROW(ZeroPadding2D(-1), std::invalid_argument);
   EXPECT_THROW(ZeroPadding2D({{{0, 0}, {0, -2}}}), std::invalid_argument);
+  EXPECT_THROW(ZeroPadding2D(1 << 20), std::invalid_argument) << "padding past keel's limit, 2^12";
   EXPECT_THROW(ZeroPadding2D(1)->compute_output_shape({5, 5}), std::invalid_argument);
 }
 
@@ -245,6 +249,7 @@ TEST(Pooling2DTest, SamePoolingAveragesOnlyPixelsInsideTheImage) {
 TEST(Pooling2DTest, BadArgumentsAreRefused) {
   using layers::Pooling2D;
   EXPECT_THROW(MaxPooling2D(0), std::invalid_argument);
+  EXPECT_THROW(MaxPooling2D(1 << 20), std::invalid_argument) << "a pool past keel's limit, 2^12";
   EXPECT_THROW(AveragePooling2D(2, 2, "full"), std::invalid_argument);
   EXPECT_THROW(Pooling2D(Pooling2D::Kind::max, {2, 2}, {0, 2}, "valid", ""), std::invalid_argument);
   EXPECT_THROW(Pooling2D(Pooling2D::Kind::average, {2, -1}, {2, 2}, "valid", ""), std::invalid_argument);
@@ -264,6 +269,23 @@ TEST(GlobalAveragePooling2DTest, MeansEveryChannelOverHeightAndWidth) {
   EXPECT_EQ(g->get_config(), nlohmann::json::parse(R"({"name": "global_average_pooling2d", "trainable": true,
     "dtype": "float32", "data_format": "channels_last", "keepdims": false})"));
   EXPECT_THROW(g->compute_output_shape({7, 2048}), std::invalid_argument);
+}
+
+TEST(GlobalMaxPooling2DTest, TakesEveryChannelsMaxAndRoutesItsGradientThere) {
+  HostScope scope;
+  clear_session();
+  auto g = GlobalMaxPooling2D();
+  EXPECT_EQ(g->name(), "global_max_pooling2d");
+  EXPECT_EQ(g->compute_output_shape({7, 7, 2048}), (Shape{2048}));
+  const Tensor x = host({2, 2, 2, 2}, {1, 10, 2, 20, 3, 30, 4, 40, -1, 0, -2, 5, -3, 0, -4, 0});
+  const Tensor y = (*g)(x);
+  EXPECT_EQ(y.shape(), (Shape{2, 2}));
+  expect_near_all(y.to_vector(), {4.0f, 40.0f, -1.0f, 5.0f});
+  EXPECT_EQ(g->get_config()["keepdims"], false);
+  EXPECT_THROW(g->compute_output_shape({7, 2048}), std::invalid_argument);
+  // Distinct values (no ties), so the gradient is well defined for finite differences.
+  testing::expect_gradients_match([&](const std::vector<Tensor>& in) { return (*g)(in[0]); },
+                                  {testing::random_host({2, 3, 4, 3}, -1, 1, 41)});
 }
 
 TEST(AddTest, SumsItsInputs) {

@@ -128,6 +128,8 @@ TEST(DenseTest, BadArgumentsAreRefused) {
   HostScope scope;
   EXPECT_THROW(Dense(0), std::invalid_argument);
   EXPECT_THROW(Dense(-3), std::invalid_argument);
+  EXPECT_THROW(Dense(int64_t{1} << 24 | 1), std::invalid_argument) << "units past keel's limit, 2^24";
+  EXPECT_THROW(Dense(int64_t{1} << 62), std::invalid_argument);
   EXPECT_THROW(Dense(4, "tanh"), std::invalid_argument);
   EXPECT_THROW(Dense(4, "Relu"), std::invalid_argument);
   auto d = Dense(4);

@@ -4,6 +4,7 @@
 
 #include "framework/data/dataset.h"
 
+#include "framework/core/limits.h"
 #include "framework/core/random.h"
 #include "framework/layers/initializers.h"
 #include "framework/layers/layer.h"
@@ -112,6 +113,40 @@ TEST(Planner, MaxBatchIsTheLargestThatFits) {
   EXPECT_TRUE(plan_training_step(f, device, max_batch, {10}).fits);
   EXPECT_FALSE(plan_training_step(f, device, max_batch + 1, {10}).fits);
   EXPECT_THROW(find_max_batch(f, DeviceSpec::preset("cpu"), {10}), std::invalid_argument);
+  // The search stops at keel's per-core batch limit, 2^20, however large the budget.
+  EXPECT_EQ(find_max_batch(f, DeviceSpec::custom(1, int64_t{1} << 50), {10}), kMaxBatchPerCore);
+}
+
+TEST(Planner, BatchesPastTheLimitAreRefused) {
+  const ModelFactory f = [] { return build_compiled("mlp"); };
+  for (int64_t batch : {int64_t{0}, kMaxBatchPerCore + 1, int64_t{1} << 62}) {
+    EXPECT_THROW(plan_training_step(f, DeviceSpec::preset("v3-8"), batch, {10}), std::invalid_argument) << batch;
+    EXPECT_THROW(check_training_step_fits(f, DeviceSpec::preset("v3-8"), batch, {10}), std::invalid_argument) << batch;
+  }
+}
+
+// check_training_step_fits is the plan against the budget: it throws exactly where fits turns false,
+// with the ledger's report, and nothing real is allocated.
+TEST(Planner, CheckTrainingStepFitsThrowsTheLedgersReportWhereThePlanDoesNotFit) {
+  const ModelFactory f = [] { return build_compiled("mlp"); };
+  const int64_t peak = plan_training_step(f, DeviceSpec::custom(2, 0), 64, {10}).per_core[0].peak;
+  EXPECT_NO_THROW(check_training_step_fits(f, DeviceSpec::custom(2, peak), 64, {10}));
+  EXPECT_NO_THROW(check_training_step_fits(f, DeviceSpec::custom(2, 0), 64, {10}));
+  try {
+    check_training_step_fits(f, DeviceSpec::custom(2, peak - 1), 64, {10});
+    ADD_FAILURE() << "a step one byte over the budget was accepted";
+  } catch (const ResourceExhausted& e) {
+    EXPECT_NE(std::string(e.what()).find("largest live allocations"), std::string::npos) << e.what();
+  }
+  // A model far past a core's HBM: refused from the plan, in bookkeeping only.
+  const ModelFactory huge = [] {
+    zoo::ModelOptions o;
+    o.classes = 10000000;
+    std::unique_ptr<Model> model = zoo::build("mlp", o);
+    model->compile(std::make_shared<Adam>(), std::make_shared<CategoricalCrossentropy>());
+    return model;
+  };
+  EXPECT_THROW(check_training_step_fits(huge, DeviceSpec::preset("v3-8"), 16, {10000000}), ResourceExhausted);
 }
 
 }  // namespace

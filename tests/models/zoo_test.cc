@@ -79,6 +79,44 @@ TEST(ZooTest, BadClassesAndInputShapesAreRefused) {
   }
   EXPECT_THROW(zoo::build("mlp", options({0})), std::invalid_argument);
   EXPECT_THROW(zoo::build("mlp", options({28, -28})), std::invalid_argument);
+  // keel's limits (framework/core/limits.h), checked before any layer exists.
+  for (int64_t classes : {(int64_t{1} << 24) + 1, int64_t{100000000}, int64_t{1} << 62}) {
+    try {
+      zoo::build("mlp", options({}, classes));
+      ADD_FAILURE() << classes << " classes were accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("2^24 (16777216)"));
+    }
+  }
+  EXPECT_THROW(zoo::build("resnet18", options({100000, 100000, 3})), std::invalid_argument);
+  EXPECT_THROW(zoo::build("resnet18", options({65536, 65536, 1})), std::invalid_argument) << "2^32 elements per example";
+}
+
+TEST(ZooTest, AnUnknownNameIsQuotedShort) {
+  try {
+    zoo::find(std::string(1 << 20, 'x') + "\n");
+    ADD_FAILURE() << "found";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_LT(std::string(e.what()).size(), 512u);
+    EXPECT_THAT(e.what(), HasSubstr("... (1048577 bytes)"));
+  }
+}
+
+TEST(ZooTest, ResNetsWithoutTopPoolAsKerasApplicationsDo) {
+  for (const char* pooling : {"avg", "max"}) {
+    clear_session();
+    zoo::ModelOptions options;
+    options.include_top = false;
+    options.pooling = pooling;
+    const std::unique_ptr<Model> m = zoo::build("resnet18", options);
+    EXPECT_EQ(m->layers().back()->name(), std::string(pooling) + "_pool");
+    EXPECT_EQ(m->layers().back()->compute_output_shape({1, 1, 512}), (Shape{512}));
+  }
+  clear_session();
+  zoo::ModelOptions bad;
+  bad.include_top = false;
+  bad.pooling = "sum";
+  EXPECT_THROW(zoo::build("resnet18", bad), std::invalid_argument);
 }
 
 TEST(ZooTest, ModelsAreBuiltInTheCurrentScope) {

@@ -1,6 +1,8 @@
 #include "framework/train/optimizers.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -180,6 +182,20 @@ TEST(OptimizerTest, MismatchedArgumentsThrowInvalidArgument) {
   EXPECT_THROW(adam.apply_gradients({host({3}, {1, 1, 1})}, {&a}), std::invalid_argument);
 }
 
+TEST(OptimizerTest, LearningRatesMustBeFiniteAndPositive) {
+  for (float lr : {0.0f, -0.5f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    EXPECT_THROW(Adam(Adam::Options{.learning_rate = lr}), std::invalid_argument) << lr;
+    EXPECT_THROW(SGD(SGD::Options{.learning_rate = lr}), std::invalid_argument) << lr;
+  }
+  for (float lr : {0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                   std::numeric_limits<float>::quiet_NaN()}) {
+    EXPECT_THROW(make_optimizer("adam", lr), std::invalid_argument) << lr;
+  }
+  EXPECT_EQ(make_optimizer("adam", -1.0f)->learning_rate(), 0.001f) << "negative: Keras's default";
+  EXPECT_THROW(SGD(SGD::Options{.momentum = 1.5f}), std::invalid_argument);
+  EXPECT_THROW(SGD(SGD::Options{.momentum = std::numeric_limits<float>::quiet_NaN()}), std::invalid_argument);
+}
+
 TEST(OptimizerTest, SlotsAreChargedAsOptimizerOnEveryCoreWhenMirrored) {
   Ledger ledger(DeviceSpec::custom(2, 0));
   DeviceContext mirrored;
@@ -221,6 +237,81 @@ TEST(OptimizerTest, InsideStrategyRunAppliesTheMeanOnce) {
   EXPECT_EQ(w->value().to_vector(), (std::vector<float>{-1.5f, -1.5f}));
   EXPECT_EQ(sgd.iterations(), 1);
   for (int c = 0; c < 4; ++c) EXPECT_EQ(s.ledger().core(c).stat(Category::optimizer).current, 8) << c;
+}
+
+TEST(OptimizerTest, ANonFiniteGradientSkipsTheWholeUpdate) {
+  for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {
+    Adam adam(Adam::Options{.learning_rate = 0.1f});
+    Variable a("a", host({2}, {1, 1}), true);
+    Variable b("b", host({3}, {5, 5, 5}), true);
+    Variable c("c", host({1}, {2}), true);
+    const GradientUpdate u = adam.apply_gradients({host({2}, {1, -1}), host({3}, {0, bad, 0}), host({1}, {bad})}, {&a, &b, &c});
+    EXPECT_FALSE(u.applied) << bad;
+    EXPECT_EQ(u.non_finite_variable, "b") << "the first, in the variables' order";
+    // Nothing moved, not even the variable before it; the step is not counted.
+    EXPECT_EQ(a.value().to_vector(), (std::vector<float>{1, 1}));
+    EXPECT_EQ(b.value().to_vector(), (std::vector<float>{5, 5, 5}));
+    EXPECT_EQ(adam.iterations(), 0);
+    for (Variable* s : adam.slot_variables()) {
+      for (float v : s->value().to_vector()) EXPECT_EQ(v, 0.0f) << s->name();
+    }
+    // The next finite step is the first one applied.
+    const GradientUpdate next = adam.apply_gradients({host({2}, {1, -1}), host({3}, {0, 0, 0}), host({1}, {0})}, {&a, &b, &c});
+    EXPECT_TRUE(next.applied);
+    EXPECT_EQ(next.non_finite_variable, "");
+    EXPECT_EQ(adam.iterations(), 1);
+    expect_close(a.value().to_vector(), {0.9, 1.1}, 1e-5, "a");
+  }
+}
+
+// 4 replicas, 8 variables: replica r updates variables r and r + 4. One replica's non-finite
+// contribution, or a mean that overflows although every replica's gradient is finite, skips the
+// update on every replica, and all of them name the same first variable.
+TEST(OptimizerTest, InsideStrategyRunEveryReplicaSkipsWhenAnyShareIsNotFinite) {
+  constexpr int kReplicas = 4, kVars = 8;
+  const float big = std::numeric_limits<float>::max();
+  struct Case {
+    int bad_replica;
+    std::vector<int> bad_vars;
+    float value;
+    const char* first;
+  };
+  for (const Case& k : {Case{3, {6, 5}, std::nanf(""), "v5"}, Case{0, {7}, std::numeric_limits<float>::infinity(), "v7"},
+                        Case{-1, {2}, big, "v2"}}) {
+    ReplicatedStrategy s(DeviceSpec::custom(kReplicas, 0));
+    std::vector<std::unique_ptr<Variable>> vars;
+    std::vector<Variable*> ptrs;
+    {
+      auto scope = s.scope();
+      for (int i = 0; i < kVars; ++i) {
+        vars.push_back(std::make_unique<Variable>("v" + std::to_string(i), Tensor::full({3}, 1.0f), true));
+        ptrs.push_back(vars.back().get());
+      }
+    }
+    SGD sgd(SGD::Options{.learning_rate = 0.5f, .momentum = 0.9f});
+    std::vector<GradientUpdate> updates(kReplicas);
+    std::vector<Batch> shards =
+        s.distribute(Batch{Tensor::from_vector({kReplicas, 1}, std::vector<float>(kReplicas, 0.0f)), Tensor()});
+    s.run(
+        [&](const Batch&) {
+          const int r = current_replica_context()->replica_id();
+          std::vector<Tensor> grads;
+          for (int i = 0; i < kVars; ++i) {
+            const bool bad = (k.bad_replica < 0 || r == k.bad_replica) &&
+                             std::find(k.bad_vars.begin(), k.bad_vars.end(), i) != k.bad_vars.end();
+            grads.push_back(Tensor::full({3}, bad ? k.value : 0.25f));
+          }
+          updates[static_cast<size_t>(r)] = sgd.apply_gradients(std::move(grads), ptrs);
+          return 0;
+        },
+        shards);
+    for (int r = 0; r < kReplicas; ++r) {
+      EXPECT_FALSE(updates[static_cast<size_t>(r)].applied) << k.first << " replica " << r;
+      EXPECT_EQ(updates[static_cast<size_t>(r)].non_finite_variable, k.first) << "replica " << r;
+    }
+    for (const auto& v : vars) EXPECT_EQ(v->value().to_vector(), (std::vector<float>{1, 1, 1})) << v->name();
+    EXPECT_EQ(sgd.iterations(), 0);
+  }
 }
 
 TEST(OptimizerTest, MakeOptimizer) {

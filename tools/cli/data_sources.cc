@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "framework/core/limits.h"
 #include "framework/data/data_error.h"
 #include "datasets/example.h"
 #include "datasets/image_codec.h"
@@ -161,9 +162,9 @@ DatasetSource parse_dataset_source(const std::string& text) {
   DatasetSource s;
   auto dir_of = [&](size_t prefix) {
     std::string dir = text.substr(prefix);
-    if (dir.empty()) throw UsageError("--dataset " + text + " needs a directory after the colon");
+    if (dir.empty()) throw UsageError("--dataset " + quote_untrusted(text) + " needs a directory after the colon");
     if (!fs::is_directory(dir)) {
-      throw UsageError("--dataset " + text + ": " + dir + " is not a directory (make one with `keel data export`)");
+      throw UsageError("--dataset " + quote_untrusted(text) + ": not a directory (make one with `keel data export`)");
     }
     return dir;
   };
@@ -178,7 +179,7 @@ DatasetSource parse_dataset_source(const std::string& text) {
     s.dir = dir_of(7);
     return s;
   }
-  throw UsageError("unknown dataset '" + text + "' (known: fashion_mnist, tfrecord:DIR, images:DIR)");
+  throw UsageError("unknown dataset '" + quote_untrusted(text) + "' (known: fashion_mnist, tfrecord:DIR, images:DIR)");
 }
 
 std::string tfrecord_shard_name(const std::string& split, int64_t shard, int64_t shards,

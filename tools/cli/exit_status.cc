@@ -25,6 +25,9 @@ int report_failure(const std::string& verb, std::exception_ptr error, std::ostre
   } catch (const ResourceExhausted& e) {
     err << prefix << e.what() << "\n";
     return kExitExhausted;
+  } catch (const TrainingDiverged& e) {
+    err << prefix << e.what() << "\n";
+    return kExitDiverged;
   } catch (const boost::program_options::error& e) {
     err << prefix << e.what() << " (see `keel " << verb << " --help`)\n";
     return kExitUsage;

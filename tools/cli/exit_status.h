@@ -4,6 +4,11 @@
 //   2  bad usage or input: UsageError, DataError, CheckpointError, a flag Boost.Program_options
 //      rejects, std::invalid_argument (a value the library refuses)
 //   3  HBM exhausted: ResourceExhausted (its XLA-style report)
+//   4  training diverged: TrainingDiverged (`keel train`/`keel resume` stopped at a step whose loss
+//      or gradients were NaN or infinite; the message names the step and the first non-finite
+//      variable, and every checkpoint left in the run directory holds finite weights)
+//   128 + signal (130, 143): `train`/`resume` interrupted by SIGINT/SIGTERM before the first step,
+//      nothing saved (tools/cli/train_command.cc; during training a signal saves and ends in 0)
 //   70 internal error in keel (EX_SOFTWARE): a broken invariant (std::logic_error) or anything else;
 //      the message says so and asks for a report, so that nobody hunts for a mistake that is not theirs
 #pragma once

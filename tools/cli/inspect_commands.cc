@@ -1,11 +1,14 @@
-// `keel evaluate`, `keel memory`, `keel summary`, `keel models`.
+// `keel memory`, `keel summary`, `keel models`.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 
 #include "framework/checkpoint/checkpoint.h"
+#include "framework/checkpoint/checkpoint_snapshot.h"
+#include "framework/checkpoint/keras_weights.h"
 #include "framework/checkpoint/run_directory.h"
+#include "framework/core/limits.h"
 #include "framework/layers/initializers.h"
 #include "framework/layers/layer.h"
 #include "framework/model/planner.h"
@@ -13,37 +16,12 @@
 #include "tools/cli/checkpoint_selection.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/data_sources.h"
+#include "tools/cli/memory_report.h"
 #include "tools/cli/run_config.h"
+#include "tools/cli/stored_run.h"
 
 namespace keel::cli {
 namespace {
-
-// A run directory (its newest checkpoint that verifies; damaged ones are reported and left as they
-// are) or a checkpoint file (verified whole).
-SelectedCheckpoint checkpoint_file(const std::string& target) {
-  if (std::filesystem::is_directory(target)) return select_checkpoint(RunDirectory(target), /*move_aside=*/false, "evaluate");
-  if (!std::filesystem::exists(target)) throw UsageError("no such run directory or checkpoint: " + target);
-  return verify_file(target, "evaluate");
-}
-
-nlohmann::json plan_json(const MemoryPlan& plan) {
-  nlohmann::json per_core = nlohmann::json::array();
-  for (const CoreMemory& m : plan.per_core) {
-    nlohmann::json c = {{"core", m.core}};
-    for (int k = 0; k < kNumCategories; ++k) c[category_name(static_cast<Category>(k))] = m.category_peak[static_cast<size_t>(k)];
-    c["peak"] = m.peak;
-    c["sent_bytes"] = m.sent_bytes;
-    c["received_bytes"] = m.received_bytes;
-    per_core.push_back(c);
-  }
-  return {{"device", plan.device.name},
-          {"cores", plan.device.cores},
-          {"hbm_bytes_per_core", plan.device.hbm_bytes_per_core},
-          {"batch_per_core", plan.batch_per_core},
-          {"fits", plan.fits},
-          {"max_batch_per_core", plan.max_batch_per_core ? nlohmann::json(*plan.max_batch_per_core) : nlohmann::json(nullptr)},
-          {"per_core", per_core}};
-}
 
 void print_plan(const RunConfig& config, const MemoryPlan& plan) {
   std::printf("Memory plan: %s on %s (%d cores x %s), %lld per core (global batch %lld), one training step\n",
@@ -84,147 +62,76 @@ void print_plan(const RunConfig& config, const MemoryPlan& plan) {
   }
 }
 
+
 }  // namespace
 
 namespace {
 
-// --output: a new file, outside every run directory (a run's pruning and `latest` must never meet it).
-void check_output_path(const std::string& output) {
-  namespace fs = std::filesystem;
-  const fs::path path(output);
-  if (path.extension() != ".h5") throw UsageError("--output must name a .h5 file, got '" + output + "'");
-  std::error_code ec;
-  if (fs::exists(fs::symlink_status(path, ec))) {
-    throw UsageError("--output " + output + " already exists; keel never writes over a file: choose a new name");
+// keel memory RUN: the run's own configuration (model, device, batch, frozen layers) planned, beside
+// what its training measured (recorded in its checkpoints).
+int memory_of_run(const po::variables_map& vm) {
+  for (const char* flag : {"model", "input-shape", "classes", "device", "cores", "hbm-per-core", "batch-per-core", "freeze"}) {
+    if (vm.count(flag)) throw UsageError(std::string("--") + flag + " describes a new run; `keel memory RUN` plans the run's own");
   }
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir, ec)) throw UsageError("--output " + output + ": directory " + dir.string() + " does not exist");
-  if (fs::exists(dir / "latest", ec)) {
-    throw UsageError("--output " + output + " is inside a run directory; write it elsewhere, so that the run's own "
-                     "checkpoints stay what training wrote");
+  const std::string target = vm["run"].as<std::string>();
+  if (!std::filesystem::is_directory(target) && !std::filesystem::exists(target)) {
+    throw UsageError("no such run directory or checkpoint: " + quote_untrusted(target));
   }
-}
-
-// --recompute-bn-stats N: precise BatchNormalization statistics from N batches of the run's training
-// pipeline (its shuffle, batch and device), then --output writes them to a new checkpoint file.
-int64_t recompute_statistics(const po::variables_map& vm, const RunConfig& config, const TrainState& state,
-                             Model& model) {
-  const int64_t batches = vm["recompute-bn-stats"].as<int64_t>();
-  if (batches <= 0 || batches > (int64_t{1} << 40)) {
-    throw UsageError("--recompute-bn-stats must be a positive number of training batches, got " + std::to_string(batches));
-  }
-  const int64_t used = model.recompute_batch_statistics(training_dataset(config), batches);
-  if (vm.count("output")) {
-    const std::string output = vm["output"].as<std::string>();
-    write_new_file(output, [&](const std::string& tmp) { save_checkpoint(tmp, model, model.optimizer(), state); });
-  }
-  return used;
-}
-
-void print_evaluation(const po::variables_map& vm, const std::string& file, const RunConfig& config,
-                      const std::string& split, const Logs& logs, int64_t bn_batches) {
+  const SelectedCheckpoint selected = std::filesystem::is_directory(target)
+                                          ? select_checkpoint(RunDirectory(target), /*move_aside=*/false, "memory")
+                                          : verify_file(target, "memory");
+  const RunConfig config = read_stored_run(selected.path).config;  // within keel's limits, or refused
+  const ModelFactory factory = model_factory(config);
+  MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, label_shape(config));
+  if (vm["max-batch"].as<bool>()) plan.max_batch_per_core = find_max_batch(factory, config.device, label_shape(config));
+  nlohmann::json j = plan_json(plan);
+  const nlohmann::json& measured = selected.check.state.memory;
+  j["measured"] = measured;
+  j["plan_equals_measured"] = measured.is_null() ? nlohmann::json(nullptr) : nlohmann::json(peaks_equal(j, measured));
   if (vm["json"].as<bool>()) {
-    nlohmann::json j{{"loss", logs.at("loss")}, {"accuracy", logs.at("accuracy")},
-                     {"samples", static_cast<int64_t>(logs.at("samples"))}};
-    if (bn_batches > 0) j["bn_stats_batches"] = bn_batches;
     std::cout << j.dump() << "\n";
-    return;
+    return kExitOk;
   }
-  if (bn_batches > 0) {
-    std::printf("BatchNormalization statistics recomputed over %lld training batches (weights unchanged)%s%s\n",
-                static_cast<long long>(bn_batches), vm.count("output") ? "; written to " : "",
-                vm.count("output") ? vm["output"].as<std::string>().c_str() : "");
+  print_plan(config, plan);
+  if (measured.is_null()) {
+    std::printf("Measured: unknown (%s predates keel's record of what training measured)\n", selected.path.c_str());
+    return kExitOk;
   }
-  std::printf("%s on %s/%s (%lld samples): loss %.4f - accuracy %.4f\n", file.c_str(), config.dataset.c_str(),
-              split.c_str(), static_cast<long long>(logs.at("samples")), logs.at("loss"), logs.at("accuracy"));
-}
-
-po::options_description evaluate_options() {
-  po::options_description d("Usage: keel evaluate RUN_DIR|CHECKPOINT [--split test] [--json]\n"
-                            "       keel evaluate RUN_DIR --recompute-bn-stats 100 [--output FILE.h5]\n\n"
-                            "Loss and accuracy of a checkpoint on a dataset split.");
-  d.add_options()("help,h", "this help")
-      ("target", po::value<std::string>(), "run directory (its newest checkpoint that verifies) or a ckpt-<step>.h5 file")
-      ("split", po::value<std::string>()->default_value("test"), "train | test")
-      ("data-dir", po::value<std::string>(), "directory of the dataset files (default: the run's)")
-      ("dataset", po::value<std::string>(), "evaluate on another dataset: fashion_mnist, tfrecord:DIR or images:DIR (default: the run's)")
-      ("skip-corrupt", po::bool_switch(), "tfrecord:/images: skip (and count) corrupt records and images")
-      ("recompute-bn-stats", po::value<int64_t>(),
-       "first set BatchNormalization's moving statistics to the average over N batches of the run's training data, "
-       "weights frozen (for short runs, whose moving averages lag behind the weights)")
-      ("output", po::value<std::string>(), "with --recompute-bn-stats: also save the checkpoint with the recomputed "
-                                           "statistics as this new .h5 file, outside the run directory")
-      ("json", po::bool_switch(), "print {\"loss\": x, \"accuracy\": x, \"samples\": n}");
-  return d;
+  std::printf("\nPlan and what training measured (%s, %lld steps; high-water marks in bytes):\n", selected.path.c_str(),
+              static_cast<long long>(measured.value("steps", int64_t{0})));
+  print_plan_and_measurement(j, measured);
+  std::printf("%s\n", peaks_equal(j, measured) ? "Plan and measurement are equal." : "Plan and measurement DIFFER.");
+  return kExitOk;
 }
 
 }  // namespace
-
-int evaluate_command(const std::vector<std::string>& args) {
-  po::options_description d = evaluate_options();
-  po::positional_options_description pos;
-  pos.add("target", 1);
-  po::variables_map vm = parse_args(args, d, &pos);
-  if (vm.count("help")) {
-    std::cout << d << "\n";
-    return kExitOk;
-  }
-  if (!vm.count("target")) throw UsageError("keel evaluate needs a run directory or checkpoint, e.g. `keel evaluate checkpoints/mlp`");
-  const std::string split = vm["split"].as<std::string>();
-  if (split != "train" && split != "test") throw UsageError("--split must be train or test, got '" + split + "'");
-  if (vm.count("output") && !vm.count("recompute-bn-stats")) throw UsageError("--output goes with --recompute-bn-stats");
-  if (vm.count("output")) check_output_path(vm["output"].as<std::string>());
-  const SelectedCheckpoint selected = checkpoint_file(vm["target"].as<std::string>());
-  const std::string& file = selected.path;
-  const TrainState& state = selected.check.state;
-  RunConfig config;
-  try {
-    config = RunConfig::from_json(state.config);
-  } catch (const std::exception& e) {
-    throw CheckpointError("checkpoint " + file + ": its run configuration is damaged (" + e.what() + ")");
-  }
-  if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
-  const RunConfig trained = config;  // recomputed statistics come from the run's own training data
-  if (vm.count("dataset")) {
-    config.dataset = vm["dataset"].as<std::string>();
-    parse_dataset_source(config.dataset);
-  }
-  if (vm["skip-corrupt"].as<bool>()) config.skip_corrupt = true;
-  Dataset data = evaluation_dataset(config, split);
-
-  clear_session();
-  set_random_seed(config.seed);
-  ReplicatedStrategy strategy(config.device);
-  std::unique_ptr<Model> model;
-  {
-    auto scope = strategy.scope();
-    model = build_model(config);
-    load_checkpoint(file, *model, model->optimizer());
-  }
-  const int64_t bn_batches = vm.count("recompute-bn-stats") ? recompute_statistics(vm, trained, state, *model) : 0;
-  print_evaluation(vm, file, config, split, model->evaluate(data), bn_batches);
-  return kExitOk;
-}
 
 int memory_command(const std::vector<std::string>& args) {
   po::options_description model_opts("Model"), device_opts("Device");
   add_model_options(model_opts);
   add_device_options(device_opts);
   po::options_description d("Usage: keel memory --model resnet50 --input-shape 224x224x3 --device v3-8 "
-                            "--batch-per-core 128 [--max-batch] [--json]\n\n"
+                            "--batch-per-core 128 [--max-batch] [--json]\n"
+                            "       keel memory RUN_DIR [--json]   (the run's own plan beside what its training measured)\n\n"
                             "What each core needs for one training step, planned without allocating it.");
+  add_freeze_option(model_opts);
   d.add_options()("help,h", "this help")
+      ("run", po::value<std::string>(), "a run directory or checkpoint: plan its configuration")
       ("max-batch", po::bool_switch(), "also find the largest per-core batch that fits")
       ("json", po::bool_switch(), "print one JSON object");
   d.add(model_opts).add(device_opts);
-  po::variables_map vm = parse_args(args, d);
+  po::positional_options_description pos;
+  pos.add("run", 1);
+  po::variables_map vm = parse_args(args, d, &pos);
   if (vm.count("help")) {
     std::cout << d << "\n";
     return kExitOk;
   }
+  if (vm.count("run")) return memory_of_run(vm);
   RunConfig config;
   apply_model_options(vm, config);
   apply_device_options(vm, config);
+  if (vm.count("freeze")) config.freeze = vm["freeze"].as<std::string>();
   const ModelFactory factory = model_factory(config);
   const Shape labels = label_shape(config);
   MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, labels);
@@ -240,7 +147,8 @@ int memory_command(const std::vector<std::string>& args) {
 int summary_command(const std::vector<std::string>& args) {
   po::options_description model_opts("Model");
   add_model_options(model_opts);
-  po::options_description d("Usage: keel summary --model mlp [--classes N] [--input-shape S]\n\n"
+  add_head_options(model_opts);
+  po::options_description d("Usage: keel summary --model mlp [--classes N] [--input-shape S] [--include-top false --pooling avg]\n\n"
                             "Keras-style summary table with exact parameter counts.");
   d.add_options()("help,h", "this help");
   d.add(model_opts);
@@ -251,6 +159,7 @@ int summary_command(const std::vector<std::string>& args) {
   }
   RunConfig config;
   apply_model_options(vm, config);
+  apply_head_options(vm, config);
   clear_session();
   // Shapes only: the summary of a large model needs none of its memory.
   ReplicatedStrategy strategy(DeviceSpec::preset("cpu"), ReplicatedStrategy::Options{/*abstract=*/true, 0});

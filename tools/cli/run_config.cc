@@ -1,15 +1,17 @@
 #include "tools/cli/run_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 
 #include "datasets/fashion_mnist.h"
 #include "datasets/image_ops.h"
-#include "tools/cli/data_sources.h"
+#include "framework/core/limits.h"
 #include "framework/device/context.h"
 #include "framework/train/losses.h"
 #include "framework/train/optimizers.h"
 #include "models/zoo.h"
+#include "tools/cli/data_sources.h"
 
 namespace keel::cli {
 
@@ -33,33 +35,180 @@ nlohmann::json RunConfig::to_json() const {
           {"classes", classes},
           {"keep", keep},
           {"save_every_steps", save_every_steps},
-          {"skip_corrupt", skip_corrupt}};
+          {"skip_corrupt", skip_corrupt},
+          {"include_top", include_top},
+          {"pooling", pooling},
+          {"freeze", freeze},
+          {"init_weights", init_weights},
+          {"init_by_name", init_by_name},
+          {"init_skip_mismatch", init_skip_mismatch},
+          {"validation_split", validation_split},
+          {"validation_data", validation_data},
+          {"validation_freq", validation_freq},
+          {"early_stopping_patience", early_stopping_patience},
+          {"early_stopping_monitor", early_stopping_monitor},
+          {"restore_best_weights", restore_best_weights},
+          {"reduce_lr_patience", reduce_lr_patience},
+          {"reduce_lr_factor", reduce_lr_factor}};
 }
 
+namespace {
+
+using nlohmann::json;
+
+// Strict readers of a stored run configuration: the field must be there, of the right JSON type, and
+// an integer must fit int64 (nlohmann's get<> would convert a float or wrap an unsigned silently).
+const json& field(const json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end()) throw std::invalid_argument(std::string("it has no \"") + key + "\"");
+  return *it;
+}
+
+[[noreturn]] void wrong_type(const char* key, const char* expected, const json& v) {
+  throw std::invalid_argument(std::string("\"") + key + "\" must be " + expected + ", got a JSON " + v.type_name());
+}
+
+int64_t int_value(const char* key, const json& v) {
+  if (!v.is_number_integer()) wrong_type(key, "an integer", v);
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    throw std::invalid_argument(std::string("\"") + key + "\" is past 2^63");
+  }
+  return v.get<int64_t>();
+}
+
+int64_t int_field(const json& j, const char* key) { return int_value(key, field(j, key)); }
+
+// An int-typed field, range-checked before it is narrowed.
+int narrow_field(const json& j, const char* key, int64_t lo, int64_t hi) {
+  return static_cast<int>(check_in_range(key, int_field(j, key), lo, hi));
+}
+
+float float_field(const json& j, const char* key) {
+  const json& v = field(j, key);
+  if (!v.is_number()) wrong_type(key, "a number", v);
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || std::fabs(d) > 3.0e38) throw std::invalid_argument(std::string("\"") + key + "\" must be a finite float");
+  return static_cast<float>(d);
+}
+
+double double_field(const json& j, const char* key) {
+  const json& v = field(j, key);
+  if (!v.is_number()) wrong_type(key, "a number", v);
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) throw std::invalid_argument(std::string("\"") + key + "\" must be finite");
+  return d;
+}
+
+std::string string_field(const json& j, const char* key, size_t max_bytes) {
+  const json& v = field(j, key);
+  if (!v.is_string()) wrong_type(key, "a string", v);
+  const std::string& s = v.get_ref<const std::string&>();
+  if (s.size() > max_bytes) {
+    throw std::invalid_argument(std::string("\"") + key + "\" is " + std::to_string(s.size()) +
+                                " bytes long, more than keel's limit of " + std::to_string(max_bytes));
+  }
+  return s;
+}
+
+bool bool_field(const json& j, const char* key) {
+  const json& v = field(j, key);
+  if (!v.is_boolean()) wrong_type(key, "true or false", v);
+  return v.get<bool>();
+}
+
+constexpr size_t kMaxPathBytes = 4096;
+
+DeviceSpec device_from_json(const json& d) {
+  if (!d.is_object()) wrong_type("device", "an object", d);
+  DeviceSpec spec{string_field(d, "name", kMaxNameBytes), narrow_field(d, "cores", 1, kMaxCores),
+                  int_field(d, "hbm_bytes_per_core")};
+  spec.validate();
+  return spec;
+}
+
+Shape shape_from_json(const json& v) {
+  if (!v.is_array() || v.size() > static_cast<size_t>(kMaxInputRank)) {
+    throw std::invalid_argument("\"input_shape\" must be a list of at most " + std::to_string(kMaxInputRank) + " sizes");
+  }
+  Shape shape;
+  for (const json& d : v) shape.push_back(int_value("input_shape", d));
+  return shape;
+}
+
+}  // namespace
+
 RunConfig RunConfig::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) wrong_type("config", "an object", j);
   RunConfig c;
-  c.model = j.at("model").get<std::string>();
-  c.dataset = j.at("dataset").get<std::string>();
-  c.data_dir = j.at("data_dir").get<std::string>();
-  const auto& d = j.at("device");
-  c.device = DeviceSpec{d.at("name").get<std::string>(), d.at("cores").get<int>(), d.at("hbm_bytes_per_core").get<int64_t>()};
-  c.batch_per_core = j.at("batch_per_core").get<int64_t>();
-  c.epochs = j.at("epochs").get<int>();
-  c.optimizer = j.at("optimizer").get<std::string>();
-  c.learning_rate = j.at("learning_rate").get<float>();
-  c.lr_schedule = j.value("lr_schedule", std::string("constant"));
-  c.decay_steps = j.value("decay_steps", int64_t{0});
-  c.momentum = j.at("momentum").get<float>();
-  c.nesterov = j.at("nesterov").get<bool>();
-  c.loss = j.at("loss").get<std::string>();
-  c.seed = j.at("seed").get<uint64_t>();
-  c.shuffle_buffer = j.at("shuffle_buffer").get<int64_t>();
-  c.input_shape = j.at("input_shape").get<Shape>();
-  c.classes = j.at("classes").get<int64_t>();
-  c.keep = j.at("keep").get<int>();
-  c.save_every_steps = j.at("save_every_steps").get<int64_t>();
-  c.skip_corrupt = j.value("skip_corrupt", false);
+  c.model = string_field(j, "model", kMaxNameBytes);
+  c.dataset = string_field(j, "dataset", kMaxPathBytes);
+  c.data_dir = string_field(j, "data_dir", kMaxPathBytes);
+  c.device = device_from_json(field(j, "device"));
+  c.batch_per_core = int_field(j, "batch_per_core");
+  c.epochs = narrow_field(j, "epochs", 1, kMaxEpochs);
+  c.optimizer = string_field(j, "optimizer", kMaxNameBytes);
+  c.learning_rate = float_field(j, "learning_rate");
+  if (j.contains("lr_schedule")) c.lr_schedule = string_field(j, "lr_schedule", kMaxNameBytes);
+  if (j.contains("decay_steps")) c.decay_steps = int_field(j, "decay_steps");
+  c.momentum = float_field(j, "momentum");
+  c.nesterov = bool_field(j, "nesterov");
+  c.loss = string_field(j, "loss", kMaxNameBytes);
+  const json& seed = field(j, "seed");
+  if (!seed.is_number_unsigned() && !(seed.is_number_integer() && seed.get<int64_t>() >= 0)) {
+    wrong_type("seed", "a non-negative integer", seed);
+  }
+  c.seed = seed.get<uint64_t>();
+  c.shuffle_buffer = int_field(j, "shuffle_buffer");
+  c.input_shape = shape_from_json(field(j, "input_shape"));
+  c.classes = int_field(j, "classes");
+  c.keep = narrow_field(j, "keep", 0, kMaxKeep);
+  c.save_every_steps = int_field(j, "save_every_steps");
+  if (j.contains("skip_corrupt")) c.skip_corrupt = bool_field(j, "skip_corrupt");
+  if (j.contains("include_top")) c.include_top = bool_field(j, "include_top");
+  if (j.contains("pooling")) c.pooling = string_field(j, "pooling", kMaxNameBytes);
+  if (j.contains("freeze")) c.freeze = string_field(j, "freeze", kMaxNameBytes);
+  if (j.contains("init_weights")) c.init_weights = string_field(j, "init_weights", kMaxPathBytes);
+  if (j.contains("init_by_name")) c.init_by_name = bool_field(j, "init_by_name");
+  if (j.contains("init_skip_mismatch")) c.init_skip_mismatch = bool_field(j, "init_skip_mismatch");
+  if (j.contains("validation_split")) c.validation_split = double_field(j, "validation_split");
+  if (j.contains("validation_data")) c.validation_data = string_field(j, "validation_data", kMaxNameBytes);
+  if (j.contains("validation_freq")) c.validation_freq = narrow_field(j, "validation_freq", 1, kMaxEpochs);
+  if (j.contains("early_stopping_patience")) c.early_stopping_patience = narrow_field(j, "early_stopping_patience", -1, kMaxEpochs);
+  if (j.contains("early_stopping_monitor")) c.early_stopping_monitor = string_field(j, "early_stopping_monitor", kMaxNameBytes);
+  if (j.contains("restore_best_weights")) c.restore_best_weights = bool_field(j, "restore_best_weights");
+  if (j.contains("reduce_lr_patience")) c.reduce_lr_patience = narrow_field(j, "reduce_lr_patience", -1, kMaxEpochs);
+  if (j.contains("reduce_lr_factor")) c.reduce_lr_factor = double_field(j, "reduce_lr_factor");
+  c.validate();
   return c;
+}
+
+void RunConfig::validate() const {
+  zoo::find(model);
+  if (dataset != "fashion_mnist" && dataset.rfind("tfrecord:", 0) != 0 && dataset.rfind("images:", 0) != 0) {
+    throw std::invalid_argument("unknown dataset '" + quote_untrusted(dataset) +
+                                "' (known: fashion_mnist, tfrecord:DIR, images:DIR)");
+  }
+  device.validate();
+  check_in_range("the per-core batch (--batch-per-core)", batch_per_core, 1, kMaxBatchPerCore);
+  check_in_range("epochs (--epochs)", epochs, 1, kMaxEpochs);
+  if (!(learning_rate == -1.0f || (std::isfinite(learning_rate) && learning_rate > 0.0f))) {
+    throw std::invalid_argument("the learning rate (--lr) must be finite and positive, got " + std::to_string(learning_rate));
+  }
+  if (!(momentum >= 0.0f && momentum <= 1.0f)) {
+    throw std::invalid_argument("--momentum must be in [0, 1], got " + std::to_string(momentum));
+  }
+  make_optimizer(optimizer, learning_rate, momentum, nesterov);
+  make_loss(loss);
+  if (lr_schedule != "constant" && lr_schedule != "cosine") {
+    throw std::invalid_argument("--lr-schedule must be constant or cosine, got '" + quote_untrusted(lr_schedule) + "'");
+  }
+  check_in_range("the cosine schedule's decay steps", decay_steps, 0, kMaxSteps);
+  check_in_range("--shuffle-buffer", shuffle_buffer, 1, kMaxShuffleBuffer);
+  if (!input_shape.empty()) check_input_shape("the input shape (--input-shape)", input_shape);
+  check_in_range("--classes", classes, 1, kMaxClasses);
+  check_in_range("checkpoints kept (--keep)", keep, 0, kMaxKeep);
+  check_in_range("--save-every-steps", save_every_steps, 0, kMaxSteps);
+  checked_mul(batch_per_core, device.cores, "the global batch (per-core batch x cores)");
 }
 
 void add_model_options(po::options_description& d) {
@@ -79,7 +228,7 @@ void add_device_options(po::options_description& d) {
   d.add_options()
       ("device", po::value<std::string>(), "device preset: cpu, v2-8, v3-8, v4-8, v5e-8, v5p-8, v6e-8 (default v3-8)")
       ("cores", po::value<int>(), "custom device: number of cores")
-      ("hbm-per-core", po::value<std::string>(), "custom device: HBM per core, e.g. 512MiB, 16GiB")
+      ("hbm-per-core", po::value<std::string>(), "custom device: HBM per core, e.g. 512MiB, 16GiB, or unbounded (no budget)")
       ("batch-per-core", po::value<int64_t>(), "per-core batch; the global batch is this times the cores (default 16)");
 }
 
@@ -95,24 +244,25 @@ void add_training_options(po::options_description& d) {
       ("save-every-steps", po::value<int64_t>(), "also save every N steps (default: at epoch ends only)");
 }
 
+// Each verb applies its option groups and then calls RunConfig::validate, the one check of every
+// value against keel's limits; here only what a flag means beyond its value.
 void apply_model_options(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("model")) c.model = vm["model"].as<std::string>();
   zoo::find(c.model);  // unknown model: a clear message now
   if (vm.count("input-shape")) c.input_shape = parse_shape(vm["input-shape"].as<std::string>());
   if (vm.count("classes")) c.classes = vm["classes"].as<int64_t>();
-  if (c.classes <= 0) throw UsageError("--classes must be positive, got " + std::to_string(c.classes));
   if (vm.count("optimizer")) c.optimizer = vm["optimizer"].as<std::string>();
-  if (vm.count("lr")) c.learning_rate = vm["lr"].as<float>();
-  if (vm.count("lr-schedule")) c.lr_schedule = vm["lr-schedule"].as<std::string>();
-  if (c.lr_schedule != "constant" && c.lr_schedule != "cosine") {
-    throw UsageError("--lr-schedule must be constant or cosine, got '" + c.lr_schedule + "'");
+  if (vm.count("lr")) {
+    c.learning_rate = vm["lr"].as<float>();
+    // Stored, a negative rate means "the optimizer's default"; given, it is a mistake.
+    if (!(std::isfinite(c.learning_rate) && c.learning_rate > 0.0f)) {
+      throw UsageError("--lr must be finite and positive, got " + std::to_string(c.learning_rate));
+    }
   }
+  if (vm.count("lr-schedule")) c.lr_schedule = vm["lr-schedule"].as<std::string>();
   if (vm.count("momentum")) c.momentum = vm["momentum"].as<float>();
   if (vm.count("nesterov") && vm["nesterov"].as<bool>()) c.nesterov = true;
   if (vm.count("loss")) c.loss = vm["loss"].as<std::string>();
-  make_optimizer(c.optimizer, c.learning_rate, c.momentum, c.nesterov);  // validates
-  make_loss(c.loss);
-  if (vm.count("lr") && !(c.learning_rate > 0)) throw UsageError("--lr must be positive");
 }
 
 void apply_device_options(const po::variables_map& vm, RunConfig& c) {
@@ -122,12 +272,11 @@ void apply_device_options(const po::variables_map& vm, RunConfig& c) {
     if (!vm.count("cores") || !vm.count("hbm-per-core")) {
       throw UsageError("a custom device needs both --cores N and --hbm-per-core SIZE");
     }
-    c.device = DeviceSpec::custom(vm["cores"].as<int>(), parse_bytes(vm["hbm-per-core"].as<std::string>()));
+    c.device = DeviceSpec::custom(vm["cores"].as<int>(), parse_hbm_per_core(vm["hbm-per-core"].as<std::string>()));
   } else if (vm.count("device")) {
     c.device = DeviceSpec::preset(vm["device"].as<std::string>());
   }
   if (vm.count("batch-per-core")) c.batch_per_core = vm["batch-per-core"].as<int64_t>();
-  if (c.batch_per_core <= 0) throw UsageError("--batch-per-core must be positive, got " + std::to_string(c.batch_per_core));
 }
 
 void apply_training_options(const po::variables_map& vm, RunConfig& c) {
@@ -141,13 +290,20 @@ void apply_training_options(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("skip-corrupt") && vm["skip-corrupt"].as<bool>()) c.skip_corrupt = true;
   if (vm.count("data-dir")) c.data_dir = vm["data-dir"].as<std::string>();
   if (vm.count("epochs")) c.epochs = vm["epochs"].as<int>();
-  if (c.epochs <= 0) throw UsageError("--epochs must be positive, got " + std::to_string(c.epochs));
   if (vm.count("seed")) c.seed = vm["seed"].as<uint64_t>();
   if (vm.count("shuffle-buffer")) c.shuffle_buffer = vm["shuffle-buffer"].as<int64_t>();
-  if (c.shuffle_buffer <= 0) throw UsageError("--shuffle-buffer must be positive");
   if (vm.count("keep")) c.keep = vm["keep"].as<int>();
   if (vm.count("save-every-steps")) c.save_every_steps = vm["save-every-steps"].as<int64_t>();
-  if (c.save_every_steps < 0) throw UsageError("--save-every-steps must not be negative");
+}
+
+int64_t parse_hbm_per_core(const std::string& text) {
+  if (text == "unbounded") return 0;
+  const int64_t bytes = parse_bytes(text);
+  if (bytes == 0) {
+    throw UsageError("--hbm-per-core must be positive, got '" + quote_untrusted(text) +
+                     "' (for a device without an HBM budget say --hbm-per-core unbounded, or --device cpu)");
+  }
+  return bytes;
 }
 
 po::variables_map parse_args(const std::vector<std::string>& args, const po::options_description& options,
@@ -178,10 +334,11 @@ Shape parse_shape(const std::string& text) {
       if (used != part.size() || v <= 0) throw std::invalid_argument(part);
       shape.push_back(v);
     } catch (const std::exception&) {
-      throw UsageError("bad shape '" + text + "': expected positive sizes like 224x224x3 or 784");
+      throw UsageError("bad shape '" + quote_untrusted(text) + "': expected positive sizes like 224x224x3 or 784");
     }
   }
-  if (shape.empty()) throw UsageError("bad shape '" + text + "': expected positive sizes like 224x224x3 or 784");
+  if (shape.empty()) throw UsageError("bad shape '" + quote_untrusted(text) + "': expected positive sizes like 224x224x3 or 784");
+  check_input_shape("--input-shape", shape);
   return shape;
 }
 
@@ -189,7 +346,10 @@ std::unique_ptr<Model> build_model(const RunConfig& config) {
   zoo::ModelOptions options;
   options.input_shape = config.input_shape;
   options.classes = config.classes;
+  options.include_top = config.include_top;
+  options.pooling = config.pooling;
   std::unique_ptr<Model> model = zoo::build(config.model, options);
+  freeze_layers(config, *model);
   std::shared_ptr<Optimizer> optimizer = make_optimizer(config.optimizer, config.learning_rate, config.momentum, config.nesterov);
   // Training always knows its decay steps (run() sets them); planning and summaries do not need them.
   if (config.lr_schedule == "cosine" && config.decay_steps > 0) {
@@ -214,7 +374,8 @@ Shape model_input(const RunConfig& config) {
   return config.input_shape.empty() ? zoo::find(config.model).default_input_shape : config.input_shape;
 }
 
-// Images and labels as slices; labels one-hot for a categorical loss (as the seed does).
+// Images and labels (class ids) as slices; a categorical loss gets its one-hot labels per batch
+// (adapted), never for the whole set, which would be 60000 x classes floats on the host.
 Dataset labeled_slices(const RunConfig& config, const std::string& split) {
   LabeledImages data = load_fashion_mnist(split, config.data_dir);
   HostScope host;
@@ -229,22 +390,41 @@ Dataset labeled_slices(const RunConfig& config, const std::string& split) {
   } else if (input.size() != 3) {
     throw UsageError("--input-shape must be N (flat) or HxWxC for images, got " + shape_string(input));
   }
-  Tensor y = data.labels;
-  if (!label_shape(config).empty()) {
-    if (config.classes < 10) throw UsageError("Fashion-MNIST has 10 classes; --classes must be at least 10");
-    y = Tensor::zeros({n, config.classes});
-    const float* ids = data.labels.data();
-    for (int64_t i = 0; i < n; ++i) y.data()[i * config.classes + static_cast<int64_t>(ids[i])] = 1.0f;
+  if (!label_shape(config).empty() && config.classes < 10) {
+    throw UsageError("Fashion-MNIST has 10 classes; --classes must be at least 10");
   }
-  return Dataset::from_tensor_slices({x, y});
+  return Dataset::from_tensor_slices({x, data.labels});
 }
 
-// Image models get each batch resized to their input (bilinear, half-pixel centres) and the gray
-// channel repeated to C, in the pipeline (so on the prefetch thread), never the whole set at once.
+// A batch of class ids (batch,) as one-hot rows (batch, classes); load_fashion_mnist checked the ids.
+Tensor one_hot(const Tensor& ids, int64_t classes) {
+  HostScope host;
+  const int64_t n = ids.dim(0);
+  Tensor y = Tensor::zeros({n, classes});
+  for (int64_t i = 0; i < n; ++i) y.data()[i * classes + static_cast<int64_t>(ids.data()[i])] = 1.0f;
+  return y;
+}
+
+// Per batch, in the pipeline (so on the prefetch thread), never the whole set at once: image models
+// get each batch resized to their input (bilinear, half-pixel centres) with the gray channel repeated
+// to C; a categorical loss gets one-hot labels.
 Dataset adapted(const RunConfig& config, Dataset batched) {
   const Shape input = model_input(config);
-  if (input.size() != 3) return batched;
-  return batched.map([input](const Element& e) { return Element{adapt_images(e[0], input), e[1]}; });
+  const bool images = input.size() == 3;
+  const int64_t classes = label_shape(config).empty() ? 0 : config.classes;
+  if (!images && classes == 0) return batched;
+  return batched.map([input, images, classes](const Element& e) {
+    return Element{images ? adapt_images(e[0], input) : e[0], classes > 0 ? one_hot(e[1], classes) : e[1]};
+  });
+}
+
+// The training split must hold at least one global batch (batches drop their remainder): refused
+// before step 0, with both sizes. `examples` < 0: unknown (checked when an epoch ends instead).
+void check_enough_examples(const RunConfig& config, int64_t examples) {
+  if (examples < 0 || examples >= config.global_batch()) return;
+  throw UsageError("the training data holds " + std::to_string(examples) + " examples, fewer than one global batch of " +
+                   std::to_string(config.global_batch()) + " (" + std::to_string(config.batch_per_core) + " per core x " +
+                   std::to_string(config.device.cores) + " cores); use a smaller --batch-per-core or more data");
 }
 
 ExampleOptions example_options(const RunConfig& config, bool training) {
@@ -267,14 +447,45 @@ std::shared_ptr<std::atomic<int64_t>> skipped_records() {
   return counter;
 }
 
+namespace {
+
+// Keras's validation_split: the first int(n * (1 - split)) examples train; the rest validate.
+int64_t split_at(const Dataset& slices, double validation_split) {
+  return static_cast<int64_t>(static_cast<double>(slices.cardinality()) * (1.0 - validation_split));
+}
+
+Dataset training_slices(const RunConfig& config) {
+  Dataset slices = labeled_slices(config, "train");
+  return config.validation_split > 0.0 ? slices.take(split_at(slices, config.validation_split)) : slices;
+}
+
+}  // namespace
+
+std::optional<Dataset> validation_dataset(const RunConfig& config) {
+  if (!config.validation_data.empty()) return evaluation_dataset(config, config.validation_data);
+  if (config.validation_split <= 0.0) return std::nullopt;
+  if (parse_dataset_source(config.dataset).kind != DatasetSource::Kind::kFashionMnist) {
+    throw UsageError("--validation-split takes the last examples of Fashion-MNIST's arrays; for " + config.dataset +
+                     " use --validation-data test");
+  }
+  Dataset slices = labeled_slices(config, "train");
+  return adapted(config, slices.skip(split_at(slices, config.validation_split))
+                             .batch(config.global_batch(), /*drop_remainder=*/false))
+      .prefetch(AUTOTUNE);
+}
+
 Dataset training_dataset(const RunConfig& config) {
   const DatasetSource source = parse_dataset_source(config.dataset);
   if (source.kind != DatasetSource::Kind::kFashionMnist) {
+    if (config.validation_split > 0.0) validation_dataset(config);  // the message above
+    check_enough_examples(config, file_examples_count(source, "train"));
     return file_examples(source, "train", example_options(config, /*training=*/true))
         .batch(config.global_batch(), /*drop_remainder=*/true)
         .prefetch(AUTOTUNE);
   }
-  return adapted(config, labeled_slices(config, "train")
+  const Dataset slices = training_slices(config);
+  check_enough_examples(config, slices.cardinality());
+  return adapted(config, slices
                              .shuffle(config.shuffle_buffer, config.seed)
                              .batch(config.global_batch(), /*drop_remainder=*/true))
       .prefetch(AUTOTUNE);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -22,9 +23,17 @@ namespace keel::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitUsage = 2;      // bad usage or input
 inline constexpr int kExitExhausted = 3;  // HBM exhausted
+inline constexpr int kExitDiverged = 4;   // training diverged: a non-finite loss or gradient
 
 // Bad usage: printed as one line, exit 2.
 struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Training stopped at a step whose loss or gradients were not finite (TerminateOnNaN): one line
+// naming the step and the first non-finite variable, exit 4. Nothing after the last finite step was
+// saved.
+struct TrainingDiverged : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
@@ -49,10 +58,31 @@ struct RunConfig {
   int keep = 3;
   int64_t save_every_steps = 0;  // 0: only at epoch ends
   bool skip_corrupt = false;     // tfrecord:/images: skip and count corrupt records instead of stopping
+  bool include_top = true;       // ResNets: the classification head (keras.applications' include_top)
+  std::string pooling;           // ResNets without top: "", "avg" or "max"
+  std::string freeze;            // ECMAScript regex: layers whose name it matches are frozen ("" none)
+  std::string init_weights;      // the Keras weight file the run started from ("" none)
+  bool init_by_name = false;     // ... loaded by layer name (else topologically)
+  bool init_skip_mismatch = false;
+  // Validation and Keras callbacks (tools/cli/fit_callbacks.h).
+  double validation_split = 0.0;        // the last fraction of the training arrays, taken before shuffling
+  std::string validation_data;          // "" none, "test": the dataset's test split
+  int validation_freq = 1;
+  int early_stopping_patience = -1;     // negative: no EarlyStopping
+  std::string early_stopping_monitor = "val_loss";
+  bool restore_best_weights = false;
+  int reduce_lr_patience = -1;          // negative: no ReduceLROnPlateau
+  double reduce_lr_factor = 0.1;
 
-  int64_t global_batch() const { return batch_per_core * device.cores; }
+  int64_t global_batch() const { return batch_per_core * device.cores; }  // validate() checked the product
   nlohmann::json to_json() const;
+  // A stored configuration (a checkpoint's): every field present with its JSON type, then validate().
+  // Throws std::invalid_argument naming the field (and limit).
   static RunConfig from_json(const nlohmann::json& j);
+  // Every value against keel's limits (framework/core/limits.h; README "Limits"), names against what
+  // keel knows: std::invalid_argument naming the value, the flag and the limit. Each verb calls it
+  // once its flags are applied; from_json calls it on what it read.
+  void validate() const;
 };
 
 // --- option groups shared by the verbs ---
@@ -70,8 +100,23 @@ void apply_training_options(const po::variables_map& vm, RunConfig& config);
 po::variables_map parse_args(const std::vector<std::string>& args, const po::options_description& options,
                              const po::positional_options_description* positional = nullptr);
 
-// "224x224x3" → {224, 224, 3}.
+// "224x224x3" → {224, 224, 3}, within keel's input limits.
 Shape parse_shape(const std::string& text);
+// --hbm-per-core: a size ("16GiB"), or "unbounded" (0: no budget). 0 bytes is refused: it used to
+// mean "unbounded" silently.
+int64_t parse_hbm_per_core(const std::string& text);
+
+// --include-top, --pooling (model options) and --freeze (training); see tools/cli/weights_options.cc.
+void add_head_options(po::options_description& d);
+void apply_head_options(const po::variables_map& vm, RunConfig& config);
+// Marks the layers config.freeze matches non-trainable; UsageError when it matches none.
+void freeze_layers(const RunConfig& config, Model& model);
+// train's --init-weights FILE [--by-name] [--skip-mismatch] and --freeze REGEX.
+void add_init_options(po::options_description& d);
+void add_freeze_option(po::options_description& d);  // --freeze alone (keel memory)
+void apply_init_options(const po::variables_map& vm, RunConfig& config);
+// Loads config.init_weights into a new run's model (in the strategy's scope) and says what it loaded.
+void load_init_weights(const RunConfig& config, Model& model);
 
 // Builds (in the current scope) and compiles the configured model.
 std::unique_ptr<Model> build_model(const RunConfig& config);
@@ -84,6 +129,9 @@ Shape label_shape(const RunConfig& config);
 // --dataset forms: see tools/cli/data_sources.h.
 Dataset training_dataset(const RunConfig& config);
 Dataset evaluation_dataset(const RunConfig& config, const std::string& split);
+// fit's validation_data: the last config.validation_split of the training arrays (Fashion-MNIST), or
+// the split config.validation_data names; nullopt when neither is set.
+std::optional<Dataset> validation_dataset(const RunConfig& config);
 // Records and images skipped by --skip-corrupt in this process.
 std::shared_ptr<std::atomic<int64_t>> skipped_records();
 

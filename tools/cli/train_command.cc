@@ -1,21 +1,31 @@
 // `keel train` and `keel resume`: fit with checkpoints, preemption-safe.
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 
 #include "framework/data/data_error.h"
+#include "framework/checkpoint/async_checkpointer.h"
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/run_directory.h"
 #include "framework/checkpoint/run_lock.h"
+#include "framework/core/limits.h"
 #include "framework/layers/initializers.h"
 #include "framework/layers/layer.h"
 #include "framework/model/callbacks.h"
+#include "framework/model/planner.h"
 #include "tools/cli/checkpoint_selection.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/fit_callbacks.h"
+#include "tools/cli/memory_report.h"
 #include "tools/cli/data_sources.h"
 #include "tools/cli/run_config.h"
+#include "tools/cli/stored_run.h"
 
 namespace keel::cli {
 namespace {
@@ -28,16 +38,45 @@ extern "C" void on_signal(int sig) {
   std::signal(sig, SIG_DFL);
 }
 
-// Saves checkpoints at epoch ends, every N steps, after --stop-after-steps and on SIGINT/SIGTERM.
+// What one invocation of `keel train`/`keel resume` does beside the run's configuration.
+struct RunControl {
+  int64_t stop_after_steps = 0;  // 0: train to the end
+  bool quiet = false;
+  bool sync_save = false;        // write each checkpoint in the step instead of in the background
+  bool replace_previous_run = false;  // train --overwrite: move the previous run aside at the first save
+};
+
+// Saves checkpoints at epoch ends, every N steps, after --stop-after-steps and on SIGINT/SIGTERM, and
+// never a step whose loss or gradients were not finite. Each save snapshots the state at the step
+// boundary; a writer thread writes it while training goes on (AsyncCheckpointer), or the step writes
+// it (--sync-save). Either way the training thread's time in save() is its stall.
 class CheckpointCallback : public Callback {
  public:
-  CheckpointCallback(RunDirectory& dir, const RunConfig& config, int64_t stop_after_steps)
-      : dir_(dir), config_(config), stop_after_steps_(stop_after_steps) {}
+  CheckpointCallback(RunDirectory& dir, const RunConfig& config, const RunControl& control)
+      : dir_(dir), config_(config), control_(control) {
+    if (!control.sync_save) {
+      async_ = std::make_unique<AsyncCheckpointer>(
+          [this](const CheckpointSnapshot& snapshot) { save_to_run_directory(dir_, snapshot, config_.keep); });
+    }
+  }
+
+  // The snapshot's host memory is taken (and its pages touched) here, once, rather than in the first
+  // save's step; every save refills it.
+  void on_train_begin(TrainingState& st) override {
+    CheckpointSnapshot& snapshot = buffer();
+    snapshot_checkpoint(*st.model, st.model->optimizer(), TrainState{}, snapshot);
+    snapshot_bytes_ = snapshot.bytes();
+    if (!control_.quiet) {
+      std::printf("  checkpoint snapshot: %s of host memory, %s\n", format_bytes(snapshot_bytes_).c_str(),
+                  async_ ? "written in the background (--sync-save: in the step)" : "written in the step (--sync-save)");
+    }
+  }
 
   void on_train_batch_end(TrainingState& st, const Logs&) override {
     ++steps_this_run_;
     const int64_t step = st.model->optimizer().iterations();
-    const bool stop_requested = (stop_after_steps_ > 0 && steps_this_run_ >= stop_after_steps_) || g_signal != 0;
+    const bool stop_requested =
+        (control_.stop_after_steps > 0 && steps_this_run_ >= control_.stop_after_steps) || g_signal != 0;
     const bool periodic = config_.save_every_steps > 0 && step % config_.save_every_steps == 0;
     if (stop_requested) {
       st.stop_training = true;
@@ -57,39 +96,102 @@ class CheckpointCallback : public Callback {
   }
 
   void on_epoch_end(TrainingState& st, const Logs&) override {
+    // A pipeline of unknown size that held less than one global batch: nothing to save, and a
+    // checkpoint of an empty epoch could not be resumed.
+    if (st.batch == 0) {
+      throw UsageError("the training data gave no full global batch of " + std::to_string(config_.global_batch()) +
+                       " examples in epoch " + std::to_string(st.epoch + 1) +
+                       " (it holds fewer); use a smaller --batch-per-core or fewer cores");
+    }
     TrainState s;
     s.step = st.model->optimizer().iterations();
     s.epoch = st.epoch + 1;
     save(st, s);
   }
 
+  // What each save records of the other callbacks (EarlyStopping, ReduceLROnPlateau).
+  void record_callbacks(const FitCallbacks* callbacks) { callbacks_ = callbacks; }
+  // Saves the state at the end of `epoch` again: EarlyStopping restored the best epoch's weights.
+  void save_final_weights(Model& model, int epochs_done) {
+    TrainingState st;
+    st.model = &model;
+    TrainState s;
+    s.step = model.optimizer().iterations();
+    s.epoch = epochs_done;
+    last_saved_ = -1;
+    save(st, s);
+  }
   // The directory holds a previous run, to move aside before the first save (train --overwrite).
   void replace_previous_run() { replace_previous_run_ = true; }
+  // Each checkpoint records what training measured: `before` (the resumed checkpoint's record) and
+  // this invocation's ledger (tools/cli/memory_report.h).
+  void record_memory_after(nlohmann::json before) { memory_before_ = std::move(before); }
+  // Waits for the save in flight; rethrows its error.
+  void finish() {
+    if (async_) async_->wait();
+  }
   bool stopped_early() const { return stopped_early_; }
   int64_t last_saved_step() const { return last_saved_; }
+  // "Checkpoint saves: 3, training stalled 2.1 ms per save (asynchronous; snapshot 1.16 MiB; 0.0 ms
+  // of it waiting for the save before)": the training thread's time inside save(), per save.
+  std::string stall_report() const {
+    const double per_save = saves_ ? 1000.0 / static_cast<double>(saves_) : 0.0;
+    char line[256];
+    std::snprintf(line, sizeof line, "Checkpoint saves: %lld, training stalled %.1f ms per save (%s; snapshot %s",
+                  static_cast<long long>(saves_), per_save * stall_seconds_,
+                  async_ ? "asynchronous" : "synchronous, --sync-save", format_bytes(snapshot_bytes_).c_str());
+    std::string text = line;
+    if (async_) {
+      std::snprintf(line, sizeof line, "; %.1f ms of it waiting for the save before", per_save * wait_seconds_);
+      text += line;
+    }
+    return text + ")";
+  }
 
  private:
   void save(TrainingState& st, TrainState& s) {
-    if (s.step == last_saved_) return;
+    if (s.step == last_saved_ || st.non_finite) return;
+    const auto start = std::chrono::steady_clock::now();
     s.config = config_.to_json();
+    if (callbacks_ != nullptr) s.callbacks = callbacks_->state();
     Model& model = *st.model;
+    s.memory = training_memory(model.strategy().ledger(), config_, steps_this_run_, memory_before_);
+    CheckpointSnapshot& snapshot = buffer();  // async: once the save before is written, or its error
+    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    snapshot_checkpoint(model, model.optimizer(), s, snapshot);
+    // The values leave the cores for host memory (mirrored: core 0's copy).
+    model.strategy().ledger().core(0).record_core_to_host(snapshot.bytes());
     if (replace_previous_run_) {  // --overwrite: only once the new run has something to save
       std::printf("Moved the previous run in %s to %s\n", dir_.dir().c_str(), dir_.move_previous_run_aside().c_str());
       replace_previous_run_ = false;
     }
-    dir_.save(
-        s.step, [&](const std::string& tmp) { save_checkpoint(tmp, model, model.optimizer(), s); }, config_.keep,
-        [](const std::string& written) { verify_checkpoint(written); });
+    if (async_) {
+      async_->save();
+    } else {
+      save_to_run_directory(dir_, snapshot, config_.keep);
+    }
+    stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++saves_;
     last_saved_ = s.step;
   }
 
+  CheckpointSnapshot& buffer() { return async_ ? async_->next() : sync_buffer_; }
+
   RunDirectory& dir_;
   const RunConfig& config_;
-  int64_t stop_after_steps_;
+  RunControl control_;
+  const FitCallbacks* callbacks_ = nullptr;
   int64_t steps_this_run_ = 0;
   int64_t last_saved_ = -1;
   bool stopped_early_ = false;
   bool replace_previous_run_ = false;
+  nlohmann::json memory_before_;
+  int64_t saves_ = 0;
+  double stall_seconds_ = 0.0;
+  double wait_seconds_ = 0.0;  // of stall_seconds_: waiting for the save in flight
+  int64_t snapshot_bytes_ = 0;
+  CheckpointSnapshot sync_buffer_;
+  std::unique_ptr<AsyncCheckpointer> async_;  // last: its destructor lets a save in flight finish first
 };
 
 // After each epoch: the bytes infeed moved to the cores and how much of the step time the cores
@@ -130,8 +232,19 @@ po::options_description run_control_options() {
   po::options_description d("Run control");
   d.add_options()
       ("stop-after-steps", po::value<int64_t>(), "stop after N steps of this invocation with a checkpoint, as a preemption would")
+      ("sync-save", po::bool_switch(), "write each checkpoint in the training step (default: snapshot it and write it in the background)")
       ("quiet", po::bool_switch(), "no progress output");
   return d;
+}
+
+RunControl run_control(const po::variables_map& vm) {
+  RunControl c;
+  if (vm.count("stop-after-steps")) {
+    c.stop_after_steps = check_in_range("--stop-after-steps", vm["stop-after-steps"].as<int64_t>(), 0, kMaxSteps);
+  }
+  c.quiet = vm["quiet"].as<bool>();
+  c.sync_save = vm["sync-save"].as<bool>();
+  return c;
 }
 
 // A cosine schedule spans the whole run as first configured; resuming keeps its length.
@@ -152,16 +265,28 @@ void set_cosine_decay_steps(RunConfig& config, const Dataset& train) {
 
 // Restores `resume_from` into `model` and sets where `fit` starts. False when the run has already
 // trained config.epochs (after saying so).
+// `memory` receives what training recorded so far (null in checkpoints from before keel did).
 bool resume_from_checkpoint(const std::string& resume_from, const RunConfig& config, const RunDirectory& dir,
-                            ReplicatedStrategy& strategy, Model& model, FitOptions& fit) {
+                            ReplicatedStrategy& strategy, Model& model, FitOptions& fit, nlohmann::json& memory,
+                            nlohmann::json& callbacks) {
   TrainState state;
   {
     auto scope = strategy.scope();
     state = load_checkpoint(resume_from, model, model.optimizer());
   }
+  memory = state.memory;
+  callbacks = state.callbacks;
   fit.initial_epoch = state.epoch;
   fit.initial_iterator_state = state.iterator_state;
   fit.initial_epoch_totals = state.epoch_totals;
+  const bool early_stopped = callbacks.is_object() && callbacks.contains("EarlyStopping") &&
+                             callbacks["EarlyStopping"].value("stopped_epoch", 0) > 0;
+  if (early_stopped) {
+    const int stopped = callbacks["EarlyStopping"].value("stopped_epoch", 0);
+    std::printf("%s: EarlyStopping stopped it after epoch %d (step %lld); nothing to do.\n", dir.dir().c_str(), stopped + 1,
+                static_cast<long long>(state.step));
+    return false;
+  }
   if (state.epoch >= config.epochs) {
     std::printf("%s: already trained %d of %d epochs (step %lld); nothing to do.\n", dir.dir().c_str(), state.epoch,
                 config.epochs, static_cast<long long>(state.step));
@@ -173,6 +298,9 @@ bool resume_from_checkpoint(const std::string& resume_from, const RunConfig& con
 }
 
 // Routes SIGINT and SIGTERM to on_signal while it lives, then restores the previous handlers.
+// `keel train` and `keel resume` install it first of all, so that a signal during the slow part
+// before training (the plan, loading data, restoring a checkpoint) ends with a message, never with a
+// silent kill.
 class SignalHandlers {
  public:
   SignalHandlers() : old_int_(std::signal(SIGINT, on_signal)), old_term_(std::signal(SIGTERM, on_signal)) {}
@@ -189,8 +317,20 @@ class SignalHandlers {
   Handler old_term_;
 };
 
+// A run stopped by TerminateOnNaN ends here: one line naming the step and the first non-finite
+// variable (exit 4). The step was not saved, nor anything after the last finite step.
+void throw_if_diverged(const TerminateOnNaN& terminate_on_nan, const RunDirectory& dir) {
+  const std::optional<NonFiniteStep>& t = terminate_on_nan.terminated();
+  if (!t) return;
+  const std::optional<std::string> latest = dir.latest();
+  throw TrainingDiverged("training diverged at " + t->describe() + "; nothing after step " +
+                         std::to_string(t->step - 1) + " was saved (" +
+                         (latest ? "newest checkpoint: " + *latest : "no checkpoint in " + dir.dir()) +
+                         "); lower the learning rate (--lr) and start again with `keel train --overwrite`");
+}
+
 void print_outcome(const RunConfig& config, const RunDirectory& dir, const CheckpointCallback& checkpoints,
-                   Model& model, int64_t stop_after_steps) {
+                   Model& model, int64_t stop_after_steps, int early_stopped_epoch) {
   if (g_signal != 0) {
     std::printf("Interrupted by signal %d: saved step %lld to %s; continue with `keel resume %s`.\n", g_signal.load(),
                 static_cast<long long>(checkpoints.last_saved_step()), dir.dir().c_str(), dir.dir().c_str());
@@ -198,18 +338,65 @@ void print_outcome(const RunConfig& config, const RunDirectory& dir, const Check
     std::printf("Stopped after %lld steps: saved step %lld to %s; continue with `keel resume %s`.\n",
                 static_cast<long long>(stop_after_steps), static_cast<long long>(checkpoints.last_saved_step()),
                 dir.dir().c_str(), dir.dir().c_str());
+  } else if (early_stopped_epoch >= 0) {
+    std::printf("Epoch %d: early stopping (step %lld); checkpoint in %s\n", early_stopped_epoch + 1,
+                static_cast<long long>(model.optimizer().iterations()), dir.dir().c_str());
   } else {
     std::printf("Trained %d epochs (step %lld); checkpoint in %s\n", config.epochs,
                 static_cast<long long>(model.optimizer().iterations()), dir.dir().c_str());
   }
+  std::printf("%s\n", checkpoints.stall_report().c_str());
+}
+
+// This host's physical memory: the budget of a device without HBM (the `cpu` preset).
+int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return INT64_MAX;
+  return static_cast<int64_t>(pages) * page;
+}
+
+// Before any data or weight exists: the training step, planned on abstract tensors through the same
+// code path (framework/model/planner.h), must fit every core's HBM — the ledger's own report (exit 3)
+// otherwise — or, on a device without a budget, this host's memory. A model or batch too large thus
+// ends before anything is allocated, never after gigabytes were.
+void check_step_fits(const RunConfig& config) {
+  const ModelFactory factory = model_factory(config);
+  if (config.device.has_budget()) {
+    check_training_step_fits(factory, config.device, config.batch_per_core, label_shape(config));
+    return;
+  }
+  const MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, label_shape(config));
+  const int64_t host = host_memory_bytes();
+  for (const CoreMemory& m : plan.per_core) {
+    if (m.peak <= host) continue;
+    throw ResourceExhausted(m.core, m.peak,
+                            "Resource exhausted: one training step of " + config.model + " at " +
+                                std::to_string(config.batch_per_core) + " per core needs " + format_bytes(m.peak) +
+                                " on core " + std::to_string(m.core) + ", more than this host's " + format_bytes(host) +
+                                " of memory (device " + config.device.name + " has no HBM budget). Nothing was "
+                                "allocated. Reduce --batch-per-core (see `keel memory`).");
+  }
+}
+
+// A signal before the first step: this invocation trained and saved nothing. Ends the shell's way
+// for a signal (128 + its number), after saying so.
+int interrupted_before_training(const RunDirectory& dir, bool resuming) {
+  const int sig = g_signal.load();
+  if (resuming) {
+    std::fprintf(stderr, "keel resume: interrupted by signal %d before the first step; %s is as it was: continue "
+                 "with `keel resume %s`\n", sig, dir.dir().c_str(), dir.dir().c_str());
+  } else {
+    std::fprintf(stderr, "keel train: interrupted by signal %d before the first step; nothing was saved\n", sig);
+  }
+  return 128 + sig;
 }
 
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
-// With `overwrite`, the previous run in `dir` is moved aside before the first save.
-int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int64_t stop_after_steps, bool quiet,
-        bool overwrite = false) {
+int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const RunControl& control) {
+  check_step_fits(config);
   Dataset train = training_dataset(config);  // data errors before any model work
   set_cosine_decay_steps(config, train);
+  if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
 
   clear_session();
   set_random_seed(config.seed);
@@ -218,43 +405,74 @@ int run(RunConfig config, RunDirectory& dir, const std::string* resume_from, int
   {
     auto scope = strategy.scope();
     model = build_model(config);
+    if (!resume_from) load_init_weights(config, *model);
   }
   FitOptions fit;
   fit.epochs = config.epochs;
-  if (resume_from && !resume_from_checkpoint(*resume_from, config, dir, strategy, *model, fit)) return kExitOk;
+  fit.validation_data = validation_dataset(config);
+  fit.validation_freq = config.validation_freq;
+  nlohmann::json memory_before;  // null: a new run, or a checkpoint from before keel recorded it
+  nlohmann::json callbacks_state;
+  if (resume_from) {
+    check_model_matches(*resume_from, *model);
+    if (!resume_from_checkpoint(resume_from->file, config, dir, strategy, *model, fit, memory_before, callbacks_state)) {
+      return kExitOk;
+    }
+  }
+  if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
+  {
+    // Keras's optimizer.build(model.trainable_variables): a fresh run's slots (zeros) exist before its
+    // first step, as the first step would create them, so the checkpoint snapshot is sized up front.
+    auto scope = strategy.scope();
+    model->optimizer().build(model->trainable_variables());
+  }
   std::printf("Device %s: %d cores x %s HBM; global batch %lld (%lld per core)\n", config.device.name.c_str(),
               config.device.cores, config.device.has_budget() ? format_bytes(config.device.hbm_bytes_per_core).c_str() : "unbounded",
               static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
   std::fflush(stdout);
 
   ProgbarLogger progbar(stdout);
-  CheckpointCallback checkpoints(dir, config, stop_after_steps);
-  if (overwrite) checkpoints.replace_previous_run();
-  InfeedReport infeed_report(quiet);
-  if (!quiet) fit.callbacks.push_back(&progbar);
+  CheckpointCallback checkpoints(dir, config, control);
+  if (control.replace_previous_run) checkpoints.replace_previous_run();
+  checkpoints.record_memory_after(memory_before);
+  InfeedReport infeed_report(control.quiet);
+  TerminateOnNaN terminate_on_nan(control.quiet ? nullptr : stdout);
+  if (!control.quiet) fit.callbacks.push_back(&progbar);
   fit.callbacks.push_back(&infeed_report);
+  fit.callbacks.push_back(&terminate_on_nan);
+  FitCallbacks keras_callbacks(config, dir.dir(), resume_from ? fit.initial_epoch : -1, callbacks_state, control.quiet);
+  keras_callbacks.add_to(fit);  // before the checkpoints, which record their state
+  checkpoints.record_callbacks(&keras_callbacks);
   fit.callbacks.push_back(&checkpoints);
 
-  g_signal = 0;
-  const SignalHandlers handlers;
-  model->fit(train, fit);
-  print_outcome(config, dir, checkpoints, *model, stop_after_steps);
+  const History history = model->fit(train, fit);
+  if (keras_callbacks.restores_best_weights() && !checkpoints.stopped_early() && !terminate_on_nan.terminated()) {
+    checkpoints.save_final_weights(*model, fit.initial_epoch + static_cast<int>(history.epochs.size()));
+  }
+  checkpoints.finish();  // the save in flight completes, or its error ends the run
+  throw_if_diverged(terminate_on_nan, dir);
+  print_outcome(config, dir, checkpoints, *model, control.stop_after_steps, keras_callbacks.stopped_epoch());
   return kExitOk;
 }
 
 }  // namespace
 
 int train_command(const std::vector<std::string>& args) {
-  po::options_description model_opts("Model"), device_opts("Device"), training_opts("Training");
+  const SignalHandlers handlers;
+  po::options_description model_opts("Model"), device_opts("Device"), training_opts("Training"),
+      init_opts("Initial weights (fine-tuning)");
   add_model_options(model_opts);
   add_device_options(device_opts);
   add_training_options(training_opts);
+  add_init_options(init_opts);
+  po::options_description callback_opts("Validation and callbacks (Keras's)");
+  add_callback_options(callback_opts);
   po::options_description d("Usage: keel train --model mlp --dataset fashion_mnist --device v3-8 --batch-per-core 16 "
                             "--epochs 10 --checkpoint-dir DIR [options]\n\nTrains a zoo model and checkpoints it.");
   d.add_options()("help,h", "this help")
       ("checkpoint-dir", po::value<std::string>(), "run directory for ckpt-<step>.h5 files and `latest` (required)")
       ("overwrite", po::bool_switch(), "start a new run in a directory that already holds one");
-  d.add(model_opts).add(device_opts).add(training_opts).add(run_control_options());
+  d.add(model_opts).add(device_opts).add(training_opts).add(init_opts).add(callback_opts).add(run_control_options());
   po::variables_map vm = parse_args(args, d);
   if (vm.count("help")) {
     std::cout << d << "\n";
@@ -264,6 +482,9 @@ int train_command(const std::vector<std::string>& args) {
   apply_model_options(vm, config);
   apply_device_options(vm, config);
   apply_training_options(vm, config);
+  apply_init_options(vm, config);
+  apply_callback_options(vm, config);
+  config.validate();
   if (!vm.count("checkpoint-dir")) throw UsageError("--checkpoint-dir is required (e.g. --checkpoint-dir checkpoints/mlp)");
   RunDirectory dir(vm["checkpoint-dir"].as<std::string>());
   const RunLock lock = RunLock::acquire(dir.dir());
@@ -272,11 +493,13 @@ int train_command(const std::vector<std::string>& args) {
     throw UsageError(dir.dir() + " already holds a run; continue it with `keel resume " + dir.dir() +
                      "`, or pass --overwrite to start a new one there (the old one is moved aside, not deleted)");
   }
-  return run(config, dir, nullptr, vm.count("stop-after-steps") ? vm["stop-after-steps"].as<int64_t>() : 0,
-             vm["quiet"].as<bool>(), previous_run);
+  RunControl control = run_control(vm);
+  control.replace_previous_run = previous_run;
+  return run(config, dir, nullptr, control);
 }
 
 int resume_command(const std::vector<std::string>& args) {
+  const SignalHandlers handlers;
   po::options_description d("Usage: keel resume RUN_DIR [--epochs N] [options]\n\n"
                             "Continues a run exactly from its newest checkpoint that verifies. --epochs is the new total.");
   d.add_options()("help,h", "this help")
@@ -299,20 +522,15 @@ int resume_command(const std::vector<std::string>& args) {
   if (!std::filesystem::is_directory(dir.dir())) throw UsageError("run directory " + dir.dir() + " does not exist");
   const RunLock lock = RunLock::acquire(dir.dir());
   const SelectedCheckpoint selected = select_checkpoint(dir, /*move_aside=*/true, "resume");
-  RunConfig config;
-  try {
-    config = RunConfig::from_json(selected.check.state.config);
-  } catch (const std::exception& e) {
-    throw CheckpointError("checkpoint " + selected.path + ": its run configuration is damaged (" + e.what() + ")");
-  }
+  const StoredRun stored = read_stored_run(selected.path);
+  RunConfig config = stored.config;
   if (vm.count("epochs")) config.epochs = vm["epochs"].as<int>();
-  if (config.epochs <= 0) throw UsageError("--epochs must be positive");
   if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
   if (vm.count("keep")) config.keep = vm["keep"].as<int>();
   if (vm.count("save-every-steps")) config.save_every_steps = vm["save-every-steps"].as<int64_t>();
   if (vm["skip-corrupt"].as<bool>()) config.skip_corrupt = true;
-  return run(config, dir, &selected.path, vm.count("stop-after-steps") ? vm["stop-after-steps"].as<int64_t>() : 0,
-             vm["quiet"].as<bool>());
+  config.validate();
+  return run(config, dir, &stored, run_control(vm));
 }
 
 }  // namespace keel::cli
