@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Build keel (Release, Ninja, tests on) into build/ and run the whole CTest suite, then the libFuzzer
-# targets for a short deterministic budget (tests/fuzz/run_fuzzers.sh, clang, in build-fuzz/).
+# targets for a short deterministic budget (tests/fuzz/run_fuzzers.sh, clang, in build-fuzz/), then
+# the suite again under AddressSanitizer + UndefinedBehaviorSanitizer, less a few long training runs,
+# in the fuzzers' instrumented tree (tests/sanitizer/run_sanitized.sh, build-fuzz/).
 # Runnable from any directory; idempotent (configures only when needed, builds incrementally).
-# Exit status is ctest's if it failed, else the fuzzers'.
+# Exit status is ctest's if it failed, else the fuzzers', else the sanitized suite's.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,4 +43,10 @@ ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS" || status=$?
 fuzz_status=0
 ./tests/fuzz/run_fuzzers.sh --require || fuzz_status=$?
 if [[ $status -eq 0 ]]; then status=$fuzz_status; fi
+
+# Last, for the same reason: the tests built in the fuzzers' tree (clang, ASan + UBSan; its library is
+# already built) and the suite run there; any sanitizer report, from a test or a `keel` it ran, fails it.
+sanitize_status=0
+./tests/sanitizer/run_sanitized.sh || sanitize_status=$?
+if [[ $status -eq 0 ]]; then status=$sanitize_status; fi
 exit "$status"

@@ -169,14 +169,20 @@ struct H5FileImpl {
       Id mem_type = variable_string_type(cset);
       if (mem_type.get() < 0) fail("cannot read " + what + hdf5_detail());
       std::vector<char*> buffer(n, nullptr);
-      check(read(mem_type.get(), buffer.data()), "cannot read " + what);
-      result.reserve(n);
-      for (char* s : buffer) result.emplace_back(s ? s : "");
+      // HDF5 allocates each string; a read that fails part-way may leave some of them in `buffer`, so
+      // they are reclaimed either way (HDF5's message taken first: the next API call clears it).
+      const herr_t status = read(mem_type.get(), buffer.data());
+      const std::string detail = status < 0 ? hdf5_detail() : std::string();
+      if (status >= 0) {
+        result.reserve(n);
+        for (char* s : buffer) result.emplace_back(s ? s : "");
+      }
 #if H5_VERSION_GE(1, 12, 0)
       H5Treclaim(mem_type.get(), space, H5P_DEFAULT, buffer.data());
 #else
       H5Dvlen_reclaim(mem_type.get(), space, H5P_DEFAULT, buffer.data());
 #endif
+      if (status < 0) fail("cannot read " + what + detail);
       return result;
     }
     size_t width = H5Tget_size(file_type);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,9 +15,11 @@ namespace keel {
 
 class CoreLedger;
 
-// One core's charge for one buffer.
+// One core's charge for one buffer. The ledger is held weakly: a buffer may outlive the strategy whose
+// ledger charged it (a layer kept after its model, which owned the strategy, is gone), and then there
+// is nothing left to release it from.
 struct StorageCharge {
-  CoreLedger* ledger;
+  std::weak_ptr<CoreLedger> ledger;
   uint64_t handle;
 };
 

@@ -22,23 +22,25 @@ bool charge_new_storage(int64_t bytes, Category category, const std::string& own
   if (ctx.ledger != nullptr) {
     Ledger& ledger = *ctx.ledger;
     if (ctx.core >= 0) {
-      CoreLedger& core = ledger.core(ctx.core);
-      charges.push_back({&core, core.charge(bytes, category, owner, shape)});
+      const std::shared_ptr<CoreLedger>& core = ledger.core_ptr(ctx.core);
+      charges.push_back({core, core->charge(bytes, category, owner, shape)});
     } else {
       charges.reserve(static_cast<size_t>(ledger.num_cores()));
       for (int c = 0; c < ledger.num_cores(); ++c) {
-        CoreLedger& core = ledger.core(c);
-        charges.push_back({&core, core.charge(bytes, category, owner, shape)});
+        const std::shared_ptr<CoreLedger>& core = ledger.core_ptr(c);
+        charges.push_back({core, core->charge(bytes, category, owner, shape)});
       }
     }
   }
   return ctx.abstract;
 }
 
-void release(const StorageCharge& charge) { charge.ledger->release(charge.handle); }
+void release(const StorageCharge& charge) {
+  if (std::shared_ptr<CoreLedger> ledger = charge.ledger.lock()) ledger->release(charge.handle);
+}
 
 void retag(const StorageCharge& charge, Category category, const std::string& owner) {
-  charge.ledger->retag(charge.handle, category, owner);
+  if (std::shared_ptr<CoreLedger> ledger = charge.ledger.lock()) ledger->retag(charge.handle, category, owner);
 }
 
 }  // namespace device_hooks

@@ -187,7 +187,7 @@ std::string CoreLedger::exhausted_report(int64_t bytes, Category category, const
 
 Ledger::Ledger(DeviceSpec spec) : spec_(std::move(spec)) {
   for (int i = 0; i < spec_.cores; ++i) {
-    cores_.push_back(std::make_unique<CoreLedger>(i, spec_.hbm_bytes_per_core));
+    cores_.push_back(std::make_shared<CoreLedger>(i, spec_.hbm_bytes_per_core));
   }
 }
 

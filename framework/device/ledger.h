@@ -136,13 +136,15 @@ class Ledger {
   int num_cores() const { return static_cast<int>(cores_.size()); }
   CoreLedger& core(int i) { return *cores_.at(static_cast<size_t>(i)); }
   const CoreLedger& core(int i) const { return *cores_.at(static_cast<size_t>(i)); }
+  // Shared so that a tensor's charge can tell whether its ledger still exists (StorageCharge).
+  const std::shared_ptr<CoreLedger>& core_ptr(int i) const { return cores_.at(static_cast<size_t>(i)); }
   void reset_peaks();
   void record_events(bool on);  // on every core
   void mark(const std::string& label);  // the same label in every core's log
 
  private:
   DeviceSpec spec_;
-  std::vector<std::unique_ptr<CoreLedger>> cores_;
+  std::vector<std::shared_ptr<CoreLedger>> cores_;
 };
 
 }  // namespace keel

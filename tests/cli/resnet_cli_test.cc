@@ -37,6 +37,7 @@ TEST(ResnetCli, SummaryCounts) {
   EXPECT_THAT(r.out, HasSubstr("Trainable params: 25,583,592"));
   EXPECT_THAT(r.out, HasSubstr("Non-trainable params: 53,120"));
   CommandResult ten = run_keel("summary --model resnet50 --classes 10 --input-shape 224x224x3");
+  ASSERT_EQ(ten.exit_code, 0) << ten.err;
   EXPECT_THAT(ten.out, HasSubstr("Total params: 23,608,202"));
 }
 

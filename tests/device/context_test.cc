@@ -161,7 +161,7 @@ TEST(DeviceContextTest, NewTensorsFollowTheContextDefaults) {
   ContextScope scope(on_core(ledger, 2, Category::inputs, "infeed:images"));
   const Tensor t = Tensor::zeros({4, 5});
   ASSERT_EQ(t.storage().charges().size(), 1u);
-  EXPECT_EQ(t.storage().charges()[0].ledger, &ledger.core(2));
+  EXPECT_EQ(t.storage().charges()[0].ledger.lock().get(), &ledger.core(2));
   EXPECT_EQ(ledger.core(2).stat(Category::inputs).current, 4 * 5 * 4);
   ASSERT_EQ(ledger.core(2).live_allocations().size(), 1u);
   EXPECT_EQ(ledger.core(2).live_allocations()[0].owner, "infeed:images");

@@ -264,6 +264,23 @@ TEST(LedgerTensorTest, MirroredTensorIsChargedOnEveryCore) {
   for (int c = 0; c < 4; ++c) EXPECT_EQ(ledger.core(c).stat(Category::parameters).current, 0) << c;
 }
 
+TEST(LedgerTensorTest, ATensorMayOutliveItsLedger) {
+  // A layer kept after the model that owned its strategy: its weights' charges outlive the ledger
+  // (found by AddressSanitizer as a use after free in CoreLedger::release).
+  Tensor t;
+  {
+    Ledger ledger(DeviceSpec::custom(2, 0));
+    ContextScope scope(on_ledger(ledger, -1, Category::parameters));
+    t = Tensor::zeros({10});
+    ASSERT_EQ(t.storage().charges().size(), 2u);
+    t.storage().retag(Category::optimizer, "moved");
+    EXPECT_EQ(ledger.core(1).stat(Category::optimizer).current, 40);
+  }
+  for (const Storage::Charge& c : t.storage().charges()) EXPECT_TRUE(c.ledger.expired());
+  t.storage().retag(Category::parameters, "after");  // nothing to update
+  t = Tensor();                                       // nothing to release
+}
+
 TEST(LedgerTensorTest, ExplicitCategoryAndOwnerOverrideTheContextDefault) {
   Ledger ledger(DeviceSpec::custom(1, 0));
   ContextScope scope(on_ledger(ledger, 0));

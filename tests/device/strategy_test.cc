@@ -85,7 +85,7 @@ TEST(StrategyDistributeTest, ShardsAreChargedAsInputsOnTheirOwnCoreAndCountedAsI
       EXPECT_EQ(core.transfers().host_to_core_bytes, bytes) << c;
       EXPECT_EQ(core.transfers().host_to_core_count, 2) << c;
       ASSERT_EQ(b.images.storage().charges().size(), 1u);
-      EXPECT_EQ(b.images.storage().charges()[0].ledger, &s.ledger().core(c));
+      EXPECT_EQ(b.images.storage().charges()[0].ledger.lock().get(), &s.ledger().core(c));
     }
   }
   for (int c = 0; c < 4; ++c) EXPECT_EQ(s.ledger().core(c).stat(Category::inputs).current, 0) << c;
@@ -133,7 +133,7 @@ TEST(StrategyRunTest, RunsEachReplicaOnItsOwnThreadAndCore) {
     EXPECT_EQ(x.num_replicas, 4);
     EXPECT_EQ(x.context_core, r);
     ASSERT_EQ(x.t.storage().charges().size(), 1u);
-    EXPECT_EQ(x.t.storage().charges()[0].ledger, &s.ledger().core(r));
+    EXPECT_EQ(x.t.storage().charges()[0].ledger.lock().get(), &s.ledger().core(r));
     EXPECT_EQ(s.ledger().core(r).stat(Category::activations).current, (r + 1) * 10 * 4) << r;
   }
   EXPECT_EQ(threads.size(), 4u);
@@ -153,7 +153,7 @@ TEST(StrategyRunTest, RunDistributedFeedsEachReplicaItsShardOnItsCore) {
     seen = s.run_distributed(
         [&](const Batch& b) {
           const int r = current_replica_context()->replica_id();
-          return Seen{b.labels.to_vector(), b.images.storage().charges().at(0).ledger,
+          return Seen{b.labels.to_vector(), b.images.storage().charges().at(0).ledger.lock().get(),
                       s.ledger().core(r).stat(Category::inputs).current};
         },
         global);

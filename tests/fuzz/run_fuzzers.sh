@@ -78,15 +78,10 @@ fi
 
 # --- configure + build ---------------------------------------------------------------------------------
 start=$SECONDS
-# Reconfigured from scratch unless it is a clang KEEL_FUZZ tree of this very source tree.
-if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]] || ! grep -qx 'KEEL_FUZZ:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" \
-  || ! grep -q '^CMAKE_CXX_COMPILER:.*clang' "$BUILD_DIR/CMakeCache.txt" \
-  || ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT" "$BUILD_DIR/CMakeCache.txt"; then
-  rm -rf "$BUILD_DIR"
-  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DKEEL_FUZZ=ON -DKEEL_BUILD_TESTS=OFF \
-    -DKEEL_BUILD_BENCH=OFF -DKEEL_NATIVE=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$BUILD_DIR.configure.log" 2>&1 \
-    || { cat "$BUILD_DIR.configure.log" >&2; exit 1; }
-fi
+# The instrumented tree the sanitized test suite shares (instrumented_tree.sh).
+# shellcheck source=tests/fuzz/instrumented_tree.sh
+source "$ROOT/tests/fuzz/instrumented_tree.sh"
+configure_instrumented_tree "$BUILD_DIR"
 build=(cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${targets[@]/%/_fuzz}")
 if [[ -n "${KEEL_BUILD_LOCK:-}" ]]; then build=(flock "$KEEL_BUILD_LOCK" "${build[@]}"); fi
 "${build[@]}"

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Runs the CTest suite, less the tests listed in EXCLUDE below, under AddressSanitizer (with
+# LeakSanitizer) and UndefinedBehaviorSanitizer, in the instrumented clang tree the fuzzers use
+# (build-fuzz/, tests/fuzz/instrumented_tree.sh: CI compiles the library with the sanitizers once).
+# The tests under tests/cli run this tree's instrumented `keel` binary, so its findings count too.
+# Exit status is 0 only if every test passed and no process (test or `keel` subprocess) wrote a
+# sanitizer report: reports go to files (log_path), so that one in a process whose exit status nobody
+# checks still fails the run, and a finding ends its process with status 86, which no test expects.
+# UB aborts (-fno-sanitize-recover), leaks are reported, third-party leaks are suppressed only as
+# tests/sanitizer/lsan.supp lists them.
+#
+# Usage: tests/sanitizer/run_sanitized.sh [CTEST ARGS...]   e.g. -R 'TrainCli|Checkpoint' to narrow
+# Environment: KEEL_FUZZ_BUILD_DIR (default build-fuzz, shared with tests/fuzz/run_fuzzers.sh),
+#   KEEL_BUILD_LOCK (a file to flock around the build, for a machine shared with other builds).
+# Runnable from any directory; idempotent (configures only when needed, builds incrementally).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+
+BUILD_DIR="${KEEL_FUZZ_BUILD_DIR:-build-fuzz}"
+JOBS="$(nproc)"
+# Not run here, with why. Each runs in tools/test.sh's Release suite. The instrumented library (ASan,
+# UBSan and libFuzzer's comparison hooks, no AVX-512) trains 10 to 20 times slower than the Release
+# build: these groups train models end to end through `keel` for seconds to minutes in Release, and
+# would take most of CI's time here. Training, checkpoints and resume still run sanitized through the
+# library's own tests (tests/model, tests/checkpoint, tests/train, tests/api) and the short `keel`
+# runs of BadInputCli (hostile flags and checkpoints, resume), MemoryCli, SlicesCli and the rest.
+EXCLUDE=(
+  # Installs the tree and builds a consumer against it without -fsanitize: a packaging test, and an
+  # instrumented libkeel.a does not link into an uninstrumented program.
+  'Install\.FindPackageConsumerBuildsAndRuns'
+  # Whole training runs through `keel`: accuracy bars, bit-identical resumes and pipelines, callbacks,
+  # Keras weight files, predict/evaluate on exported data, crash campaigns, memory measured by training.
+  'AccuracyCli\..*' 'AugmentCli\..*' 'CallbacksCli\..*' 'CheckpointTrustCli\..*' 'DataCli\..*'
+  'JsonOutput\..*' 'KerasWeightsCli\..*' 'MemoryReport\..*' 'MemoryTrace\..*' 'PredictCli\..*'
+  'ResnetCheckpoint\..*' 'ResnetCli\..*' 'SlicesTrainCli\..*' 'TrainCli\..*' 'CrashCampaign\..*'
+  # Timings, printed and not checked.
+  '.*Speed\.PrintsThroughput'
+)
+
+start=$SECONDS
+# shellcheck source=tests/fuzz/instrumented_tree.sh
+source "$ROOT/tests/fuzz/instrumented_tree.sh"
+configure_instrumented_tree "$BUILD_DIR"
+build=(cmake --build "$BUILD_DIR" -j"$JOBS")
+if [[ -n "${KEEL_BUILD_LOCK:-}" ]]; then build=(flock "$KEEL_BUILD_LOCK" "${build[@]}"); fi
+"${build[@]}"
+echo "run_sanitized: built $BUILD_DIR in $((SECONDS - start)) s"
+
+REPORTS="$(cd "$BUILD_DIR" && pwd)/sanitizer-reports"
+rm -rf "$REPORTS"
+mkdir -p "$REPORTS"
+# A finding ends the process with status 86, which no test expects; ASan's and LSan's reports are
+# written to $REPORTS/report.<pid>.
+common="log_path=$REPORTS/report:print_stacktrace=1:exitcode=86"
+# detect_odr_violation=0 as in run_fuzzers.sh.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}$common:detect_leaks=1:strict_init_order=1:detect_odr_violation=0"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}$common:halt_on_error=1"
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$ROOT/tests/sanitizer/lsan.supp:print_suppressions=0"
+symbolizer="$(command -v llvm-symbolizer || command -v llvm-symbolizer-14 || true)"
+if [[ -n "$symbolizer" && -z "${ASAN_SYMBOLIZER_PATH:-}" ]]; then export ASAN_SYMBOLIZER_PATH="$symbolizer"; fi
+
+exclude_re="$(IFS='|'; echo "^(${EXCLUDE[*]})\$")"
+run_start=$SECONDS
+status=0
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS" -E "$exclude_re" "$@" || status=$?
+echo "run_sanitized: tests took $((SECONDS - run_start)) s, $((SECONDS - start)) s with the build"
+
+shopt -s nullglob
+reports=("$REPORTS"/report.*)
+if [[ ${#reports[@]} -gt 0 ]]; then
+  for r in "${reports[@]}"; do
+    echo "================ run_sanitized: FINDING ($r) ================"
+    head -120 "$r"
+  done
+  echo "run_sanitized: FAILED: ${#reports[@]} sanitizer report(s) in $REPORTS" >&2
+  exit 1
+fi
+if [[ $status -ne 0 ]]; then
+  echo "run_sanitized: FAILED: ctest exit $status" >&2
+  exit "$status"
+fi
+echo "run_sanitized: OK: no sanitizer findings"
