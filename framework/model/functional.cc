@@ -10,6 +10,22 @@
 #include "framework/device/context.h"
 
 namespace keel {
+
+GraphNode::~GraphNode() {
+  // Each input node this one alone keeps alive gives its own inputs up before it dies, so no
+  // destructor runs inside another: the stack stays flat however deep the graph.
+  std::vector<std::shared_ptr<GraphNode>> pending;
+  for (KerasTensor& t : inputs) pending.push_back(std::move(t.node_));
+  inputs.clear();
+  while (!pending.empty()) {
+    std::shared_ptr<GraphNode> node = std::move(pending.back());
+    pending.pop_back();
+    if (node && node.use_count() == 1) {
+      for (KerasTensor& t : node->inputs) pending.push_back(std::move(t.node_));
+      node->inputs.clear();
+    }
+  }
+}
 namespace {
 
 std::atomic<uint64_t> g_node_ids{1};

@@ -32,6 +32,7 @@ class KerasTensor {
 
  private:
   friend class Layer;
+  friend struct GraphNode;
   friend KerasTensor Input(const Shape& shape, const std::string& name);
   explicit KerasTensor(std::shared_ptr<GraphNode> node) : node_(std::move(node)) {}
   std::shared_ptr<GraphNode> node_;
@@ -43,6 +44,12 @@ struct GraphNode {
   Shape output_shape;               // without batch
   uint64_t id = 0;                  // creation order
   int node_index = 0;               // which call of `layer` this is (Keras's node index)
+
+  GraphNode() = default;
+  GraphNode(const GraphNode&) = delete;
+  GraphNode& operator=(const GraphNode&) = delete;
+  // Iterative: a chain of 20,000 layers would otherwise be destroyed one nested call per node.
+  ~GraphNode();
 };
 
 // Keras's InputLayer: names the model's input and its shape.
