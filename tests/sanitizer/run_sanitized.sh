@@ -37,7 +37,7 @@ EXCLUDE=(
 # Whole training runs through `keel`: accuracy bars, bit-identical resumes and pipelines, callbacks,
 # Keras weight files, predict/evaluate on exported data, crash campaigns, memory measured by training.
 HEAVY='^(AccuracyCli|AugmentCli|CallbacksCli|CheckpointTrustCli|DataCli|JsonOutput|KerasWeightsCli|MemoryReport|MemoryTrace|PredictCli|ResnetCheckpoint|ResnetCli|SlicesTrainCli|TrainCli|CrashCampaign)\.'
-# ... and those of them that take about a second or less in Release: refusals, exports, plans.
+# ... and those of them that take about a second or less in Release (refusals, exports, plans)
 LIGHT=(
   AugmentCli.BadSpecsExit2WithOneLineNamingTheStep
   CallbacksCli.CallbacksThatWatchValidationNeedIt
@@ -63,6 +63,12 @@ LIGHT=(
   TrainCli.SigintBeforeTheFirstStepEndsWithAMessage
   TrainCli.TrainRefusesADirectoryHoldingARun
   TrainCli.ExhaustedBudgetExitsThreeWithReportAndLeavesCheckpointUntouched
+  # and, at 20 to 40 s each here, one each of the asynchronous checkpointer, an interrupted resume,
+  # pruning and --overwrite: the threads and the run directory's file moves.
+  TrainCli.AFailedBackgroundSaveIsReportedAsASynchronousOneIs
+  TrainCli.SigtermWhileResumingLeavesTheRunAsItWas
+  TrainCli.KeepPrunesOldCheckpoints
+  CheckpointTrustCli.OverwriteMovesThePreviousRunAsideAndDeletesNothing
 )
 
 start=$SECONDS
