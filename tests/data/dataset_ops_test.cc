@@ -1,4 +1,4 @@
-// from_generator, list_files, filter, skip, cache, map(fn, num_parallel_calls), interleave: elements,
+// from_generator, list_files, filter, skip, cache, map(fn, num_parallel_calls): elements,
 // tf.data's orders and cardinalities, determinism under any thread count, exact resume.
 #include <unistd.h>
 
@@ -25,6 +25,7 @@
 #include "framework/data/data_error.h"
 #include "framework/data/dataset.h"
 #include "framework/data/dataset_node.h"
+#include "tests/support/dataset_checks.h"
 #include "tests/support/dataset_elements.h"
 
 namespace keel {
@@ -32,92 +33,17 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
-
-// n elements {x (2,), y ()} with y = i and x = [i, -i].
-Dataset numbers(int64_t n, int64_t start = 0) {
-  std::vector<float> x;
-  std::vector<float> y;
-  for (int64_t i = start; i < start + n; ++i) {
-    const auto f = static_cast<float>(i);
-    x.insert(x.end(), {f, -f});
-    y.push_back(f);
-  }
-  return Dataset::from_tensor_slices({Tensor::from_vector({n, 2}, x), Tensor::from_vector({n}, y)});
-}
-
 using testing::all;
 using testing::drain;
+using testing::expect_exact_resume;
+using testing::expect_mismatch;
+using testing::expect_same;
+using testing::numbers;
+using testing::slow_times_ten;
 using testing::strings;
 using testing::values;
+using testing::within_seconds;
 
-bool equal(const Element& a, const Element& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t c = 0; c < a.size(); ++c) {
-    if (a[c].is_string() != b[c].is_string()) return false;
-    if (a[c].is_string()) {
-      if (a[c].string_value() != b[c].string_value()) return false;
-      continue;
-    }
-    if (a[c].shape() != b[c].shape()) return false;
-    if (std::memcmp(a[c].data(), b[c].data(), static_cast<size_t>(a[c].bytes())) != 0) return false;
-  }
-  return true;
-}
-
-void expect_same(const std::vector<Element>& a, const std::vector<Element>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(equal(a[i], b[i])) << what << ", element " << i;
-}
-
-// Element y -> {x, y * 10}, after a delay that varies with y, so that parallel calls finish out of order.
-Element slow_times_ten(const Element& e) {
-  const auto y = static_cast<int64_t>(e[1].item());
-  std::this_thread::sleep_for(std::chrono::microseconds(((y * 7919) % 5) * 200));
-  return {e[0], Tensor::scalar(e[1].item() * 10.0f)};
-}
-
-// For each k: advance k elements, save (through JSON text), restore into a fresh iterator, and check
-// that the rest equals the uninterrupted run, bitwise.
-void expect_exact_resume(const Dataset& ds, uint64_t iteration, const Dataset* restore_into = nullptr) {
-  const std::vector<Element> reference = all(ds, iteration);
-  ASSERT_GT(reference.size(), 2u);
-  for (int64_t k = 0; k <= static_cast<int64_t>(reference.size()); ++k) {
-    SCOPED_TRACE("k = " + std::to_string(k) + ", iteration " + std::to_string(iteration) + ", " + ds.describe());
-    Iterator a = ds.make_iterator(iteration);
-    ASSERT_EQ(static_cast<int64_t>(drain(a, k).size()), k);
-    const std::string text = a.save().dump();
-    EXPECT_LT(text.size(), 4000u) << text;
-    Iterator b = (restore_into ? *restore_into : ds).make_iterator(iteration);
-    b.restore(json::parse(text));
-    EXPECT_EQ(b.produced(), k);
-    const std::vector<Element> rest = drain(b);
-    const std::vector<Element> expected(reference.begin() + k, reference.end());
-    expect_same(rest, expected, "restored");
-  }
-}
-
-void expect_mismatch(Iterator& it, const json& state) {
-  try {
-    it.restore(state);
-    ADD_FAILURE() << "accepted " << state.dump();
-  } catch (const DataError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("iterator state does not match this dataset pipeline"));
-  }
-}
-
-// Runs `body` on another thread and fails (ending the process: a deadlocked thread cannot be
-// recovered) unless it finishes within `seconds`.
-void within_seconds(int seconds, const std::function<void()>& body) {
-  std::packaged_task<void()> task(body);
-  std::future<void> done = task.get_future();
-  std::thread t(std::move(task));
-  if (done.wait_for(std::chrono::seconds(seconds)) != std::future_status::ready) {
-    std::cerr << "deadlock: the test body did not finish within " << seconds << " s\n";
-    std::_Exit(1);
-  }
-  t.join();
-  done.get();
-}
 
 // The numbers of a file as elements {v, v}, read lazily line by line: each iterator opens the file anew.
 Dataset read_lines(const Element& file) {
@@ -446,132 +372,6 @@ TEST(ParallelMapTest, AnExceptionComesAtItsElementsPosition) {
     EXPECT_STREQ(e.what(), "bad element 6");
   }
   EXPECT_EQ(values(drain(it)), (std::vector<float>{70, 80, 90})) << "then it continues, as the sequential map";
-}
-
-// ---- interleave -------------------------------------------------------------------------------------
-
-// Input elements y = start.. ; fn(y) = y repeated `repeats(y)` times, as a dataset.
-Dataset repeated(int64_t y, int64_t times) {
-  return Dataset::from_tensor_slices({Tensor::full({times}, static_cast<float>(y))});
-}
-
-TEST(InterleaveTest, TfDataOrder) {
-  // tf.data's documented example: range(1, 6).interleave(lambda x: from_tensors(x).repeat(6),
-  // cycle_length=2, block_length=4).
-  const std::vector<float> expected = {1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 2, 2, 3, 3, 3, 3,
-                                       4, 4, 4, 4, 3, 3, 4, 4, 5, 5, 5, 5, 5, 5};
-  for (int64_t threads : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{8}, AUTOTUNE}) {
-    const Dataset ds = numbers(5, 1).interleave(
-        [](const Element& e) { return repeated(static_cast<int64_t>(e[1].item()), 6); }, 2, 4, threads);
-    EXPECT_EQ(values(all(ds), 0), expected) << "threads " << threads;
-    EXPECT_EQ(ds.cardinality(), kUnknownCardinality);
-    EXPECT_EQ(ds.describe(), numbers(5, 1).describe() + " -> interleave(cycle_length=2, block_length=4)");
-  }
-  // Inner lengths 1, 2, 3, 4: an exhausted slot is refilled when the cycle comes back to it (the
-  // order traced by hand through tf.data's InterleaveDatasetOp::GetNext).
-  const auto by_length = [](const Element& e) {
-    const auto y = static_cast<int64_t>(e[1].item());
-    return repeated(y, y);
-  };
-  for (int64_t threads : {int64_t{0}, int64_t{2}, int64_t{8}}) {
-    EXPECT_EQ(values(all(numbers(4, 1).interleave(by_length, 2, 1, threads)), 0),
-              (std::vector<float>{1, 2, 2, 3, 3, 4, 3, 4, 4, 4}));
-    EXPECT_EQ(values(all(numbers(4, 1).interleave(by_length, 1, 1, threads)), 0),
-              (std::vector<float>{1, 2, 2, 3, 3, 3, 4, 4, 4, 4}));
-  }
-  EXPECT_THROW(numbers(3).interleave(by_length, 0), std::invalid_argument);
-  EXPECT_THROW(numbers(3).interleave(by_length, 2, 0), std::invalid_argument);
-  EXPECT_THROW(numbers(3).interleave(by_length, 2, 1, -7), std::invalid_argument);
-}
-
-TEST(InterleaveTest, ParallelRunsAheadAndResumesExactlyUnderAnyThreadCount) {
-  // Inner datasets of varying lengths with slow elements, shuffled per iteration.
-  const auto inner = [](const Element& e) {
-    const auto y = static_cast<int64_t>(e[1].item());
-    return numbers(2 + y % 5, 10 * y).shuffle(4, static_cast<uint64_t>(y)).map(slow_times_ten);
-  };
-  const Dataset sequential = numbers(9).shuffle(9, 1).interleave(inner, 3, 2);
-  for (uint64_t iteration : {0, 1}) {
-    const std::vector<Element> reference = all(sequential, iteration);
-    ASSERT_EQ(reference.size(), 34u);  // the sum of 2 + y % 5 over y < 9
-    for (int64_t threads : {int64_t{1}, int64_t{2}, int64_t{8}}) {
-      const Dataset parallel = numbers(9).shuffle(9, 1).interleave(inner, 3, 2, threads);
-      expect_same(all(parallel, iteration), reference, "threads " + std::to_string(threads));
-    }
-    const Dataset parallel = numbers(9).shuffle(9, 1).interleave(inner, 3, 2, 2);
-    expect_exact_resume(parallel, iteration);
-    expect_exact_resume(parallel, iteration, &sequential);  // a parallel state resumes sequentially
-    expect_exact_resume(sequential, iteration, &parallel);
-  }
-}
-
-TEST(InterleaveTest, WorkersAdvanceTheOpenInnerIterators) {
-  std::mutex mu;
-  std::set<std::thread::id> ids;
-  std::atomic<int> calls{0};
-  const auto inner = [&](const Element& e) {
-    return numbers(5).map([&](const Element& x) {
-      {
-        std::lock_guard lock(mu);
-        ids.insert(std::this_thread::get_id());
-      }
-      ++calls;
-      return x;
-    });
-  };
-  Iterator it = numbers(4).interleave(inner, 2, 1, 2).make_iterator();
-  ASSERT_TRUE(it.next());
-  // Slot 0 is open and buffered ahead (2 elements), the consumer took one: 3 calls, none on this thread.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (calls < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_EQ(calls.load(), 3);
-  EXPECT_EQ(drain(it).size(), 19u);
-  std::lock_guard lock(mu);
-  EXPECT_EQ(ids.count(std::this_thread::get_id()), 0u);
-  EXPECT_GE(ids.size(), 1u);
-}
-
-TEST(InterleaveTest, ErrorsPropagateAndEndTheIterator) {
-  const auto inner = [](const Element& e) {
-    const auto y = static_cast<int64_t>(e[1].item());
-    return repeated(y, 3).map([](const Element& x) {
-      if (x[0].item() == 2.0f) throw std::runtime_error("bad inner element");
-      return x;
-    });
-  };
-  for (int64_t threads : {int64_t{0}, int64_t{2}}) {
-    Iterator it = numbers(4).interleave(inner, 2, 1, threads).make_iterator();
-    // Order 0 1 0 1 0 1 then 2: the error comes at position 6.
-    EXPECT_EQ(values(drain(it, 6), 0), (std::vector<float>{0, 1, 0, 1, 0, 1}));
-    EXPECT_THROW(it.next(), std::runtime_error);
-    EXPECT_THROW(it.next(), std::runtime_error);
-  }
-  Iterator bad_fn = numbers(3)
-                        .interleave([](const Element&) -> Dataset { throw DataError("cannot open file"); }, 2, 1, 2)
-                        .make_iterator();
-  EXPECT_THROW(bad_fn.next(), DataError);
-}
-
-TEST(InterleaveTest, StatesFromAnotherCycleLengthAreRejected) {
-  const auto inner = [](const Element& e) { return repeated(static_cast<int64_t>(e[1].item()), 3); };
-  Iterator a = numbers(6).interleave(inner, 2, 1, 2).make_iterator();
-  drain(a, 4);
-  const json state = a.save();
-  Iterator other = numbers(6).interleave(inner, 3, 1, 2).make_iterator();
-  expect_mismatch(other, state);
-  Iterator same = numbers(6).interleave(inner, 2, 1, 0).make_iterator();
-  json bad = state;
-  bad["state"]["slots"][0]["input_index"] = 5;  // more than the consumed input
-  expect_mismatch(same, bad);
-  bad = state;
-  bad["state"]["slots"][0]["position"] = json::array({1, 2, 3});  // not a from_tensor_slices position
-  expect_mismatch(same, bad);
-  bad = state;
-  bad["state"]["consumed"] = 40;
-  expect_mismatch(same, bad);
-  same.restore(state);
-  EXPECT_EQ(same.produced(), 4);
 }
 
 // ---- a source written against dataset_node.h ---------------------------------------------------------
