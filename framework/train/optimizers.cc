@@ -144,14 +144,24 @@ void Adam::update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots
   const float alpha = static_cast<float>(learning_rate_at(step - 1) * std::sqrt(1.0 - std::pow(b2, static_cast<double>(step))) /
                                          (1.0 - std::pow(b1, static_cast<double>(step))));
   const float one_minus_b1 = 1.0f - options_.beta_1, one_minus_b2 = 1.0f - options_.beta_2;
-  auto w = var.array();
-  auto g = grad.array();
-  auto m = slots[0]->mutable_value().array();
-  auto v = slots[1]->mutable_value().array();
-  // Keras: m += (g - m)(1 - b1); v += (g² - v)(1 - b2); w -= alpha m / (sqrt(v) + eps).
-  m += (g - m) * one_minus_b1;
-  v += (g.square() - v) * one_minus_b2;
-  w -= alpha * m / (v.sqrt() + options_.epsilon);
+  const float epsilon = options_.epsilon;
+  float* w = var.data();
+  const float* g = grad.data();
+  float* m = slots[0]->mutable_value().data();
+  float* v = slots[1]->mutable_value().data();
+  // Keras: m += (g - m)(1 - b1); v += (g² - v)(1 - b2); w -= alpha m / (sqrt(v) + eps). One block of
+  // 2,048 elements at a time (4 arrays × 8 KiB: in L1 between the three statements), so the update is
+  // one pass over memory instead of three; each element's operations are the same, so are its bits.
+  constexpr int64_t kBlock = 2048;
+  const int64_t n = var.size();
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const Eigen::Index len = static_cast<Eigen::Index>(std::min(kBlock, n - i));
+    Eigen::Map<Eigen::ArrayXf> wb(w + i, len), mb(m + i, len), vb(v + i, len);
+    const Eigen::Map<const Eigen::ArrayXf> gb(g + i, len);
+    mb += (gb - mb) * one_minus_b1;
+    vb += (gb.square() - vb) * one_minus_b2;
+    wb -= alpha * mb / (vb.sqrt() + epsilon);
+  }
 }
 
 nlohmann::json Adam::get_config() const {

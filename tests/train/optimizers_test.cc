@@ -61,6 +61,30 @@ TEST(AdamTest, ThreeStepsMatchKerasFormulas) {
   expect_close(slots[1]->value().to_vector(), v, 1e-6, "v");
 }
 
+// The update runs block by block (one pass over memory); each element must get exactly the bits of
+// the three whole-array statements of Keras's formula, past several blocks and a ragged end.
+TEST(AdamTest, BlockedUpdateIsBitIdenticalToTheWholeArrayFormula) {
+  const int64_t n = 10007;
+  std::vector<float> w0(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) w0[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i));
+  Adam adam(Adam::Options{.learning_rate = 0.003f});
+  Variable w("w", host({n}, w0), true);
+  Eigen::ArrayXf rw = Eigen::Map<Eigen::ArrayXf>(w0.data(), n), rm = Eigen::ArrayXf::Zero(n), rv = rm;
+  for (int t = 1; t <= 3; ++t) {
+    std::vector<float> g(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) g[static_cast<size_t>(i)] = std::cos(0.11f * static_cast<float>(i * t)) * 1e-2f;
+    adam.apply_gradients({host({n}, g)}, {&w});
+    const auto ga = Eigen::Map<const Eigen::ArrayXf>(g.data(), n);
+    const float alpha = static_cast<float>(0.003f * std::sqrt(1.0 - std::pow(0.999f, static_cast<double>(t))) /
+                                           (1.0 - std::pow(0.9f, static_cast<double>(t))));
+    rm += (ga - rm) * (1.0f - 0.9f);
+    rv += (ga.square() - rv) * (1.0f - 0.999f);
+    rw -= alpha * rm / (rv.sqrt() + 1e-7f);
+  }
+  const std::vector<float> got = w.value().to_vector();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], rw[i]) << "element " << i;
+}
+
 TEST(AdamTest, DefaultsAreKeras) {
   Adam adam;
   EXPECT_FLOAT_EQ(adam.learning_rate(), 0.001f);
