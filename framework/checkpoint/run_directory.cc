@@ -311,19 +311,39 @@ void RunDirectory::remove_stale_temporaries() const {
   }
 }
 
-void write_new_file(const std::string& path, const std::function<void(const std::string& tmp_path)>& write) {
-  const fs::path target(path);
+namespace {
+
+// The directory `target` goes into; it must exist.
+fs::path existing_parent(const fs::path& target) {
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw CheckpointError("cannot write " + path + ": directory " + dir.string() + " does not exist");
-  if (fs::exists(fs::symlink_status(target, ec))) {
-    throw CheckpointError(path + " already exists; keel never writes over a file: choose a new name");
+  if (!fs::is_directory(dir, ec)) {
+    throw CheckpointError("cannot write " + target.string() + ": directory " + dir.string() + " does not exist");
   }
-  std::string tmp_name = ".";
+  return dir;
+}
+
+// dir/.NAME.tmp-PID, removed if a killed save of this process id left it.
+fs::path fresh_temporary(const fs::path& target, const fs::path& dir) {
+  std::string tmp_name = ".";  // built in steps: GCC 12 warns (-Wrestrict) on "." + std::string&&
   tmp_name += target.filename().string();
   tmp_name += ".tmp-" + std::to_string(::getpid());
   const fs::path tmp = dir / tmp_name;
+  std::error_code ec;
   fs::remove(tmp, ec);
+  return tmp;
+}
+
+}  // namespace
+
+void write_new_file(const std::string& path, const std::function<void(const std::string& tmp_path)>& write) {
+  const fs::path target(path);
+  const fs::path dir = existing_parent(target);
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(target, ec))) {
+    throw CheckpointError(path + " already exists; keel never writes over a file: choose a new name");
+  }
+  const fs::path tmp = fresh_temporary(target, dir);
   try {
     write(tmp.string());
     fsync_path(tmp.string(), false);
@@ -342,14 +362,9 @@ void write_new_file(const std::string& path, const std::function<void(const std:
 void replace_file(const std::string& path, const std::function<void(const std::string& tmp_path)>& write,
                   const RunDirectory::Verifier& verify) {
   const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const fs::path dir = existing_parent(target);
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw CheckpointError("cannot write " + path + ": directory " + dir.string() + " does not exist");
-  std::string tmp_name = ".";  // built in steps: GCC 12 warns (-Wrestrict) on "." + std::string&&
-  tmp_name += target.filename().string();
-  tmp_name += ".tmp-" + std::to_string(::getpid());
-  const fs::path tmp = dir / tmp_name;
-  fs::remove(tmp, ec);
+  const fs::path tmp = fresh_temporary(target, dir);
   try {
     write(tmp.string());
     if (!fs::is_regular_file(tmp, ec)) throw CheckpointError("saving " + path + " wrote nothing");
