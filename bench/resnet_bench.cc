@@ -3,6 +3,7 @@
 //   build/bench/resnet_bench train  --device cpu|custom:N --image 32  --batch 32 [--steps 5]
 //   build/bench/resnet_bench infer  --device cpu|custom:N --image 224 --batch 8  [--steps 3]
 //   build/bench/resnet_bench memory [--image 224] [--batch 8]
+//   ... train|infer [--shard none|optimizer|gradients] [--remat none|segments]   (memory savers)
 //
 // The model is zoo "resnet50" (keras.applications.ResNet50 v1) with 10 classes, SGD(0.01, momentum
 // 0.9) and sparse categorical cross-entropy on synthetic images and labels; --batch is the global
@@ -46,6 +47,8 @@ struct Args {
   int64_t image = 224;
   int64_t batch = 8;
   int steps = 3;
+  keel::ShardingMode shard = keel::ShardingMode::none;
+  keel::Remat remat = keel::Remat::none;
 };
 
 constexpr int64_t kClasses = 10;
@@ -69,6 +72,8 @@ Args parse(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--image")) a.image = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--batch")) a.batch = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--steps")) a.steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--shard")) a.shard = keel::parse_sharding_mode(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--remat")) a.remat = keel::parse_remat(argv[i + 1]);
     else usage(std::string("unknown option ") + argv[i]);
   }
   if (a.image < 32 || a.batch < 1 || a.steps < 1) usage("--image >= 32, --batch >= 1, --steps >= 1");
@@ -128,11 +133,12 @@ keel::Batch synthetic_batch(const keel::ReplicatedStrategy& strategy, int64_t ba
 
 int run_timed(const Args& a) {
   keel::set_random_seed(0);
-  keel::ReplicatedStrategy strategy(device_spec(a.device));
+  keel::ReplicatedStrategy strategy(device_spec(a.device), keel::ReplicatedStrategy::Options{.shard = a.shard});
   std::unique_ptr<keel::Model> model;
   {
     auto scope = strategy.scope();
     model = build_resnet50(a.image);
+    model->set_remat(a.remat);
   }
   const keel::Batch batch = synthetic_batch(strategy, a.batch, a.image);
   const bool train = a.mode == "train";
@@ -154,10 +160,11 @@ int run_timed(const Args& a) {
   for (double s : seconds) total += s;
   const double images_per_sec = static_cast<double>(a.batch) * a.steps / total;
   const double flops_per_image = forward_flops_per_image(*model) * (train ? 3 : 1);
-  std::printf("{\"framework\": \"keel\", \"mode\": \"%s\", \"device\": \"%s\", \"replicas\": %d, \"image\": %lld, "
+  std::printf("{\"framework\": \"keel\", \"mode\": \"%s\", \"device\": \"%s\", \"shard\": \"%s\", \"remat\": \"%s\", "
+              "\"replicas\": %d, \"image\": %lld, "
               "\"batch\": %lld, \"steps\": %d, \"images_per_sec\": %.3f, \"mean_step_seconds\": %.4f, "
               "\"best_step_seconds\": %.4f, \"gflop_per_image\": %.4f, \"gflops\": %.2f}\n",
-              a.mode.c_str(), a.device.c_str(), strategy.num_replicas(), static_cast<long long>(a.image),
+              a.mode.c_str(), a.device.c_str(), keel::sharding_mode_name(a.shard), keel::remat_name(a.remat), strategy.num_replicas(), static_cast<long long>(a.image),
               static_cast<long long>(a.batch), a.steps, images_per_sec, total / a.steps,
               *std::min_element(seconds.begin(), seconds.end()), flops_per_image * 1e-9,
               flops_per_image * images_per_sec * 1e-9);

@@ -4,6 +4,7 @@
 // include those headers as well when you use them (<keel/datasets/fashion_mnist.h>, <keel/models/zoo.h>).
 #pragma once
 
+#include "framework/autodiff/recompute.h"
 #include "framework/autodiff/tape.h"
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/run_directory.h"
@@ -11,6 +12,7 @@
 #include "framework/data/data.h"
 #include "framework/device/device_spec.h"
 #include "framework/device/ledger.h"
+#include "framework/device/sharding.h"
 #include "framework/device/strategy.h"
 #include "framework/layers/conv_layers.h"
 #include "framework/layers/core_layers.h"
@@ -20,5 +22,6 @@
 #include "framework/model/functional.h"
 #include "framework/model/model.h"
 #include "framework/model/planner.h"
+#include "framework/model/remat.h"
 #include "framework/train/losses.h"
 #include "framework/train/optimizers.h"

@@ -148,7 +148,35 @@ void GradientTape::add(const std::shared_ptr<Entry>& entry) {
   entries_.push_back(entry);
 }
 
-std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources) {
+std::unordered_set<uint64_t> GradientTape::needing_gradients(const std::unordered_set<uint64_t>& source_ids,
+                                                             std::unordered_map<uint64_t, size_t>& first_use) const {
+  // A tensor needs a gradient if it depends on a source: one forward pass over the record. A
+  // source's gradient is final once backward has run the earliest op that reads it.
+  std::unordered_set<uint64_t> needed(source_ids);
+  for (size_t k = 0; k < entries_.size(); ++k) {
+    const auto& e = entries_[k];
+    if (!e) continue;
+    bool depends = false;
+    for (uint64_t id : e->input_ids) {
+      if (id == 0 || !needed.count(id)) continue;
+      depends = true;
+      if (source_ids.count(id)) first_use.emplace(id, k);
+    }
+    if (depends) needed.insert(e->output_ids.begin(), e->output_ids.end());
+  }
+  return needed;
+}
+
+GradientTape::StopRecording::StopRecording() { saved_.swap(tape_stack()); }
+
+GradientTape::StopRecording::~StopRecording() {
+  // Tapes created meanwhile are gone (they remove themselves); the saved ones go back below nothing.
+  std::vector<GradientTape*>& stack = tape_stack();
+  stack.insert(stack.begin(), saved_.begin(), saved_.end());
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                                           const GradientReadyFn& on_ready, const Tensor& target_gradient) {
   if (used_ && !persistent_) {
     throw std::logic_error("GradientTape.gradient can only be called once on a non-persistent tape");
   }
@@ -161,55 +189,78 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   for (const Tensor& s : sources) source_ids.insert(s.id());
 
   std::unordered_map<uint64_t, Tensor> grads;
-  grads.emplace(target.id(), Tensor::full(target.shape(), 1.0f));
-
-  // A tensor needs a gradient if it depends on a source: one forward pass over the record.
-  std::unordered_set<uint64_t> needed(source_ids);
-  for (const auto& e : entries_) {
-    if (!e) continue;
-    bool depends = false;
-    for (uint64_t id : e->input_ids) depends = depends || (id != 0 && needed.count(id) > 0);
-    if (depends) needed.insert(e->output_ids.begin(), e->output_ids.end());
+  if (target_gradient.defined() && target_gradient.shape() != target.shape()) {
+    throw std::invalid_argument("GradientTape.gradient: target gradient " + shape_string(target_gradient.shape()) +
+                                " for a target " + shape_string(target.shape()));
   }
+  grads.emplace(target.id(), target_gradient.defined() ? target_gradient : Tensor::full(target.shape(), 1.0f));
+
+  std::unordered_map<uint64_t, size_t> first_use;
+  const std::unordered_set<uint64_t> needed = needing_gradients(source_ids, first_use);
+  // on_ready: the sources whose gradient is final after each entry, and those already passed.
+  std::unordered_map<size_t, std::vector<size_t>> final_after;
+  if (on_ready) {
+    for (size_t i = 0; i < sources.size(); ++i) {
+      if (auto it = first_use.find(sources[i].id()); it != first_use.end()) final_after[it->second].push_back(i);
+    }
+  }
+  std::unordered_set<uint64_t> passed;  // by id: a source listed twice is one gradient, passed once
+  auto pass = [&](size_t i) {
+    auto it = grads.find(sources[i].id());
+    if (it == grads.end() || !passed.insert(sources[i].id()).second) return;
+    it->second = on_ready(i, std::move(it->second));
+  };
 
   for (size_t k = entries_.size(); k-- > 0;) {
-    std::shared_ptr<Entry> entry = entries_[k];
-    bool any = false;
-    if (entry) {
-      for (uint64_t id : entry->output_ids) any = any || grads.count(id) > 0;
+    run_backward(k, grads, source_ids, needed);
+    if (auto it = final_after.find(k); it != final_after.end()) {
+      for (size_t i : it->second) pass(i);
     }
-    if (!any) {
-      if (!persistent_) entries_[k].reset();
-      continue;
-    }
-    std::vector<Tensor> grad_outputs = take_output_gradients(grads, entry->output_ids, entry->output_shapes, source_ids);
-    const std::vector<bool> needs_grad = inputs_needing_gradients(entry->input_ids, needed);
-    std::vector<Tensor> input_grads;
-    if (std::find(needs_grad.begin(), needs_grad.end(), true) != needs_grad.end()) {
-      OwnerScope owner("backward:" + entry->owner);
-      input_grads = entry->backward(grad_outputs, needs_grad);
-    }
-    grad_outputs.clear();
-    const std::vector<uint64_t> input_ids = entry->input_ids;
-    if (!persistent_) {
-      // Frees the saved tensors the closure captured.
-      entries_[k].reset();
-      entry.reset();
-    }
-    for (size_t i = 0; i < input_grads.size() && i < needs_grad.size(); ++i) {
-      if (needs_grad[i] && input_grads[i].defined()) accumulate(grads, input_ids[i], std::move(input_grads[i]));
-    }
+  }
+  if (on_ready) {
+    for (size_t i = 0; i < sources.size(); ++i) pass(i);  // read by no op (the target itself)
   }
   std::vector<Tensor> result = gradients_of(sources, grads);
   if (!persistent_) entries_.clear();
   return result;
 }
 
-std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Variable*>& variables) {
+void GradientTape::run_backward(size_t k, std::unordered_map<uint64_t, Tensor>& grads,
+                                const std::unordered_set<uint64_t>& source_ids, const std::unordered_set<uint64_t>& needed) {
+  std::shared_ptr<Entry> entry = entries_[k];
+  bool any = false;
+  if (entry) {
+    for (uint64_t id : entry->output_ids) any = any || grads.count(id) > 0;
+  }
+  if (!any) {
+    if (!persistent_) entries_[k].reset();
+    return;
+  }
+  std::vector<Tensor> grad_outputs = take_output_gradients(grads, entry->output_ids, entry->output_shapes, source_ids);
+  const std::vector<bool> needs_grad = inputs_needing_gradients(entry->input_ids, needed);
+  std::vector<Tensor> input_grads;
+  if (std::find(needs_grad.begin(), needs_grad.end(), true) != needs_grad.end()) {
+    OwnerScope owner("backward:" + entry->owner);
+    input_grads = entry->backward(grad_outputs, needs_grad);
+  }
+  grad_outputs.clear();
+  const std::vector<uint64_t> input_ids = entry->input_ids;
+  if (!persistent_) {
+    // Frees the saved tensors the closure captured.
+    entries_[k].reset();
+    entry.reset();
+  }
+  for (size_t i = 0; i < input_grads.size() && i < needs_grad.size(); ++i) {
+    if (needs_grad[i] && input_grads[i].defined()) accumulate(grads, input_ids[i], std::move(input_grads[i]));
+  }
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Variable*>& variables,
+                                           const GradientReadyFn& on_ready) {
   std::vector<Tensor> sources;
   sources.reserve(variables.size());
   for (Variable* v : variables) sources.push_back(v->value());
-  std::vector<Tensor> grads = gradient(target, sources);
+  std::vector<Tensor> grads = gradient(target, sources, on_ready);
   for (size_t i = 0; i < grads.size(); ++i) {
     if (grads[i].defined()) grads[i].storage().retag(Category::gradients, "gradient:" + variables[i]->name());
   }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -24,8 +25,27 @@ namespace keel {
 using BackwardFn =
     std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs, const std::vector<bool>& needs_grad)>;
 
+// Called by GradientTape::gradient as soon as backward has finished the gradient of
+// sources[index] (no recorded op can add to it any more), in an order that depends on the recorded
+// ops alone (the same on every replica of a step); what it returns is kept as that gradient. This is
+// where ZeRO-2 reduce-scatters each gradient while backward goes on.
+using GradientReadyFn = std::function<Tensor(size_t index, Tensor gradient)>;
+
 class GradientTape {
  public:
+  // RAII: while it lives, no tape on this thread records (ops run as outside any tape); the tapes
+  // that were active record again afterwards.
+  class StopRecording {
+   public:
+    StopRecording();
+    ~StopRecording();
+    StopRecording(const StopRecording&) = delete;
+    StopRecording& operator=(const StopRecording&) = delete;
+
+   private:
+    std::vector<GradientTape*> saved_;
+  };
+
   explicit GradientTape(bool persistent = false);
   ~GradientTape();
   GradientTape(const GradientTape&) = delete;
@@ -35,9 +55,14 @@ class GradientTape {
 
   // d(target)/d(source) for each source. A source the target does not depend on gets an undefined
   // Tensor (TensorFlow's None). Results live on the current core, in the `workspace` category.
-  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources);
+  // With `on_ready`, each defined gradient passes through it once, when it is final. With
+  // `target_gradient` (target's shape), backward starts from it instead of ones (a vector-Jacobian
+  // product, as TensorFlow's output_gradients).
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                               const GradientReadyFn& on_ready = nullptr, const Tensor& target_gradient = Tensor());
   // The same for variables; the results are charged as `gradients`, owner "gradient:<variable>".
-  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable*>& variables);
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable*>& variables,
+                               const GradientReadyFn& on_ready = nullptr);
 
   // For ops: true if some active tape on this thread depends on one of `inputs`.
   static bool is_recording(std::initializer_list<const Tensor*> inputs);
@@ -51,6 +76,12 @@ class GradientTape {
   struct Entry;
   bool depends_on(const Tensor& t) const;
   void add(const std::shared_ptr<Entry>& entry);
+  // The ids that need a gradient; fills first_use with each source's earliest reading entry.
+  std::unordered_set<uint64_t> needing_gradients(const std::unordered_set<uint64_t>& source_ids,
+                                                 std::unordered_map<uint64_t, size_t>& first_use) const;
+  // Runs entry k's backward on the gradients of its outputs and adds the results into `grads`.
+  void run_backward(size_t k, std::unordered_map<uint64_t, Tensor>& grads, const std::unordered_set<uint64_t>& source_ids,
+                    const std::unordered_set<uint64_t>& needed);
 
   bool persistent_;
   bool used_ = false;

@@ -253,6 +253,46 @@ Tensor InProcessCollectives::all_gather(int replica, const Tensor& shard) {
   return out;
 }
 
+void InProcessCollectives::all_gather_shards(int replica, std::span<Tensor> values) {
+  if (num_replicas_ == 1) return;
+  posted_[static_cast<size_t>(replica)] = Posted{values, nullptr};
+  barrier_(replica);
+  check_same_shapes(replica, "all_gather_shards", 0, false);
+  // Each replica copies the other replicas' shards into its own tensors, where they are not the
+  // same host buffer as the owner's.
+  int64_t elements = 0, subtree = 0;
+  const int end = ReductionTree::subtree_end(replica, num_replicas_);
+  for (size_t i = 0; i < values.size(); ++i) {
+    Tensor& mine = values[i];
+    if (!mine.defined()) continue;
+    elements += mine.size();
+    subtree += subtree_elements(mine.size(), num_replicas_, replica, end);
+    if (mine.is_abstract()) continue;
+    for (int r = 0; r < num_replicas_; ++r) {
+      const Tensor& theirs = posted_[static_cast<size_t>(r)].values[i];
+      const ShardRange range = shard_range(mine.size(), num_replicas_, r);
+      if (r == replica || theirs.data() == mine.data() || range.size() == 0) continue;
+      std::memcpy(mine.data() + range.begin, theirs.data() + range.begin, static_cast<size_t>(range.size()) * sizeof(float));
+    }
+  }
+  barrier_(replica);
+  // As all_gather: up the tree each subtree's shards, down the tree the whole tensors.
+  int64_t sent = 0, received = 0;
+  if (replica != 0) {
+    sent += bytes_of(subtree);
+    received += bytes_of(elements);
+  }
+  for (int c : ReductionTree::children(replica, num_replicas_)) {
+    int64_t child = 0;
+    for (const Tensor& t : values) {
+      if (t.defined()) child += subtree_elements(t.size(), num_replicas_, c, ReductionTree::subtree_end(c, num_replicas_));
+    }
+    received += bytes_of(child);
+    sent += bytes_of(elements);
+  }
+  ledger_.core(replica).record_collective(sent, received);
+}
+
 void InProcessCollectives::broadcast(int replica, Tensor& value, int root) {
   if (root < 0 || root >= num_replicas_) throw std::logic_error("broadcast: root " + std::to_string(root) + " is not a replica");
   if (num_replicas_ == 1) return;

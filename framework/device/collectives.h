@@ -68,6 +68,11 @@ class Collectives {
   virtual Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) = 0;
   // Every replica's shard, concatenated along dim 0 in replica order (shards may differ in dim 0).
   virtual Tensor all_gather(int replica, const Tensor& shard) = 0;
+  // In place: each replica has written its shard_range of every tensor of `values` (flattened);
+  // afterwards every replica's tensors hold every replica's shard (ZeRO's parameter all-gather after
+  // a sharded update). Tensors that replicas share on the host (mirrored variables) need no copy;
+  // the bytes a device would move are counted all the same. Undefined tensors are skipped.
+  virtual void all_gather_shards(int replica, std::span<Tensor> values) = 0;
   // `value` on every replica becomes root's.
   virtual void broadcast(int replica, Tensor& value, int root) = 0;
   // Returns once every replica has called it.
@@ -87,6 +92,7 @@ class InProcessCollectives final : public Collectives {
   void all_reduce(int replica, ReduceOp op, std::span<Tensor> values) override;
   Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) override;
   Tensor all_gather(int replica, const Tensor& shard) override;
+  void all_gather_shards(int replica, std::span<Tensor> values) override;
   void broadcast(int replica, Tensor& value, int root) override;
   void barrier(int replica) override { barrier_(replica); }
 

@@ -1,6 +1,7 @@
 #include "framework/device/context.h"
 
 #include "framework/core/storage_charging.h"
+#include "framework/device/collectives.h"
 #include "framework/device/ledger.h"
 
 namespace keel {
@@ -26,9 +27,16 @@ bool charge_new_storage(int64_t bytes, Category category, const std::string& own
       charges.push_back({core, core->charge(bytes, category, owner, shape)});
     } else {
       charges.reserve(static_cast<size_t>(ledger.num_cores()));
+      const int64_t elements = num_elements(shape);
       for (int c = 0; c < ledger.num_cores(); ++c) {
         const std::shared_ptr<CoreLedger>& core = ledger.core_ptr(c);
-        charges.push_back({core, core->charge(bytes, category, owner, shape)});
+        if (ctx.sharded && elements > 0) {
+          // Core c holds the elements shard_range gives it, and nothing else of this buffer.
+          const int64_t shard = shard_range(elements, ledger.num_cores(), c).size();
+          charges.push_back({core, core->charge(shard * (bytes / elements), category, owner, {shard})});
+        } else {
+          charges.push_back({core, core->charge(bytes, category, owner, shape)});
+        }
       }
     }
   }

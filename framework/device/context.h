@@ -20,6 +20,8 @@ struct DeviceContext {
   Ledger* ledger = nullptr;                  // nullptr: host memory, not charged
   ReplicatedStrategy* strategy = nullptr;    // the strategy whose scope this is, if any
   int core = -1;                             // with a ledger: the core; -1 = mirrored on every core
+  bool sharded = false;                      // with core -1: each core is charged only its shard of a new
+                                             // buffer (framework/device/sharding.h), not a whole copy
   bool abstract = false;                     // shape-only tensors
   Category category = Category::activations; // default category for new tensors
   std::string owner;                         // default owner name for new tensors

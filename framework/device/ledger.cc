@@ -116,6 +116,17 @@ void CoreLedger::record_collective(int64_t sent_bytes, int64_t received_bytes) {
   transfers_.collective_count += 1;
 }
 
+void CoreLedger::record_flops(int64_t flops, bool recomputed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  compute_.forward_flops += flops;
+  if (recomputed) compute_.recomputed_flops += flops;
+}
+
+ComputeStat CoreLedger::compute() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return compute_;
+}
+
 MemoryStat CoreLedger::stat(Category category) const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_[static_cast<int>(category)];

@@ -48,6 +48,13 @@ struct TransferStat {
   int64_t collective_count = 0;
 };
 
+// The forward matrix products and convolutions a core ran (2 FLOPs per multiply-add): remat's cost
+// is the share recomputed in backward.
+struct ComputeStat {
+  int64_t forward_flops = 0;     // every forward pass, recomputation included
+  int64_t recomputed_flops = 0;  // of which remat's second passes
+};
+
 // One entry of a core's event log (CoreLedger::record_events): what changed, and each category's
 // bytes in use right after it, as the ledger counted them; a log replayed in order therefore
 // reaches exactly the ledger's peaks.
@@ -94,6 +101,7 @@ class CoreLedger {
   void record_host_to_core(int64_t bytes);
   void record_core_to_host(int64_t bytes);
   void record_collective(int64_t sent_bytes, int64_t received_bytes);
+  void record_flops(int64_t flops, bool recomputed);
 
   // Event log: off by default (a training run would grow it every step). While on, every charge,
   // release, retag and mark is appended in the order the ledger applied it.
@@ -106,6 +114,7 @@ class CoreLedger {
   MemoryStat stat(Category category) const;
   MemoryStat total() const;
   TransferStat transfers() const;
+  ComputeStat compute() const;
   // Largest first.
   std::vector<LiveAllocation> live_allocations() const;
   // Starts a new high-water mark at the current usage (per category and total).
@@ -122,6 +131,7 @@ class CoreLedger {
   std::array<MemoryStat, kNumCategories> stats_{};
   MemoryStat total_{};
   TransferStat transfers_{};
+  ComputeStat compute_{};
   uint64_t next_handle_ = 1;
   std::unordered_map<uint64_t, LiveAllocation> live_;
   bool recording_ = false;

@@ -58,6 +58,7 @@ class ReplicaContext {
     return collectives().reduce_scatter(replica_id_, op, value);
   }
   Tensor all_gather(const Tensor& shard) const { return collectives().all_gather(replica_id_, shard); }
+  void all_gather_shards(std::span<Tensor> values) const { collectives().all_gather_shards(replica_id_, values); }
   void broadcast(Tensor& value, int root) const { collectives().broadcast(replica_id_, value, root); }
   void barrier() const { collectives().barrier(replica_id_); }
   // Waits for every replica, runs fn once (replica 0's call, with new tensors mirrored), waits again.

@@ -78,6 +78,12 @@ DeviceContext ReplicatedStrategy::mirrored_context(Category category) const {
   return ctx;
 }
 
+DeviceContext ReplicatedStrategy::sharded_context(Category category) const {
+  DeviceContext ctx = mirrored_context(category);
+  ctx.sharded = true;
+  return ctx;
+}
+
 DeviceContext ReplicatedStrategy::host_context() const {
   DeviceContext ctx;
   ctx.strategy = const_cast<ReplicatedStrategy*>(this);

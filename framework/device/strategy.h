@@ -25,6 +25,7 @@
 #include "framework/device/ledger.h"
 #include "framework/device/replica_context.h"
 #include "framework/device/replica_scheduler.h"
+#include "framework/device/sharding.h"
 
 namespace keel {
 
@@ -40,6 +41,9 @@ class ReplicatedStrategy {
   struct Options {
     bool abstract = false;  // plan: tensors have shapes and ledger charges, no storage
     int host_threads = 0;   // 0: std::thread::hardware_concurrency()
+    // Which training state is partitioned across the cores (framework/device/sharding.h); the
+    // optimizer and the training step read it.
+    ShardingMode shard = ShardingMode::none;
   };
   explicit ReplicatedStrategy(DeviceSpec spec) : ReplicatedStrategy(std::move(spec), Options{}) {}
   ReplicatedStrategy(DeviceSpec spec, Options options);
@@ -50,6 +54,7 @@ class ReplicatedStrategy {
   const DeviceSpec& spec() const { return ledger_.spec(); }
   int num_replicas() const { return ledger_.num_cores(); }
   bool abstract() const { return options_.abstract; }
+  ShardingMode shard() const { return options_.shard; }
   Ledger& ledger() { return ledger_; }
   const Ledger& ledger() const { return ledger_; }
 
@@ -57,6 +62,9 @@ class ReplicatedStrategy {
   ContextScope scope();
   // The context scope() installs, for code that must create mirrored state elsewhere.
   DeviceContext mirrored_context(Category category = Category::parameters) const;
+  // Like mirrored_context, but each core is charged only its shard of a new tensor's elements
+  // (framework/device/sharding.h); the host holds the whole buffer, each replica touches its shard.
+  DeviceContext sharded_context(Category category) const;
   // A host context matching this strategy (abstract when planning).
   DeviceContext host_context() const;
   // The context of code running for `core` (its ledger; new tensors are `category`).

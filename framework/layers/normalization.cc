@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "framework/autodiff/recompute.h"
 #include "framework/layers/initializers.h"
 #include "framework/ops/batch_norm.h"
 
@@ -75,6 +76,7 @@ Tensor BatchNormalization::call(const Tensor& x, bool training) {
     return ops::batch_norm_inference(x, gamma, beta, moving_mean_->value(), moving_variance_->value(), epsilon);
   }
   ops::BatchNormResult r = ops::batch_norm_training(x, gamma, beta, epsilon);
+  if (recomputing()) return r.y;  // remat's second pass: the first one has recorded the statistics
   ReplicaContext* ctx = current_replica_context();
   // An empty shard has no statistics (Keras leaves that replica's copy unchanged); an abstract one
   // has no values, but is marked all the same so that a plan makes the real step's collective calls.

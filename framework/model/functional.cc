@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "framework/autodiff/recompute.h"
 #include "framework/device/context.h"
 
 namespace keel {
@@ -156,6 +157,7 @@ Functional::Functional(std::vector<KerasTensor> inputs, std::vector<KerasTensor>
     }
     if (std::find(layers_.begin(), layers_.end(), n->layer.get()) == layers_.end()) layers_.push_back(n->layer.get());
   }
+  segments_ = find_segments();
   capture_strategy();
 }
 
@@ -175,13 +177,6 @@ std::vector<Tensor> Functional::call_all(const std::vector<Tensor>& inputs, bool
     throw std::invalid_argument("model '" + name() + "' takes " + std::to_string(inputs_.size()) + " inputs, got " +
                                 std::to_string(inputs.size()));
   }
-  // Remaining consumers of each node's output: a tensor is dropped after its last use.
-  std::unordered_map<const GraphNode*, int> uses;
-  for (const auto& n : nodes_) {
-    for (const KerasTensor& in : n->inputs) ++uses[in.node().get()];
-  }
-  for (const KerasTensor& out : outputs_) ++uses[out.node().get()];
-  std::unordered_map<const GraphNode*, Tensor> values;
   for (size_t i = 0; i < inputs_.size(); ++i) {
     const Shape& expected = inputs_[i].shape();
     if (inputs[i].rank() != static_cast<int>(expected.size()) + 1 ||
@@ -189,10 +184,36 @@ std::vector<Tensor> Functional::call_all(const std::vector<Tensor>& inputs, bool
       throw std::invalid_argument("model '" + name() + "' expects inputs (None" +
                                   shape_string(expected).substr(1) + ", got " + shape_string(inputs[i].shape()));
     }
-    values[inputs_[i].node().get()] = inputs[i];
   }
-  std::vector<Tensor> args;
+  if (remat() == Remat::segments && training && !segments_.empty()) {
+    // Every segment but the head saves only its input; backward recomputes it.
+    Tensor current = inputs.front();
+    for (size_t k = 0; k + 1 < segments_.size(); ++k) {
+      const Segment* s = &segments_[k];
+      current = recompute_in_backward([this, s, training](const Tensor& in) { return run_segment(*s, in, training); },
+                                      current, segment_variables(*s));
+    }
+    return {run_segment(segments_.back(), current, training)};
+  }
+  // Remaining consumers of each node's output: a tensor is dropped after its last use.
+  std::unordered_map<const GraphNode*, int> uses;
   for (const auto& n : nodes_) {
+    for (const KerasTensor& in : n->inputs) ++uses[in.node().get()];
+  }
+  for (const KerasTensor& out : outputs_) ++uses[out.node().get()];
+  std::unordered_map<const GraphNode*, Tensor> values;
+  for (size_t i = 0; i < inputs_.size(); ++i) values[inputs_[i].node().get()] = inputs[i];
+  run_nodes(0, nodes_.size(), values, uses, training);
+  std::vector<Tensor> outs;
+  for (const KerasTensor& out : outputs_) outs.push_back(values.at(out.node().get()));
+  return outs;
+}
+
+void Functional::run_nodes(size_t begin, size_t end, std::unordered_map<const GraphNode*, Tensor>& values,
+                           std::unordered_map<const GraphNode*, int>& uses, bool training) const {
+  std::vector<Tensor> args;
+  for (size_t i = begin; i < end; ++i) {
+    const GraphNode* n = nodes_[i].get();
     if (n->inputs.empty()) continue;
     args.clear();
     for (const KerasTensor& in : n->inputs) args.push_back(values.at(in.node().get()));
@@ -201,11 +222,62 @@ std::vector<Tensor> Functional::call_all(const std::vector<Tensor>& inputs, bool
     for (const KerasTensor& in : n->inputs) {
       if (--uses[in.node().get()] == 0) values.erase(in.node().get());
     }
-    values[n.get()] = std::move(y);
+    values[n] = std::move(y);
   }
-  std::vector<Tensor> outs;
-  for (const KerasTensor& out : outputs_) outs.push_back(values.at(out.node().get()));
-  return outs;
+}
+
+std::vector<Functional::Segment> Functional::find_segments() const {
+  if (inputs_.size() != 1 || outputs_.size() != 1) return {};
+  std::unordered_map<const GraphNode*, int> uses;
+  for (const auto& n : nodes_) {
+    for (const KerasTensor& in : n->inputs) ++uses[in.node().get()];
+  }
+  ++uses[outputs_.front().node().get()];
+  // Simulates which outputs are still needed after each node; a segment ends where only the node's
+  // own output is.
+  std::unordered_set<const GraphNode*> live = {inputs_.front().node().get()};
+  std::vector<Segment> out;
+  Segment current{0, 0, inputs_.front().node().get()};
+  bool open = false;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const GraphNode* n = nodes_[i].get();
+    if (n->inputs.empty()) continue;
+    if (!open) current.begin = i;
+    open = true;
+    for (const KerasTensor& in : n->inputs) {
+      if (--uses[in.node().get()] == 0) live.erase(in.node().get());
+    }
+    if (uses[n] > 0) live.insert(n);
+    if (live.size() == 1 && live.count(n)) {
+      current.end = i + 1;
+      out.push_back(current);
+      current = Segment{0, 0, n};
+      open = false;
+    }
+  }
+  return out;
+}
+
+Tensor Functional::run_segment(const Segment& segment, const Tensor& x, bool training) const {
+  std::unordered_map<const GraphNode*, Tensor> values = {{segment.input, x}};
+  std::unordered_map<const GraphNode*, int> uses;
+  for (size_t i = segment.begin; i < segment.end; ++i) {
+    for (const KerasTensor& in : nodes_[i]->inputs) ++uses[in.node().get()];
+  }
+  const GraphNode* last = nodes_[segment.end - 1].get();
+  ++uses[last];
+  run_nodes(segment.begin, segment.end, values, uses, training);
+  return values.at(last);
+}
+
+std::vector<Variable*> Functional::segment_variables(const Segment& segment) const {
+  std::vector<Variable*> out;
+  for (size_t i = segment.begin; i < segment.end; ++i) {
+    for (Variable* v : nodes_[i]->layer->trainable_weights()) {
+      if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+    }
+  }
+  return out;
 }
 
 nlohmann::json Functional::to_config() const {

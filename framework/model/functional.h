@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "framework/layers/layer.h"
@@ -86,9 +87,24 @@ class Functional : public Model {
   std::vector<SummaryRow> summary_rows() const override;  // one row per call, in execution order
 
  private:
+  // Remat's segments (framework/model/remat.h): runs of nodes [begin, end) in execution order that
+  // read nothing computed before them but `input`'s output, and after which nothing but node
+  // end - 1's output is still needed (the graph's articulation points).
+  struct Segment {
+    size_t begin = 0, end = 0;
+    const GraphNode* input = nullptr;
+  };
+  std::vector<Segment> find_segments() const;  // none unless one input and one output
+  Tensor run_segment(const Segment& segment, const Tensor& x, bool training) const;
+  std::vector<Variable*> segment_variables(const Segment& segment) const;  // trainable, each once
+  // Runs nodes [begin, end) on `values`, dropping each value after its last use as `uses` counts.
+  void run_nodes(size_t begin, size_t end, std::unordered_map<const GraphNode*, Tensor>& values,
+                 std::unordered_map<const GraphNode*, int>& uses, bool training) const;
+
   std::vector<KerasTensor> inputs_, outputs_;
   std::vector<std::shared_ptr<GraphNode>> nodes_;  // execution order
   std::vector<Layer*> layers_;                     // unique, first-use order
+  std::vector<Segment> segments_;
 };
 
 }  // namespace keel

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "framework/autodiff/recompute.h"
 #include "framework/autodiff/tape.h"
 #include "framework/device/context.h"
 #include "framework/layers/core_layers.h"
@@ -198,6 +199,7 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
     const size_t r = static_cast<size_t>(ctx.replica_id());
     StepTotals& t = per_replica[r];
     std::vector<Tensor> grads;
+    GradientReadyFn reduce;
     CoreLedger& ledger = strategy_->ledger().core(ctx.replica_id());  // marks: phases in its event log
     {
       const Batch b = std::move(shards[r]);
@@ -206,7 +208,8 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
       Tensor y = call(b.images, /*training=*/true);
       Tensor loss = (*loss_)(b.labels, y);
       ledger.mark("backward");
-      grads = tape.gradient(loss, vars);
+      reduce = reduce_scatter_as_ready(vars);  // ZeRO-2: each gradient reduced while backward goes on
+      grads = tape.gradient(loss, vars, reduce);
       t.loss_sum = static_cast<double>(loss.item()) * static_cast<double>(b.size());
       t.correct = count_correct(b.labels, y, sparse);
       if (top_k) t.in_top_k = count_in_top_k(b.labels, y, sparse, kTopK);
@@ -214,7 +217,8 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
       ledger.record_core_to_host(2 * sizeof(float));
     }  // the shard and the forward pass's tensors are released before the update, as on a device
     ledger.mark("apply_gradients");
-    GradientUpdate u = optimizer_->apply_gradients(std::move(grads), vars);
+    GradientUpdate u = optimizer_->apply_gradients(std::move(grads), vars,
+                                                   reduce ? GradientForm::reduced_shards : GradientForm::local);
     if (r == 0) update = std::move(u);
   });  // then BatchNormalization's moving statistics are combined (ReplicaLocalState)
   StepTotals total;
@@ -473,7 +477,15 @@ Shape Sequential::output_shape() const {
 Tensor Sequential::call(const Tensor& x, bool training) {
   if (!built_) build(Shape(x.shape().begin() + 1, x.shape().end()));
   Tensor y = x;
-  for (const LayerPtr& l : layers_) y = (*l)(y, training);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer* l = layers_[i].get();
+    // Remat: every layer but the head is a segment of its own.
+    if (remat() == Remat::segments && training && i + 1 < layers_.size()) {
+      y = recompute_in_backward([l, training](const Tensor& in) { return (*l)(in, training); }, y, l->trainable_weights());
+    } else {
+      y = (*l)(y, training);
+    }
+  }
   return y;
 }
 

@@ -18,6 +18,7 @@
 #include "framework/data/dataset.h"
 #include "framework/device/strategy.h"
 #include "framework/layers/layer.h"
+#include "framework/model/remat.h"
 #include "framework/train/losses.h"
 #include "framework/train/optimizers.h"
 
@@ -167,6 +168,10 @@ class Model {
 
   ReplicatedStrategy& strategy() { return *strategy_; }
 
+  // Rematerialisation of the training forward pass (framework/model/remat.h); none by default.
+  void set_remat(Remat remat) { remat_ = remat; }
+  Remat remat() const { return remat_; }
+
   void compile(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Loss> loss,
                std::vector<std::string> metrics = {"accuracy"});
   bool compiled() const { return optimizer_ != nullptr; }
@@ -217,6 +222,7 @@ class Model {
   std::shared_ptr<Loss> loss_;
   std::vector<std::string> metrics_;
   std::optional<NonFiniteStep> non_finite_;
+  Remat remat_ = Remat::none;
 };
 
 // Keras's Sequential: layers applied in order. Built at construction when the first layer declares

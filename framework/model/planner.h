@@ -14,6 +14,7 @@
 
 #include "framework/device/device_spec.h"
 #include "framework/device/ledger.h"
+#include "framework/device/sharding.h"
 #include "framework/model/model.h"
 
 namespace keel {
@@ -26,10 +27,21 @@ struct CoreMemory {
   // from other cores.
   int64_t sent_bytes = 0;
   int64_t received_bytes = 0;
+  // The step's forward products and convolutions (ComputeStat): all, and those remat recomputed.
+  int64_t forward_flops = 0;
+  int64_t recomputed_flops = 0;
+};
+
+// The memory savers a step runs with (DESIGN.md 2b); each is planned exactly like everything else,
+// through the same step code.
+struct Savers {
+  ShardingMode shard = ShardingMode::none;  // partitioned optimizer state and gradients (ZeRO)
+  Remat remat = Remat::none;                // rematerialisation (framework/model/remat.h)
 };
 
 struct MemoryPlan {
   DeviceSpec device;
+  Savers savers;
   int64_t batch_per_core = 0;
   bool fits = false;
   std::vector<CoreMemory> per_core;
@@ -52,16 +64,36 @@ std::vector<CoreMemory> core_memory(const Ledger& ledger);
 // One training step at `batch_per_core` on every core of `device`. `label_shape` excludes the batch
 // (empty for class ids, {classes} for one-hot). Nothing is allocated but bookkeeping.
 MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
-                              const Shape& label_shape, PlanDetail detail = PlanDetail::figures);
+                              const Shape& label_shape, const Savers& savers = {},
+                              PlanDetail detail = PlanDetail::figures);
 
 // The same step against every core's budget, before anything real exists: throws ResourceExhausted,
 // with the ledger's report, at the allocation where a training step would run out; returns if it
 // fits (always, on a device without a budget). Nothing is allocated but bookkeeping.
 void check_training_step_fits(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
-                              const Shape& label_shape);
+                              const Shape& label_shape, const Savers& savers = {});
 
 // The largest per-core batch (at most kMaxBatchPerCore) whose training step fits every core's budget
 // (0 if even 1 does not). Requires a device with a budget.
-int64_t find_max_batch(const ModelFactory& factory, const DeviceSpec& device, const Shape& label_shape);
+int64_t find_max_batch(const ModelFactory& factory, const DeviceSpec& device, const Shape& label_shape,
+                       const Savers& savers = {});
+
+// One combination of savers for `keel memory --suggest`: what a step needs with it, and its cost.
+struct SaverSuggestion {
+  Savers savers;
+  int64_t peak_bytes = 0;       // the largest core's peak at the asked batch
+  bool fits = false;            // at the asked batch, on every core
+  std::optional<int64_t> max_batch_per_core;  // the largest per-core batch that fits (device with a budget)
+  // Remat's recomputed FLOPs as a fraction of the step without them: recomputed forward FLOPs over
+  // the first pass's times 3 (backward counted as twice the forward, as for products and convolutions).
+  double recompute_fraction = 0.0;
+  int64_t collective_bytes = 0;               // bytes sent between cores in one step, summed over cores
+};
+
+// Every combination of the savers keel has (sharding modes x remat modes), planned at `batch_per_core`:
+// those that fit first, cheapest first (least recomputation, then fewest bytes between cores, then the
+// smallest peak), then those that do not fit, smallest peak first.
+std::vector<SaverSuggestion> suggest_savers(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
+                                            const Shape& label_shape);
 
 }  // namespace keel

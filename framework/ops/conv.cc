@@ -197,6 +197,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   const ConvGeometry g = conv_geometry(x.shape(), kernel.shape(), strides, padding, dilation);
   const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
   Tensor y = Tensor::empty({g.batch, g.h.output, g.w.output, cout});
+  detail::count_forward_flops(2 * rows * patch * cout);
   const bool real = detail::compute(y, {&x, &kernel});
   if (rows > 0 && cout > 0) {
     if (patch == 0) {

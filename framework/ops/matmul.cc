@@ -10,6 +10,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     detail::shape_error("matmul", "cannot multiply " + shape_string(a.shape()) + " by " + shape_string(b.shape()));
   }
   Tensor y = Tensor::empty({a.dim(0), b.dim(1)});
+  detail::count_forward_flops(2 * a.dim(0) * a.dim(1) * b.dim(1));
   if (detail::compute(y, {&a, &b})) y.matrix().noalias() = a.matrix() * b.matrix();
   if (GradientTape::is_recording({&a, &b})) {
     GradientTape::record({a, b}, {y}, [a, b](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {

@@ -5,8 +5,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "framework/autodiff/recompute.h"
 #include "framework/core/tensor.h"
 #include "framework/device/context.h"
+#include "framework/device/ledger.h"
+#include "framework/device/strategy.h"
 
 namespace keel::ops::detail {
 
@@ -23,15 +26,30 @@ inline bool compute(const Tensor& out, std::initializer_list<const Tensor*> inpu
   return true;
 }
 
-// A buffer for the gradient of `input`: a trainable variable's gradient is charged as `gradients`
-// from the start (not as backward workspace that later becomes one).
+// What a trainable variable's whole gradient is charged as: `gradients` from the start (not backward
+// workspace that later becomes one) — except where the strategy shards gradients (ZeRO-2), where it
+// lives only until it is reduce-scattered, a temporary, and the core's `gradients` are its shards.
+inline Category variable_gradient_category() {
+  const DeviceContext& ctx = device_context();
+  const bool sharded = ctx.strategy != nullptr && ctx.strategy->shard() >= ShardingMode::gradients;
+  return sharded ? Category::workspace : Category::gradients;
+}
+
+// A buffer for the gradient of `input` (variable_gradient_category for a trainable variable).
 inline Tensor grad_buffer(const Tensor& input) {
-  if (input.is_trainable_variable()) return Tensor::empty(input.shape(), Category::gradients, device_context().owner);
+  if (input.is_trainable_variable()) return Tensor::empty(input.shape(), variable_gradient_category(), device_context().owner);
   return Tensor::empty(input.shape());
 }
 inline Tensor grad_buffer(const Shape& shape, bool is_variable) {
-  if (is_variable) return Tensor::empty(shape, Category::gradients, device_context().owner);
+  if (is_variable) return Tensor::empty(shape, variable_gradient_category(), device_context().owner);
   return Tensor::empty(shape);
+}
+
+// The multiply-adds of a forward matrix product or convolution (2 FLOPs each), counted on the
+// thread's core, as recomputed while remat's second pass runs (CoreLedger::record_flops).
+inline void count_forward_flops(int64_t flops) {
+  const DeviceContext& ctx = device_context();
+  if (ctx.ledger != nullptr && ctx.core >= 0) ctx.ledger->core(ctx.core).record_flops(flops, recomputing());
 }
 
 [[noreturn]] inline void shape_error(const std::string& op, const std::string& what) {

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "framework/core/limits.h"
 #include "framework/device/context.h"
 #include "framework/device/replica_context.h"
+#include "framework/device/strategy.h"
 
 namespace keel {
 
@@ -33,7 +35,8 @@ Optimizer::Optimizer(std::string name, float learning_rate) : name_(std::move(na
   }
 }
 
-GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars) {
+GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars,
+                                          GradientForm form) {
   if (grads.size() != vars.size()) {
     throw std::invalid_argument("apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
                                 std::to_string(vars.size()) + " variables");
@@ -41,8 +44,9 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   ReplicaContext* ctx = current_replica_context();
   const int replica = ctx != nullptr ? ctx->replica_id() : 0;
   const int replicas = ctx != nullptr ? ctx->num_replicas() : 1;
-  // Slots (and the replicas' votes) are created once, mirrored, by one replica (TensorFlow's
-  // merge_call); every replica reads the same sizes, since only a merge_call changes them.
+  const ShardingMode shard = ctx != nullptr ? ctx->strategy().shard() : ShardingMode::none;
+  // Slots (and the replicas' votes) are created once, mirrored or sharded, by one replica
+  // (TensorFlow's merge_call); every replica reads the same sizes, since only a merge_call changes them.
   if (!built() || non_finite_votes_.size() < static_cast<size_t>(replicas)) {
     auto create = [&] {
       build(vars);
@@ -54,25 +58,29 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
       create();
     }
   }
-  check(grads, vars);
-  // Every replica reads the step before the all-reduce's first barrier; replica 0 advances it before
+  check(grads, vars, form, replica, replicas);
+  // Every replica reads the step before the reduction's first barrier; replica 0 advances it before
   // the last barrier below, so a following apply_gradients in the same run reads the new value.
   const int64_t step = iterations_ + 1;
-  std::vector<Tensor> defined;
-  for (const Tensor& g : grads) {
-    if (g.defined()) defined.push_back(g);
-  }
-  if (replicas > 1) ctx->all_reduce(ReduceOp::Mean, defined);
-  if (const size_t bad = first_non_finite(grads, vars, replica, replicas); bad < vars.size()) {
+  const bool shards = reduce(grads, vars, form);
+  if (const size_t bad = first_non_finite(grads, vars, shards, replica, replicas); bad < vars.size()) {
     if (replicas > 1) ctx->barrier();  // every replica has read the votes before any votes again
     return GradientUpdate{false, vars[bad]->name()};
   }
-  // The update is elementwise per variable: each replica updates every replicas-th variable.
-  for (size_t i = static_cast<size_t>(replica); i < vars.size(); i += static_cast<size_t>(replicas)) {
-    if (grads[i].defined()) apply_one(vars[i], grads[i], step);
+  // Each replica updates its shard of every variable; with sharded slots that is all it holds of them.
+  std::vector<Tensor> updated(vars.size());
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    updated[i] = vars[i]->value();
+    if (!updated[i].is_abstract()) update(span_of(vars[i], grads[i], shards, replica, replicas), step);
   }
   if (replica == 0) iterations_ = step;
-  if (replicas > 1) ctx->barrier();  // every variable is updated before any replica reads one
+  if (replicas == 1) return GradientUpdate{};
+  if (shard >= ShardingMode::optimizer) {
+    ctx->all_gather_shards(updated);  // every core's parameters get every shard (ends with a barrier)
+  } else {
+    ctx->barrier();  // every core updates its whole copy: every shard is written before any is read
+  }
   return GradientUpdate{};
 }
 
@@ -80,15 +88,60 @@ namespace {
 
 // No NaN and no infinity: x * 0 is (+-)0 for a finite x and NaN otherwise, so the sum is NaN exactly
 // when some element is not finite; Eigen sums in SIMD packets, with no branch per element.
-bool all_finite(const Tensor& t) { return t.is_abstract() || std::isfinite((t.array() * 0.0f).sum()); }
+bool all_finite(const float* values, int64_t count) {
+  return std::isfinite((Eigen::Map<const Eigen::ArrayXf>(values, static_cast<Eigen::Index>(count)) * 0.0f).sum());
+}
+
+Tensor reduce_scatter_gradient(const ReplicaContext& ctx, const Tensor& grad, const std::string& variable) {
+  CategoryScope as_gradient(Category::gradients, "gradient:" + variable);
+  return ctx.reduce_scatter(ReduceOp::Mean, grad);
+}
 
 }  // namespace
 
-size_t Optimizer::first_non_finite(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars, int replica,
-                                   int replicas) {
+GradientReadyFn reduce_scatter_as_ready(const std::vector<Variable*>& vars) {
+  ReplicaContext* ctx = current_replica_context();
+  if (ctx == nullptr || ctx->strategy().shard() < ShardingMode::gradients) return nullptr;
+  return [ctx, vars](size_t index, Tensor gradient) { return reduce_scatter_gradient(*ctx, gradient, vars.at(index)->name()); };
+}
+
+bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form) const {
+  if (form == GradientForm::reduced_shards) return true;
+  ReplicaContext* ctx = current_replica_context();
+  if (ctx == nullptr) return false;
+  if (ctx->strategy().shard() >= ShardingMode::gradients) {
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (grads[i].defined()) grads[i] = reduce_scatter_gradient(*ctx, grads[i], vars[i]->name());
+    }
+    return true;
+  }
+  if (ctx->num_replicas() == 1) return false;
+  std::vector<Tensor> defined;
+  for (const Tensor& g : grads) {
+    if (g.defined()) defined.push_back(g);
+  }
+  ctx->all_reduce(ReduceOp::Mean, defined);
+  return false;
+}
+
+UpdateSpan Optimizer::span_of(Variable* var, const Tensor& grad, bool grad_is_shard, int replica, int replicas) const {
+  const ShardRange range = shard_range(var->value().size(), replicas, replica);
+  UpdateSpan span;
+  span.size = range.size();
+  span.variable = var->mutable_value().data() + range.begin;
+  span.gradient = grad.data() + (grad_is_shard ? 0 : range.begin);
+  const std::vector<Variable*>& slots = slots_.at(var->name());
+  for (size_t k = 0; k < slots.size(); ++k) span.slots[k] = slots[k]->mutable_value().data() + range.begin;
+  return span;
+}
+
+size_t Optimizer::first_non_finite(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars,
+                                   bool grads_are_shards, int replica, int replicas) {
   size_t mine = vars.size();
-  for (size_t i = static_cast<size_t>(replica); i < vars.size() && mine == vars.size(); i += static_cast<size_t>(replicas)) {
-    if (grads[i].defined() && !all_finite(grads[i])) mine = i;
+  for (size_t i = 0; i < vars.size() && mine == vars.size(); ++i) {
+    if (!grads[i].defined() || grads[i].is_abstract()) continue;
+    const ShardRange range = shard_range(vars[i]->value().size(), replicas, replica);
+    if (!all_finite(grads[i].data() + (grads_are_shards ? 0 : range.begin), range.size())) mine = i;
   }
   if (replicas == 1) return mine;
   non_finite_votes_[static_cast<size_t>(replica)] = mine;
@@ -96,12 +149,17 @@ size_t Optimizer::first_non_finite(const std::vector<Tensor>& grads, const std::
   return *std::min_element(non_finite_votes_.begin(), non_finite_votes_.begin() + replicas);
 }
 
-void Optimizer::check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) const {
+void Optimizer::check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form,
+                      int replica, int replicas) const {
   for (size_t i = 0; i < vars.size(); ++i) {
     if (!grads[i].defined()) continue;
-    if (grads[i].shape() != vars[i]->shape()) {
+    const Shape expected = form == GradientForm::local
+                               ? vars[i]->shape()
+                               : Shape{shard_range(num_elements(vars[i]->shape()), replicas, replica).size()};
+    if (grads[i].shape() != expected) {
       throw std::invalid_argument("apply_gradients: gradient " + shape_string(grads[i].shape()) + " for variable '" +
-                                  vars[i]->name() + "' " + shape_string(vars[i]->shape()));
+                                  vars[i]->name() + "' " + shape_string(vars[i]->shape()) +
+                                  (form == GradientForm::local ? "" : " (its shard: " + shape_string(expected) + ")"));
     }
     if (!slots_.count(vars[i]->name())) {
       throw std::invalid_argument("apply_gradients: variable '" + vars[i]->name() + "' was not in the first step's list");
@@ -109,15 +167,16 @@ void Optimizer::check(const std::vector<Tensor>& grads, const std::vector<Variab
   }
 }
 
-void Optimizer::apply_one(Variable* var, const Tensor& grad, int64_t step) {
-  if (var->value().is_abstract()) return;
-  update(var->mutable_value(), grad, slots_.at(var->name()), step);
-}
-
 void Optimizer::build(const std::vector<Variable*>& vars) {
   if (built()) return;
   // Keras's creation order: every variable's first slot, then every variable's second slot.
   for (Variable* v : vars) slots_[v->name()];  // every variable is known, even with no slots (plain SGD)
+  // Mirrored slots, or each core charged its shard only when the strategy shards optimizer state.
+  const DeviceContext& here = device_context();
+  std::optional<ContextScope> sharded;
+  if (here.strategy != nullptr && here.ledger != nullptr && here.core < 0 && here.strategy->shard() >= ShardingMode::optimizer) {
+    sharded.emplace(here.strategy->sharded_context(Category::optimizer));
+  }
   for (const std::string& slot : slot_names()) {
     for (Variable* v : vars) {
       const std::string name = name_ + "/" + v->name() + "/" + slot;
@@ -139,21 +198,21 @@ nlohmann::json Optimizer::get_config() const {
   return {{"name", name_}, {"learning_rate", schedule_ ? schedule_->get_config() : nlohmann::json(learning_rate_)}};
 }
 
-void Adam::update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t step) {
+void Adam::update(const UpdateSpan& span, int64_t step) {
   const double b1 = options_.beta_1, b2 = options_.beta_2;
   const float alpha = static_cast<float>(learning_rate_at(step - 1) * std::sqrt(1.0 - std::pow(b2, static_cast<double>(step))) /
                                          (1.0 - std::pow(b1, static_cast<double>(step))));
   const float one_minus_b1 = 1.0f - options_.beta_1, one_minus_b2 = 1.0f - options_.beta_2;
   const float epsilon = options_.epsilon;
-  float* w = var.data();
-  const float* g = grad.data();
-  float* m = slots[0]->mutable_value().data();
-  float* v = slots[1]->mutable_value().data();
+  float* w = span.variable;
+  const float* g = span.gradient;
+  float* m = span.slots[0];
+  float* v = span.slots[1];
   // Keras: m += (g - m)(1 - b1); v += (g² - v)(1 - b2); w -= alpha m / (sqrt(v) + eps). One block of
   // 2,048 elements at a time (4 arrays × 8 KiB: in L1 between the three statements), so the update is
   // one pass over memory instead of three; each element's operations are the same, so are its bits.
   constexpr int64_t kBlock = 2048;
-  const int64_t n = var.size();
+  const int64_t n = span.size;
   for (int64_t i = 0; i < n; i += kBlock) {
     const Eigen::Index len = static_cast<Eigen::Index>(std::min(kBlock, n - i));
     Eigen::Map<Eigen::ArrayXf> wb(w + i, len), mb(m + i, len), vb(v + i, len);
@@ -184,15 +243,16 @@ std::vector<std::string> SGD::slot_names() const {
   return {};
 }
 
-void SGD::update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t step) {
-  auto w = var.array();
-  auto g = grad.array();
+void SGD::update(const UpdateSpan& span, int64_t step) {
+  const Eigen::Index n = static_cast<Eigen::Index>(span.size);
+  Eigen::Map<Eigen::ArrayXf> w(span.variable, n);
+  const Eigen::Map<const Eigen::ArrayXf> g(span.gradient, n);
   const float lr = learning_rate_at(step - 1);
-  if (slots.empty()) {
+  if (options_.momentum == 0.0f) {
     w -= lr * g;
     return;
   }
-  auto velocity = slots[0]->mutable_value().array();
+  Eigen::Map<Eigen::ArrayXf> velocity(span.slots[0], n);
   velocity = options_.momentum * velocity - lr * g;
   if (options_.nesterov) {
     w += options_.momentum * velocity - lr * g;

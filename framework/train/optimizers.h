@@ -6,11 +6,18 @@
 // `optimizer`, named "<Optimizer>/<variable>/<slot>". State is keyed by variable name, and
 // `iterations` advances once per step.
 //
+// Sharding (ReplicatedStrategy::Options::shard, framework/device/sharding.h): every replica updates
+// its shard_range of every variable's elements, whatever the mode. With `optimizer` or more, slots
+// are charged to each core for its shard only, and the updated shards are all-gathered into every
+// core's parameters; with `gradients`, each gradient is reduce-scattered instead of all-reduced.
+// The arithmetic of each element is the same in every mode, so are its bits.
+//
 // An update whose all-reduced gradients hold a NaN or an infinity is skipped whole, on every replica,
 // and `iterations` does not advance (as TensorFlow's LossScaleOptimizer and PyTorch's GradScaler skip
 // a step; Keras would apply it): the variables and slots keep the last finite step's values.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "framework/autodiff/tape.h"
 #include "framework/autodiff/variable.h"
 
 namespace keel {
@@ -43,6 +51,26 @@ class CosineDecay : public LearningRateSchedule {
   float initial_;
   int64_t decay_steps_;
   float alpha_;
+};
+
+// What the gradients handed to apply_gradients are: each replica's own (to be reduced across
+// replicas), or this replica's shard of the mean already (reduce_scatter_as_ready's results).
+enum class GradientForm { local, reduced_shards };
+
+// With a strategy that shards gradients, inside strategy.run: the hook for GradientTape::gradient
+// that reduce-scatters (mean) each variable's gradient as soon as backward has finished it and keeps
+// this replica's shard (charged as `gradients`), so no core ever holds every full gradient (ZeRO-2).
+// Its results go to apply_gradients with GradientForm::reduced_shards. nullptr otherwise.
+GradientReadyFn reduce_scatter_as_ready(const std::vector<Variable*>& vars);
+
+// One contiguous piece of a variable to update, with the gradient's and each slot's matching
+// elements (slot_names() order): `size` floats each.
+struct UpdateSpan {
+  static constexpr size_t kMaxSlots = 2;
+  float* variable = nullptr;
+  const float* gradient = nullptr;
+  std::array<float*, kMaxSlots> slots{};
+  int64_t size = 0;
 };
 
 // What apply_gradients did with one step's gradients.
@@ -75,7 +103,8 @@ class Optimizer {
   // all-reduced (mean) in place, so afterwards each replica's `grads` hold the mean. Outside a run
   // (one replica, TensorFlow's default strategy) they are applied as they are. A step with a
   // non-finite gradient is skipped whole (see the top of this file); every replica returns the same.
-  GradientUpdate apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars);
+  GradientUpdate apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars,
+                                 GradientForm form = GradientForm::local);
   // Creates the slots for `vars` now (before restoring a checkpoint); no-op if already built.
   void build(const std::vector<Variable*>& vars);
   bool built() const { return built_; }
@@ -86,16 +115,22 @@ class Optimizer {
 
  protected:
   virtual std::vector<std::string> slot_names() const = 0;
-  // Applies one update; `slots` in slot_names() order; `step` is the 1-based iteration.
-  virtual void update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t step) = 0;
+  // Applies one update to a span of elements; `step` is the 1-based iteration. Elementwise: any
+  // split of a variable into spans gives the same bits.
+  virtual void update(const UpdateSpan& span, int64_t step) = 0;
 
  private:
-  void check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars) const;
-  void apply_one(Variable* var, const Tensor& grad, int64_t step);
+  void check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form, int replica,
+             int replicas) const;
+  // Reduces local gradients across replicas: all-reduced in place, or replaced by this replica's
+  // reduced shard when the strategy shards gradients. Returns whether they are shards now.
+  bool reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form) const;
+  // This replica's span of variable i (its shard_range), with `grad` whole or already its shard.
+  UpdateSpan span_of(Variable* var, const Tensor& grad, bool grad_is_shard, int replica, int replicas) const;
   // The index of the first variable with a non-finite gradient, vars.size() if none: each replica
-  // checks the share it updates and the replicas agree through one barrier.
-  size_t first_non_finite(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars, int replica,
-                          int replicas);
+  // checks its shard of every gradient and the replicas agree through one barrier.
+  size_t first_non_finite(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars, bool grads_are_shards,
+                          int replica, int replicas);
 
   std::string name_;
   float learning_rate_;
@@ -122,7 +157,7 @@ class Adam : public Optimizer {
 
  protected:
   std::vector<std::string> slot_names() const override { return {"m", "v"}; }
-  void update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t step) override;
+  void update(const UpdateSpan& span, int64_t step) override;
 
  private:
   Options options_;
@@ -142,7 +177,7 @@ class SGD : public Optimizer {
 
  protected:
   std::vector<std::string> slot_names() const override;
-  void update(Tensor& var, const Tensor& grad, std::vector<Variable*>& slots, int64_t step) override;
+  void update(const UpdateSpan& span, int64_t step) override;
 
  private:
   Options options_;

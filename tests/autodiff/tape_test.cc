@@ -252,5 +252,59 @@ TEST_F(TapeLedgerTest, VariableGradientsAreChargedAsGradients) {
   EXPECT_EQ(stat(Category::gradients).current, 0);
 }
 
+// on_ready: each variable's gradient is passed once, as soon as no op left in backward reads the
+// variable, in the order backward finishes them (here the last layer's first), and what the hook
+// returns is what the tape keeps and returns.
+TEST_F(TapeLedgerTest, OnReadySeesEachGradientOnceWhenFinal) {
+  Variable w1("w1", Tensor::zeros({3, 4}, Category::parameters, "w1"), true);
+  Variable w2("w2", Tensor::zeros({4, 2}, Category::parameters, "w2"), true);
+  Variable unused("unused", Tensor::zeros({2}, Category::parameters, "unused"), true);
+  w1.mutable_value().fill(0.5f);
+  w2.mutable_value().fill(-0.25f);
+  Tensor x = Tensor::zeros({5, 3}, Category::inputs, "infeed:x");
+  x.fill(1.0f);
+  std::vector<Tensor> plain;
+  {
+    GradientTape tape;
+    Tensor loss = ops::reduce_sum(ops::matmul(ops::relu(ops::matmul(x, w1.value())), w2.value()));
+    plain = tape.gradient(loss, std::vector<Variable*>{&w1, &w2, &unused});
+  }
+  std::vector<size_t> order;
+  std::vector<int64_t> live_workspace_at_call;
+  std::vector<Tensor> hooked;
+  {
+    GradientTape tape;
+    Tensor loss = ops::reduce_sum(ops::matmul(ops::relu(ops::matmul(x, w1.value())), w2.value()));
+    hooked = tape.gradient(loss, std::vector<Variable*>{&w1, &w2, &unused}, [&](size_t i, Tensor g) {
+      order.push_back(i);
+      EXPECT_EQ(g.to_vector(), plain[i].to_vector()) << "the final gradient, " << i;
+      return ops::scale(g, 2.0f);
+    });
+  }
+  EXPECT_EQ(order, (std::vector<size_t>{1, 0})) << "w2 is final first; unused has no gradient";
+  ASSERT_FALSE(hooked[2].defined());
+  for (size_t i = 0; i < 2; ++i) {
+    std::vector<float> want = plain[i].to_vector();
+    for (float& v : want) v *= 2.0f;
+    EXPECT_EQ(hooked[i].to_vector(), want) << i;
+  }
+}
+
+// A variable read by two ops is final only after the earlier one's backward, once both
+// contributions are summed.
+TEST(GradientTapeTest, OnReadyWaitsForEveryUseOfAVariable) {
+  Variable w("w", host({2}, {1, 2}), true);
+  GradientTape tape;
+  Tensor loss = ops::reduce_sum(ops::add(ops::scale(w.value(), 3), ops::scale(w.value(), 4)));
+  int calls = 0;
+  const std::vector<Tensor> g = tape.gradient(loss, std::vector<Variable*>{&w}, [&](size_t, Tensor grad) {
+    ++calls;
+    EXPECT_EQ(grad.to_vector(), (std::vector<float>{7, 7}));
+    return grad;
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(g[0].to_vector(), (std::vector<float>{7, 7}));
+}
+
 }  // namespace
 }  // namespace keel

@@ -249,6 +249,46 @@ TEST(AllGatherTest, ConcatenatesUnevenShardsInReplicaOrder) {
   }
 }
 
+// Each replica writes its shard_range of its own copy; afterwards every copy is whole. With copies in
+// separate buffers (the general case) and with one host buffer shared by every replica (mirrored
+// variables), the bytes counted are those of a tree all-gather of the shards.
+TEST(AllGatherShardsTest, EveryCopyGetsEveryShard) {
+  for (int n : {1, 2, 3, 8}) {
+    for (bool shared : {false, true}) {
+      ReplicatedStrategy s(DeviceSpec::custom(n, 0));
+      constexpr int64_t kSize = 37;
+      Tensor common = Tensor::zeros({kSize});
+      std::vector<std::vector<float>> got(static_cast<size_t>(n));
+      within_seconds(60, [&] {
+        s.run_replicas([&](ReplicaContext& ctx) {
+          const int r = ctx.replica_id();
+          Tensor mine = shared ? common : Tensor::full({kSize}, -1.0f);
+          const ShardRange range = shard_range(kSize, n, r);
+          for (int64_t i = range.begin; i < range.end; ++i) mine.data()[i] = static_cast<float>(i * 10 + r);
+          std::vector<Tensor> values = {mine, Tensor()};
+          ctx.all_gather_shards(values);
+          got[static_cast<size_t>(r)] = mine.to_vector();
+        });
+      });
+      std::vector<float> want(kSize);
+      for (int r = 0; r < n; ++r) {
+        const ShardRange range = shard_range(kSize, n, r);
+        for (int64_t i = range.begin; i < range.end; ++i) want[static_cast<size_t>(i)] = static_cast<float>(i * 10 + r);
+      }
+      int64_t sent = 0, received = 0;
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(got[static_cast<size_t>(r)], want) << n << " replicas, replica " << r << (shared ? ", shared" : "");
+        sent += s.ledger().core(r).transfers().sent_bytes;
+        received += s.ledger().core(r).transfers().received_bytes;
+        // A non-root core receives the whole tensor, and sends its subtree's shards up.
+        if (r != 0) EXPECT_GE(s.ledger().core(r).transfers().received_bytes, kSize * 4) << r;
+      }
+      EXPECT_EQ(sent, received);
+      if (n > 1) EXPECT_GT(sent, 0);
+    }
+  }
+}
+
 TEST(BroadcastTest, EveryReplicaGetsTheRootsValue) {
   ReplicatedStrategy s(DeviceSpec::custom(4, 0));
   std::vector<std::vector<float>> got(4);

@@ -103,7 +103,7 @@ TEST(Planner, TimelineReachesExactlyThePlansPeaks) {
   for (const DeviceSpec& device : {DeviceSpec::preset("v3-8"), DeviceSpec::preset("cpu")}) {
     const ModelFactory f = [] { return build_compiled("mlp"); };
     const MemoryPlan figures = plan_training_step(f, device, 16, {10});
-    const MemoryPlan plan = plan_training_step(f, device, 16, {10}, PlanDetail::timeline);
+    const MemoryPlan plan = plan_training_step(f, device, 16, {10}, {}, PlanDetail::timeline);
     EXPECT_TRUE(figures.timeline.empty());
     expect_equal(plan.per_core, figures.per_core);
     ASSERT_EQ(plan.timeline.size(), static_cast<size_t>(device.cores));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "framework/device/collectives.h"
 #include "framework/device/context.h"
 #include "framework/device/ledger.h"
 #include "framework/device/strategy.h"
@@ -288,8 +290,8 @@ TEST(OptimizerTest, ANonFiniteGradientSkipsTheWholeUpdate) {
   }
 }
 
-// 4 replicas, 8 variables: replica r updates variables r and r + 4. One replica's non-finite
-// contribution, or a mean that overflows although every replica's gradient is finite, skips the
+// 4 replicas, 8 variables of 3 elements: each replica checks and updates its shard of every
+// variable. One replica's non-finite contribution, or a mean that overflows although every replica's gradient is finite, skips the
 // update on every replica, and all of them name the same first variable.
 TEST(OptimizerTest, InsideStrategyRunEveryReplicaSkipsWhenAnyShareIsNotFinite) {
   constexpr int kReplicas = 4, kVars = 8;
@@ -336,6 +338,110 @@ TEST(OptimizerTest, InsideStrategyRunEveryReplicaSkipsWhenAnyShareIsNotFinite) {
     for (const auto& v : vars) EXPECT_EQ(v->value().to_vector(), (std::vector<float>{1, 1, 1})) << v->name();
     EXPECT_EQ(sgd.iterations(), 0);
   }
+}
+
+// Sharded training state, ZeRO's way: each core is charged its shard of every slot; updating with
+// any sharding gives the bits of the replicated update, with replica-dependent gradients of very
+// different magnitudes (so that any other order of summation would show), variables of 1 to 23
+// elements over 3 replicas (uneven shards, empty ones for the 1-element variable), and three steps.
+std::vector<std::vector<float>> sharded_adam_run(ShardingMode mode, std::vector<int64_t>* optimizer_bytes) {
+  constexpr int kReplicas = 3, kSteps = 3;
+  const std::vector<int64_t> sizes = {1, 2, 7, 23};
+  ReplicatedStrategy s(DeviceSpec::custom(kReplicas, 0), ReplicatedStrategy::Options{.shard = mode});
+  std::vector<std::unique_ptr<Variable>> vars;
+  std::vector<Variable*> ptrs;
+  Adam adam(Adam::Options{.learning_rate = 0.01f});
+  {
+    auto scope = s.scope();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      vars.push_back(std::make_unique<Variable>("v" + std::to_string(i), Tensor::full({sizes[i]}, 0.5f), true));
+      ptrs.push_back(vars.back().get());
+    }
+    adam.build(ptrs);
+  }
+  if (optimizer_bytes) {
+    for (int c = 0; c < kReplicas; ++c) optimizer_bytes->push_back(s.ledger().core(c).stat(Category::optimizer).current);
+  }
+  std::vector<Batch> shards = s.distribute(Batch{Tensor::from_vector({kReplicas, 1}, std::vector<float>(kReplicas, 0.0f)), Tensor()});
+  for (int step = 0; step < kSteps; ++step) {
+    s.run(
+        [&](const Batch&) {
+          const int r = current_replica_context()->replica_id();
+          std::vector<Tensor> grads;
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            std::vector<float> g(static_cast<size_t>(sizes[i]));
+            for (size_t e = 0; e < g.size(); ++e) g[e] = (r % 2 ? 1e7f : 1e-3f) * static_cast<float>(e + 1 + step) / 7.0f;
+            grads.push_back(Tensor::from_vector({sizes[i]}, g).clone());
+          }
+          EXPECT_TRUE(adam.apply_gradients(std::move(grads), ptrs).applied);
+          return 0;
+        },
+        shards);
+  }
+  std::vector<std::vector<float>> out;
+  for (const auto& v : vars) out.push_back(v->value().to_vector());
+  for (Variable* slot : adam.slot_variables()) out.push_back(slot->value().to_vector());
+  return out;
+}
+
+TEST(OptimizerTest, ShardedUpdatesAreBitIdenticalToReplicated) {
+  std::vector<int64_t> mirrored_bytes, sharded_bytes;
+  const auto plain = sharded_adam_run(ShardingMode::none, &mirrored_bytes);
+  for (ShardingMode mode : {ShardingMode::optimizer, ShardingMode::gradients}) {
+    sharded_bytes.clear();
+    const auto sharded = sharded_adam_run(mode, &sharded_bytes);
+    ASSERT_EQ(sharded.size(), plain.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      ASSERT_EQ(sharded[i].size(), plain[i].size());
+      EXPECT_EQ(std::memcmp(sharded[i].data(), plain[i].data(), plain[i].size() * sizeof(float)), 0)
+          << sharding_mode_name(mode) << ": variable or slot " << i;
+    }
+    // 33 elements per slot in all, mirrored on every core; sharded 3 + 2 + ... : shard_range of each.
+    for (int c = 0; c < 3; ++c) {
+      EXPECT_EQ(mirrored_bytes[static_cast<size_t>(c)], 2 * 33 * 4);
+      int64_t want = 0;
+      for (int64_t n : {1, 2, 7, 23}) want += 2 * 4 * shard_range(n, 3, c).size();
+      EXPECT_EQ(sharded_bytes[static_cast<size_t>(c)], want) << sharding_mode_name(mode) << " core " << c;
+    }
+  }
+  EXPECT_NE(plain[0], std::vector<float>{0.5f}) << "the variables moved";
+}
+
+// Under ZeRO-2 a reduce-scattered gradient with a NaN or infinity on any replica's shard skips the
+// whole update on every replica, naming the same first variable.
+TEST(OptimizerTest, ShardedGradientsStillSkipANonFiniteStepEverywhere) {
+  constexpr int kReplicas = 4;
+  ReplicatedStrategy s(DeviceSpec::custom(kReplicas, 0), ReplicatedStrategy::Options{.shard = ShardingMode::gradients});
+  std::vector<std::unique_ptr<Variable>> vars;
+  std::vector<Variable*> ptrs;
+  {
+    auto scope = s.scope();
+    for (int i = 0; i < 3; ++i) {
+      vars.push_back(std::make_unique<Variable>("v" + std::to_string(i), Tensor::full({9}, 1.0f), true));
+      ptrs.push_back(vars.back().get());
+    }
+  }
+  SGD sgd;
+  std::vector<GradientUpdate> updates(kReplicas);
+  std::vector<Batch> shards = s.distribute(Batch{Tensor::from_vector({kReplicas, 1}, std::vector<float>(kReplicas, 0.0f)), Tensor()});
+  s.run(
+      [&](const Batch&) {
+        const int r = current_replica_context()->replica_id();
+        std::vector<Tensor> grads;
+        for (int i = 0; i < 3; ++i) {
+          Tensor g = Tensor::full({9}, 0.25f);
+          if (r == 2 && i >= 1) g.data()[8] = std::nanf("");  // element 8: replica 3's shard of the sum
+          grads.push_back(g);
+        }
+        updates[static_cast<size_t>(r)] = sgd.apply_gradients(std::move(grads), ptrs);
+        return 0;
+      },
+      shards);
+  for (int r = 0; r < kReplicas; ++r) {
+    EXPECT_FALSE(updates[static_cast<size_t>(r)].applied) << r;
+    EXPECT_EQ(updates[static_cast<size_t>(r)].non_finite_variable, "v1") << r;
+  }
+  for (const auto& v : vars) EXPECT_EQ(v->value().to_vector(), std::vector<float>(9, 1.0f)) << v->name();
 }
 
 TEST(OptimizerTest, MakeOptimizer) {
@@ -388,7 +494,7 @@ TEST(OptimizerTest, TwoStepsInsideOneRunUseConsecutiveStepNumbers) {
     ref.apply_gradients({Tensor::from_vector({1}, std::vector<float>{-0.5f})}, {&r});
     for (int i = 0; i < kVars; ++i) {
       ASSERT_FLOAT_EQ(vars[static_cast<size_t>(i)]->value().item(), r.value().item())
-          << "variable " << i << " (updated by replica " << i % kReplicas << "), repeat " << repeat;
+          << "variable " << i << ", repeat " << repeat;
     }
   }
 }

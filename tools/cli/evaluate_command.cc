@@ -160,13 +160,18 @@ Evaluation evaluate_target(const po::variables_map& vm, const std::string& targe
   if (vm.count("recompute-bn-stats")) {
     before = [&](Model& m) { return recompute_statistics(vm, trained, selected.path, state, m); };
   }
+  int64_t checkpoint_bytes = 0;
   Evaluation e = run_evaluation(config, split, strategy, [&](Model& m) {
     check_model_matches(stored, m);
     load_model_weights(selected.path, m);
+    // Sized as it is read: a run still training may prune this checkpoint while we evaluate.
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(selected.path, ec);
+    if (!ec) checkpoint_bytes = static_cast<int64_t>(bytes);
   }, before);
   e.file = selected.path;
   e.training_memory = state.memory;
-  e.checkpoint_bytes = static_cast<int64_t>(std::filesystem::file_size(selected.path));
+  e.checkpoint_bytes = checkpoint_bytes;
   return e;
 }
 

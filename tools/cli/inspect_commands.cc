@@ -20,6 +20,7 @@
 #include "tools/cli/memory_report.h"
 #include "tools/cli/memory_trace.h"
 #include "tools/cli/run_config.h"
+#include "tools/cli/saver_options.h"
 #include "tools/cli/stored_run.h"
 
 namespace keel::cli {
@@ -45,10 +46,13 @@ void print_hosts(const MemoryPlan& plan) {
 void print_plan(const RunConfig& config, const MemoryPlan& plan) {
   const std::string slice = plan.device.hosts > 1 ? ", " + std::to_string(plan.device.hosts) + " hosts x " +
                                                         std::to_string(plan.device.cores_per_host()) : "";
-  std::printf("Memory plan: %s on %s (%d cores x %s%s), %lld per core (global batch %lld), one training step\n",
+  const std::string savers = saver_flags(plan.savers);
+  const std::string shard = savers == "(none)" ? "" : ", " + savers;
+  std::printf("Memory plan: %s on %s (%d cores x %s%s), %lld per core (global batch %lld)%s, one training step\n",
               config.model.c_str(), plan.device.name.c_str(), plan.device.cores,
               plan.device.has_budget() ? format_bytes(plan.device.hbm_bytes_per_core).c_str() : "no budget", slice.c_str(),
-              static_cast<long long>(plan.batch_per_core), static_cast<long long>(plan.batch_per_core * plan.device.cores));
+              static_cast<long long>(plan.batch_per_core), static_cast<long long>(plan.batch_per_core * plan.device.cores),
+              shard.c_str());
   std::printf("%-5s", "core");
   for (int k = 0; k < kNumCategories; ++k) std::printf(" %13s", category_name(static_cast<Category>(k)));
   std::printf(" %13s %8s\n", "peak", "of HBM");
@@ -99,11 +103,12 @@ MemoryOutputs memory_outputs(const po::variables_map& vm) {
   return out;
 }
 
-void write_memory_outputs(const MemoryOutputs& out, const MemoryPlan& plan, const std::string& model) {
+// `suggestions`: --suggest's JSON, or null (the page then has no such section).
+void write_memory_outputs(const MemoryOutputs& out, const MemoryPlan& plan, const std::string& model,
+                          const nlohmann::json& suggestions = nullptr) {
   const auto dump = [](const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
   if (!out.trace.empty()) write_output_file("--trace", out.trace, dump(memory_trace(plan, model)));
-  // No suggestions until `keel memory --suggest` exists (issue 11): the page then has no such section.
-  if (!out.report.empty()) write_output_file("--report", out.report, memory_report_html(memory_report_data(plan, model, nullptr)));
+  if (!out.report.empty()) write_output_file("--report", out.report, memory_report_html(memory_report_data(plan, model, suggestions)));
 }
 
 void print_memory_outputs(const MemoryOutputs& out) {
@@ -118,7 +123,8 @@ namespace {
 // keel memory RUN: the run's own configuration (model, device, batch, frozen layers) planned, beside
 // what its training measured (recorded in its checkpoints).
 int memory_of_run(const po::variables_map& vm) {
-  for (const char* flag : {"model", "input-shape", "classes", "device", "cores", "hosts", "hbm-per-core", "batch-per-core", "freeze"}) {
+  for (const char* flag : {"model", "input-shape", "classes", "device", "cores", "hosts", "hbm-per-core", "batch-per-core", "freeze",
+                           "shard", "remat"}) {
     if (vm.count(flag)) throw UsageError(std::string("--") + flag + " describes a new run; `keel memory RUN` plans the run's own");
   }
   const std::string target = vm["run"].as<std::string>();
@@ -126,18 +132,26 @@ int memory_of_run(const po::variables_map& vm) {
   const RunConfig config = read_stored_run(selected.path).config;  // within keel's limits, or refused
   const MemoryOutputs outputs = memory_outputs(vm);
   const ModelFactory factory = model_factory(config);
-  MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, label_shape(config), outputs.detail());
-  if (vm["max-batch"].as<bool>()) plan.max_batch_per_core = find_max_batch(factory, config.device, label_shape(config));
+  MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, label_shape(config), savers_of(config),
+                                       outputs.detail());
+  if (vm["max-batch"].as<bool>()) {
+    plan.max_batch_per_core = find_max_batch(factory, config.device, label_shape(config), savers_of(config));
+  }
+  std::vector<SaverSuggestion> suggestions;
+  if (vm["suggest"].as<bool>()) suggestions = suggest_savers(factory, config.device, config.batch_per_core, label_shape(config));
+  const nlohmann::json suggested = vm["suggest"].as<bool>() ? suggestions_json(suggestions) : nlohmann::json(nullptr);
   nlohmann::json j = plan_json(plan);
+  if (!suggested.is_null()) j["suggestions"] = suggested;
   const nlohmann::json& measured = selected.check.state.memory;
   j["measured"] = measured;
   j["plan_equals_measured"] = measured.is_null() ? nlohmann::json(nullptr) : nlohmann::json(peaks_equal(j, measured));
-  write_memory_outputs(outputs, plan, config.model);
+  write_memory_outputs(outputs, plan, config.model, suggested);
   if (vm["json"].as<bool>()) {
     std::cout << j.dump() << "\n";
     return kExitOk;
   }
   print_plan(config, plan);
+  if (!suggested.is_null()) print_suggestions(suggestions, config.device, config.batch_per_core);
   print_memory_outputs(outputs);
   if (measured.is_null()) {
     std::printf("Measured: unknown (%s predates keel's record of what training measured)\n", selected.path.c_str());
@@ -156,6 +170,7 @@ int memory_command(const std::vector<std::string>& args) {
   po::options_description model_opts("Model"), device_opts("Device");
   add_model_options(model_opts);
   add_device_options(device_opts);
+  add_saver_options(device_opts);
   po::options_description d("Usage: keel memory --model resnet50 --input-shape 224x224x3 --device v3-8 "
                             "--batch-per-core 128 [--max-batch] [--json]\n"
                             "       [--trace FILE.json] [--report FILE.html]\n"
@@ -168,6 +183,7 @@ int memory_command(const std::vector<std::string>& args) {
   d.add_options()("help,h", "this help")
       ("run", po::value<std::string>(), "a run directory or checkpoint: plan its configuration")
       ("max-batch", po::bool_switch(), "also find the largest per-core batch that fits")
+      ("suggest", po::bool_switch(), "also plan every combination of memory savers: peak, largest batch and cost of each")
       ("json", po::bool_switch(), "print one JSON object")
       ("trace", po::value<std::string>(), "also write the planned step as Chrome trace events (Perfetto, chrome://tracing)")
       ("report", po::value<std::string>(), "also write the planned step as one self-contained HTML page");
@@ -183,17 +199,24 @@ int memory_command(const std::vector<std::string>& args) {
   RunConfig config;
   apply_model_options(vm, config);
   apply_device_options(vm, config);
+  apply_saver_options(vm, config);
   if (vm.count("freeze")) config.freeze = vm["freeze"].as<std::string>();
   const MemoryOutputs outputs = memory_outputs(vm);
   const ModelFactory factory = model_factory(config);
   const Shape labels = label_shape(config);
-  MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, labels, outputs.detail());
-  if (vm["max-batch"].as<bool>()) plan.max_batch_per_core = find_max_batch(factory, config.device, labels);
-  write_memory_outputs(outputs, plan, config.model);
+  MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, labels, savers_of(config), outputs.detail());
+  if (vm["max-batch"].as<bool>()) plan.max_batch_per_core = find_max_batch(factory, config.device, labels, savers_of(config));
+  std::vector<SaverSuggestion> suggestions;
+  if (vm["suggest"].as<bool>()) suggestions = suggest_savers(factory, config.device, config.batch_per_core, labels);
+  const nlohmann::json suggested = vm["suggest"].as<bool>() ? suggestions_json(suggestions) : nlohmann::json(nullptr);
+  write_memory_outputs(outputs, plan, config.model, suggested);
   if (vm["json"].as<bool>()) {
-    std::cout << plan_json(plan).dump() << "\n";
+    nlohmann::json j = plan_json(plan);
+    if (!suggested.is_null()) j["suggestions"] = suggested;
+    std::cout << j.dump() << "\n";
   } else {
     print_plan(config, plan);
+    if (!suggested.is_null()) print_suggestions(suggestions, config.device, config.batch_per_core);
     print_memory_outputs(outputs);
   }
   return kExitOk;

@@ -67,6 +67,8 @@ nlohmann::json plan_json(const MemoryPlan& plan) {
     per_core.push_back(c);
   }
   nlohmann::json j = device_json(plan.device, plan.batch_per_core);
+  j["shard"] = sharding_mode_name(plan.savers.shard);
+  j["remat"] = remat_name(plan.savers.remat);
   j["fits"] = plan.fits;
   j["max_batch_per_core"] = plan.max_batch_per_core ? nlohmann::json(*plan.max_batch_per_core) : nlohmann::json(nullptr);
   j["per_core"] = per_core;
@@ -76,6 +78,8 @@ nlohmann::json plan_json(const MemoryPlan& plan) {
 
 nlohmann::json training_memory(const Ledger& ledger, const RunConfig& config, int64_t steps, const nlohmann::json& before) {
   nlohmann::json j = device_json(config.device, config.batch_per_core);
+  j["shard"] = sharding_mode_name(config.shard);
+  j["remat"] = remat_name(config.remat);
   nlohmann::json per_core = peaks_json(ledger);
   const bool resumed = before.is_object() && before.contains("per_core") && before["per_core"].is_array() &&
                        before["per_core"].size() == per_core.size();

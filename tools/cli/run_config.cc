@@ -24,6 +24,8 @@ nlohmann::json RunConfig::to_json() const {
           {"device",
            {{"name", device.name}, {"cores", device.cores}, {"hbm_bytes_per_core", device.hbm_bytes_per_core},
             {"hosts", device.hosts}}},
+          {"shard", sharding_mode_name(shard)},
+          {"remat", remat_name(remat)},
           {"batch_per_core", batch_per_core},
           {"epochs", epochs},
           {"optimizer", optimizer},
@@ -155,6 +157,8 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   c.dataset = string_field(j, "dataset", kMaxPathBytes);
   c.data_dir = string_field(j, "data_dir", kMaxPathBytes);
   c.device = device_from_json(field(j, "device"));
+  if (j.contains("shard")) c.shard = parse_sharding_mode(string_field(j, "shard", kMaxNameBytes));
+  if (j.contains("remat")) c.remat = parse_remat(string_field(j, "remat", kMaxNameBytes));
   c.batch_per_core = int_field(j, "batch_per_core");
   c.epochs = narrow_field(j, "epochs", 1, kMaxEpochs);
   c.optimizer = string_field(j, "optimizer", kMaxNameBytes);

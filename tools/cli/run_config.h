@@ -15,6 +15,7 @@
 
 #include "framework/data/dataset.h"
 #include "framework/device/device_spec.h"
+#include "framework/device/sharding.h"
 #include "framework/model/model.h"
 #include "framework/model/planner.h"
 
@@ -43,6 +44,8 @@ struct RunConfig {
   std::string dataset = "fashion_mnist";
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   DeviceSpec device = DeviceSpec::preset("v3-8");
+  ShardingMode shard = ShardingMode::none;  // --shard (tools/cli/saver_options.h); stored runs without it: none
+  Remat remat = Remat::none;                // --remat (idem)
   int64_t batch_per_core = 16;
   int epochs = 10;
   std::string optimizer = "adam";

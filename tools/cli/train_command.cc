@@ -26,6 +26,7 @@
 #include "tools/cli/memory_report.h"
 #include "tools/cli/data_sources.h"
 #include "tools/cli/run_config.h"
+#include "tools/cli/saver_options.h"
 #include "tools/cli/stored_run.h"
 
 namespace keel::cli {
@@ -367,36 +368,6 @@ void print_outcome(const RunConfig& config, const RunDirectory& dir, const Check
   std::printf("%s\n", checkpoints.stall_report().c_str());
 }
 
-// This host's physical memory: the budget of a device without HBM (the `cpu` preset).
-int64_t host_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return INT64_MAX;
-  return static_cast<int64_t>(pages) * page;
-}
-
-// Before any data or weight exists: the training step, planned on abstract tensors through the same
-// code path (framework/model/planner.h), must fit every core's HBM — the ledger's own report (exit 3)
-// otherwise — or, on a device without a budget, this host's memory. A model or batch too large thus
-// ends before anything is allocated, never after gigabytes were.
-void check_step_fits(const RunConfig& config) {
-  const ModelFactory factory = model_factory(config);
-  if (config.device.has_budget()) {
-    check_training_step_fits(factory, config.device, config.batch_per_core, label_shape(config));
-    return;
-  }
-  const MemoryPlan plan = plan_training_step(factory, config.device, config.batch_per_core, label_shape(config));
-  const int64_t host = host_memory_bytes();
-  for (const CoreMemory& m : plan.per_core) {
-    if (m.peak <= host) continue;
-    throw ResourceExhausted(m.core, m.peak,
-                            "Resource exhausted: one training step of " + config.model + " at " +
-                                std::to_string(config.batch_per_core) + " per core needs " + format_bytes(m.peak) +
-                                " on core " + std::to_string(m.core) + ", more than this host's " + format_bytes(host) +
-                                " of memory (device " + config.device.name + " has no HBM budget). Nothing was "
-                                "allocated. Reduce --batch-per-core (see `keel memory`).");
-  }
-}
-
 // A signal before the first step: this invocation trained and saved nothing. Ends the shell's way
 // for a signal (128 + its number), after saying so.
 int interrupted_before_training(const RunDirectory& dir, bool resuming) {
@@ -446,11 +417,12 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
 
   clear_session();
   set_random_seed(config.seed);
-  ReplicatedStrategy strategy(config.device);
+  ReplicatedStrategy strategy(config.device, strategy_options(config));
   std::unique_ptr<Model> model;
   {
     auto scope = strategy.scope();
     model = build_model(config);
+    model->set_remat(config.remat);
     if (!resume_from) load_init_weights(config, *model);
   }
   FitOptions fit;
@@ -504,6 +476,7 @@ int start_run(const po::variables_map& vm, JsonlLogger* log) {
   RunConfig config;
   apply_model_options(vm, config);
   apply_device_options(vm, config);
+  apply_saver_options(vm, config);
   apply_training_options(vm, config);
   apply_init_options(vm, config);
   apply_callback_options(vm, config);
@@ -536,6 +509,7 @@ int resume_run(const po::variables_map& vm, JsonlLogger* log) {
   if (vm.count("keep")) config.keep = vm["keep"].as<int>();
   if (vm.count("save-every-steps")) config.save_every_steps = vm["save-every-steps"].as<int64_t>();
   if (vm["skip-corrupt"].as<bool>()) config.skip_corrupt = true;
+  apply_saver_options(vm, config);  // checkpoints hold whole variables: any sharding resumes any run
   config.validate();
   RunControl control = run_control(vm);
   control.json_log = log;
@@ -550,6 +524,7 @@ int train_command(const std::vector<std::string>& args) {
       init_opts("Initial weights (fine-tuning)");
   add_model_options(model_opts);
   add_device_options(device_opts);
+  add_saver_options(device_opts);
   add_training_options(training_opts);
   add_init_options(init_opts);
   po::options_description callback_opts("Validation and callbacks (Keras's)");
@@ -579,6 +554,7 @@ int resume_command(const std::vector<std::string>& args) {
       ("keep", po::value<int>(), "checkpoints to keep")
       ("save-every-steps", po::value<int64_t>(), "also save every N steps")
       ("skip-corrupt", po::bool_switch(), "tfrecord:/images: from now on skip (and count) corrupt records and images");
+  add_saver_options(d);
   d.add(run_control_options());
   po::positional_options_description pos;
   pos.add("run-dir", 1);
