@@ -255,7 +255,26 @@ std::vector<Functional::Segment> Functional::find_segments() const {
       open = false;
     }
   }
-  return out;
+  return merge_chains(out);
+}
+
+// In a chain every node is an articulation point, and a segment per node would save each node's
+// input, often more than the ops themselves keep. Segments therefore end where an output is read
+// by two or more nodes — a residual block's input — or at the model's output; a graph with no such
+// point (a plain chain) keeps a segment per node.
+std::vector<Functional::Segment> Functional::merge_chains(const std::vector<Segment>& segments) const {
+  std::unordered_map<const GraphNode*, int> readers;
+  for (const auto& n : nodes_) {
+    for (const KerasTensor& in : n->inputs) ++readers[in.node().get()];
+  }
+  std::vector<Segment> merged;
+  bool open = false;
+  for (size_t k = 0; k < segments.size(); ++k) {
+    if (!open) merged.push_back(segments[k]);
+    merged.back().end = segments[k].end;
+    open = readers[nodes_[segments[k].end - 1].get()] < 2 && k + 1 < segments.size();
+  }
+  return merged.size() > 1 ? merged : segments;
 }
 
 Tensor Functional::run_segment(const Segment& segment, const Tensor& x, bool training) const {

@@ -89,12 +89,14 @@ class Functional : public Model {
  private:
   // Remat's segments (framework/model/remat.h): runs of nodes [begin, end) in execution order that
   // read nothing computed before them but `input`'s output, and after which nothing but node
-  // end - 1's output is still needed (the graph's articulation points).
+  // end - 1's output is still needed (the graph's articulation points; chains merged, see
+  // merge_chains).
   struct Segment {
     size_t begin = 0, end = 0;
     const GraphNode* input = nullptr;
   };
   std::vector<Segment> find_segments() const;  // none unless one input and one output
+  std::vector<Segment> merge_chains(const std::vector<Segment>& segments) const;
   Tensor run_segment(const Segment& segment, const Tensor& x, bool training) const;
   std::vector<Variable*> segment_variables(const Segment& segment) const;  // trainable, each once
   // Runs nodes [begin, end) on `values`, dropping each value after its last use as `uses` counts.
