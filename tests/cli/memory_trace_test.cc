@@ -100,7 +100,8 @@ class MemoryTrace : public ::testing::Test {
     EXPECT_EQ(page["device"], j["device"]);
     EXPECT_EQ(page["batch_per_core"], j["batch_per_core"]);
     EXPECT_EQ(page["fits"], j["fits"]);
-    EXPECT_TRUE(page["suggestions"].is_null()) << "no --suggest yet, so no suggestions";
+    // The page's suggestions are --suggest's, and there are none without it.
+    EXPECT_EQ(page["suggestions"], j.contains("suggestions") ? j["suggestions"] : nlohmann::json(nullptr));
     EXPECT_EQ(maxima.size(), j["per_core"].size());
     EXPECT_EQ(page["per_core"].size(), j["per_core"].size());
     for (size_t c = 0; c < j["per_core"].size(); ++c) {
@@ -160,6 +161,14 @@ TEST_F(MemoryTrace, MlpOnV3_8) {
 }
 
 TEST_F(MemoryTrace, MlpOnCpu) { check("--model mlp --device cpu --batch-per-core 32"); }
+
+TEST_F(MemoryTrace, WithSuggestionsThePageListsThem) {
+  const nlohmann::json page = check("--model mlp --device v3-8 --batch-per-core 16 --suggest");
+  ASSERT_TRUE(page.is_object());
+  ASSERT_TRUE(page["suggestions"].is_array());
+  EXPECT_EQ(page["suggestions"].size(), 6u);
+  EXPECT_EQ(page["suggestions"][0]["flags"], "(none)") << "everything fits; mirroring moves the fewest bytes";
+}
 
 TEST_F(MemoryTrace, Resnet18OnV3_8AndCpu) {
   check("--model resnet18 --input-shape 32x32x1 --device v3-8 --batch-per-core 4");
