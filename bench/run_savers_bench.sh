@@ -25,7 +25,8 @@ KEEL="$BUILD/keel"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
-COMBOS=("none none" "optimizer none" "gradients none" "none segments" "optimizer segments" "gradients segments")
+COMBOS=("none none" "optimizer none" "gradients none" "full none" "none segments" "optimizer segments" "gradients segments"
+        "full segments")
 MODEL=(--model resnet50 --input-shape 224x224x3 --classes 10 --batch-per-core "$BATCH_PER_CORE")
 for d in $DEVICES; do
   "$KEEL" memory "${MODEL[@]}" --device "$d" --suggest --json >"$OUT/suggest-$d.json"
@@ -45,8 +46,8 @@ done
 python3 - "$OUT" "$DEVICES" "$BATCH_PER_CORE" "$IMAGES_PER_STEP" <<'PY'
 import json, sys
 out, devices, per_core, images = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4]
-combos = [("none", "none"), ("optimizer", "none"), ("gradients", "none"), ("none", "segments"),
-          ("optimizer", "segments"), ("gradients", "segments")]
+combos = [("none", "none"), ("optimizer", "none"), ("gradients", "none"), ("full", "none"), ("none", "segments"),
+          ("optimizer", "segments"), ("gradients", "segments"), ("full", "segments")]
 mib = lambda b: f"{b / 2**20:,.1f} MiB"
 def flags(s, r):
     f = ([f"--shard {s}"] if s != "none" else []) + ([f"--remat {r}"] if r != "none" else [])

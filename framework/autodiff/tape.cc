@@ -167,6 +167,21 @@ std::unordered_set<uint64_t> GradientTape::needing_gradients(const std::unordere
   return needed;
 }
 
+namespace {
+
+BackwardOwnerFn& backward_owner_fn() {
+  thread_local BackwardOwnerFn fn;
+  return fn;
+}
+
+}  // namespace
+
+BackwardOwnerHook::BackwardOwnerHook(BackwardOwnerFn fn) : saved_(std::move(backward_owner_fn())) {
+  backward_owner_fn() = std::move(fn);
+}
+
+BackwardOwnerHook::~BackwardOwnerHook() { backward_owner_fn() = std::move(saved_); }
+
 GradientTape::StopRecording::StopRecording() { saved_.swap(tape_stack()); }
 
 GradientTape::StopRecording::~StopRecording() {
@@ -217,6 +232,8 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       for (size_t i : it->second) pass(i);
     }
   }
+  backward_owner_token_.reset();
+  backward_owner_.clear();
   if (on_ready) {
     for (size_t i = 0; i < sources.size(); ++i) pass(i);  // read by no op (the target itself)
   }
@@ -240,6 +257,11 @@ void GradientTape::run_backward(size_t k, std::unordered_map<uint64_t, Tensor>& 
   const std::vector<bool> needs_grad = inputs_needing_gradients(entry->input_ids, needed);
   std::vector<Tensor> input_grads;
   if (std::find(needs_grad.begin(), needs_grad.end(), true) != needs_grad.end()) {
+    if (backward_owner_fn() && (backward_owner_token_ == nullptr || entry->owner != backward_owner_)) {
+      backward_owner_token_.reset();  // the previous owner's, before the next one's
+      backward_owner_ = entry->owner;
+      backward_owner_token_ = backward_owner_fn()(entry->owner);
+    }
     OwnerScope owner("backward:" + entry->owner);
     input_grads = entry->backward(grad_outputs, needs_grad);
   }

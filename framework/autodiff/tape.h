@@ -31,6 +31,23 @@ using BackwardFn =
 // where ZeRO-2 reduce-scatters each gradient while backward goes on.
 using GradientReadyFn = std::function<Tensor(size_t index, Tensor gradient)>;
 
+// Called by every tape on this thread as backward moves on to the ops of another owner (the layer
+// that ran them: "activation:<layer>"; "" outside any); what it returns is held until backward moves
+// on again. Every replica of a step sees the same sequence. ZeRO-3 gathers a layer's weights here.
+using BackwardOwnerFn = std::function<std::shared_ptr<void>(const std::string& owner)>;
+
+// RAII: installs `fn` as this thread's BackwardOwnerFn while it lives.
+class BackwardOwnerHook {
+ public:
+  explicit BackwardOwnerHook(BackwardOwnerFn fn);
+  ~BackwardOwnerHook();
+  BackwardOwnerHook(const BackwardOwnerHook&) = delete;
+  BackwardOwnerHook& operator=(const BackwardOwnerHook&) = delete;
+
+ private:
+  BackwardOwnerFn saved_;
+};
+
 class GradientTape {
  public:
   // RAII: while it lives, no tape on this thread records (ops run as outside any tape); the tapes
@@ -85,6 +102,9 @@ class GradientTape {
 
   bool persistent_;
   bool used_ = false;
+  // While gradient() runs: the owner whose ops backward is running, and what the hook returned.
+  std::string backward_owner_;
+  std::shared_ptr<void> backward_owner_token_;
   std::unordered_set<uint64_t> watched_;  // ids of watched tensors and of recorded outputs
   std::vector<std::shared_ptr<Entry>> entries_;
 };

@@ -52,6 +52,8 @@ class ReplicaContext {
   // replica) only, so a custom loop and fit draw the same numbers, and every step new ones.
   uint64_t random_key(uint64_t op_key) const;
 
+  // False where replicas may not wait for each other (for_each_replica): no collective may be called.
+  bool has_collectives() const { return collectives_ != nullptr; }
   // The collectives (framework/device/collectives.h), called by every replica of the run.
   void all_reduce(ReduceOp op, std::span<Tensor> values) const { collectives().all_reduce(replica_id_, op, values); }
   Tensor reduce_scatter(ReduceOp op, const Tensor& value) const {

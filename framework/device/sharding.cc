@@ -20,11 +20,8 @@ ShardingMode parse_sharding_mode(const std::string& text) {
   if (text == "none") return ShardingMode::none;
   if (text == "optimizer") return ShardingMode::optimizer;
   if (text == "gradients") return ShardingMode::gradients;
-  if (text == "full") {
-    throw std::invalid_argument("sharding 'full' (ZeRO stage 3: parameters partitioned too) is not implemented yet; "
-                                "use none, optimizer or gradients");
-  }
-  throw std::invalid_argument("unknown sharding '" + quote_untrusted(text) + "' (known: none, optimizer, gradients)");
+  if (text == "full") return ShardingMode::full;
+  throw std::invalid_argument("unknown sharding '" + quote_untrusted(text) + "' (known: none, optimizer, gradients, full)");
 }
 
 }  // namespace keel

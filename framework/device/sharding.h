@@ -8,7 +8,9 @@
 //              parameters
 //   gradients  ZeRO stage 2 (FSDP's SHARD_GRAD_OP): the optimizer's shards, and each gradient is
 //              reduce-scattered as soon as backward has finished it, so a core keeps only its shard
-//   full       ZeRO stage 3 (FSDP's FULL_SHARD): parameters too — not implemented yet (parse refuses it)
+//   full       ZeRO stage 3 (FSDP's FULL_SHARD): parameters too — every layer weight is charged to each
+//              core for its shard, and a layer's weights are all-gathered (a `workspace` copy while
+//              they live) for its forward and again for its backward, then dropped
 //
 // A variable's shard on core r is the flat element range shard_range(elements, cores, r)
 // (framework/device/collectives.h): the first (elements mod cores) cores take one element more.
@@ -23,8 +25,7 @@ namespace keel {
 enum class ShardingMode { none = 0, optimizer = 1, gradients = 2, full = 3 };
 
 const char* sharding_mode_name(ShardingMode mode);  // "none", "optimizer", "gradients", "full"
-// "none" | "optimizer" | "gradients"; std::invalid_argument naming the values that work (and saying
-// that "full" is not implemented yet) for anything else.
+// "none" | "optimizer" | "gradients" | "full"; std::invalid_argument naming the values that work.
 ShardingMode parse_sharding_mode(const std::string& text);
 
 }  // namespace keel

@@ -1,10 +1,13 @@
 #include "framework/layers/layer.h"
 
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <mutex>
 
 #include "framework/device/context.h"
+#include "framework/device/replica_context.h"
+#include "framework/device/strategy.h"
 #include "framework/layers/initializers.h"
 
 namespace keel {
@@ -60,6 +63,7 @@ Tensor Layer::apply(const std::vector<Tensor>& inputs, bool training) {
     build_multi(shapes);
   }
   OwnerScope owner("activation:" + name_);
+  const GatheredWeights gathered(*this);
   return call_multi(inputs, training);
 }
 
@@ -82,7 +86,32 @@ Shape Layer::compute_output_shape_multi(const std::vector<Shape>& input_shapes) 
 Tensor Layer::operator()(const Tensor& x, bool training) {
   if (!built_) build(Shape(x.shape().begin() + 1, x.shape().end()));
   OwnerScope owner("activation:" + name_);
+  const GatheredWeights gathered(*this);
   return call(x, training);
+}
+
+GatheredWeights::GatheredWeights(const Layer& layer) {
+  ReplicaContext* ctx = current_replica_context();
+  const DeviceContext& here = device_context();
+  if (ctx == nullptr || !ctx->has_collectives() || ctx->strategy().shard() != ShardingMode::full || here.ledger == nullptr ||
+      here.core < 0) {
+    return;
+  }
+  std::vector<Tensor> values;
+  int64_t elements = 0;
+  for (Variable* v : layer.weights()) {
+    values.push_back(v->value());
+    elements += v->value().size();
+  }
+  if (values.empty()) return;
+  ctx->all_gather_shards(values);  // each core's shard to every core; on the host they share one buffer
+  ledger_ = here.ledger->core_ptr(here.core);
+  handle_ = ledger_->charge(elements * static_cast<int64_t>(sizeof(float)), Category::workspace, "gathered:" + layer.name(),
+                            {elements});
+}
+
+GatheredWeights::~GatheredWeights() {
+  if (handle_ != 0) ledger_->release(handle_);
 }
 
 nlohmann::json Layer::get_config() const {
@@ -98,6 +127,12 @@ nlohmann::json Layer::get_config() const {
 Variable& Layer::add_weight(const std::string& name, const Shape& shape, const std::string& initializer,
                             bool trainable) {
   const std::string full = name_ + "/" + name;
+  // ZeRO-3: created inside a scope whose strategy shards parameters, each core is charged its shard.
+  const DeviceContext& here = device_context();
+  std::optional<ContextScope> sharded;
+  if (here.strategy != nullptr && here.ledger != nullptr && here.core < 0 && here.strategy->shard() == ShardingMode::full) {
+    sharded.emplace(here.strategy->sharded_context(Category::parameters));
+  }
   Tensor value = Tensor::empty(shape, Category::parameters, full);
   initialize(value, initializer, next_initializer_key());
   variables_.push_back(std::make_unique<Variable>(full, std::move(value), trainable && trainable_));

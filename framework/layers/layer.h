@@ -12,6 +12,7 @@
 
 #include "framework/autodiff/variable.h"
 #include "framework/core/tensor.h"
+#include "framework/device/ledger.h"
 
 namespace keel {
 
@@ -95,5 +96,22 @@ class Layer : public std::enable_shared_from_this<Layer> {
 };
 
 using LayerPtr = std::shared_ptr<Layer>;
+
+// ZeRO-3 (ShardingMode::full, framework/device/sharding.h): a layer's weights are charged to each
+// core for its shard only. While a GatheredWeights lives — the layer's forward, and its backward
+// (Model's BackwardOwnerHook) — the core holds their whole values too: all-gathered from every
+// core's shard (the collective's bytes are counted) and charged as `workspace`, "gathered:<layer>".
+// Elsewhere (another sharding, outside strategy.run) it does nothing.
+class GatheredWeights {
+ public:
+  explicit GatheredWeights(const Layer& layer);
+  ~GatheredWeights();
+  GatheredWeights(const GatheredWeights&) = delete;
+  GatheredWeights& operator=(const GatheredWeights&) = delete;
+
+ private:
+  std::shared_ptr<CoreLedger> ledger_;
+  uint64_t handle_ = 0;
+};
 
 }  // namespace keel

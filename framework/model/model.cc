@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "framework/autodiff/recompute.h"
 #include "framework/autodiff/tape.h"
@@ -195,7 +196,9 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
   // a straight one would.
   const int64_t step = optimizer_->iterations() + 1;
   strategy_->set_step(step - 1);
+  const BackwardOwnerFn gather = weights_gatherer();
   strategy_->run_replicas([&](ReplicaContext& ctx) {
+    const BackwardOwnerHook gather_in_backward(gather);  // ZeRO-3: a layer's weights for its backward
     const size_t r = static_cast<size_t>(ctx.replica_id());
     StepTotals& t = per_replica[r];
     std::vector<Tensor> grads;
@@ -229,6 +232,17 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
                                 update.non_finite_variable, !update.applied};
   }
   return total;
+}
+
+BackwardOwnerFn Model::weights_gatherer() const {
+  if (strategy_->shard() != ShardingMode::full) return nullptr;
+  auto by_owner = std::make_shared<std::unordered_map<std::string, const Layer*>>();
+  for (const Layer* l : layers()) (*by_owner)["activation:" + l->name()] = l;
+  return [by_owner](const std::string& owner) -> std::shared_ptr<void> {
+    auto it = by_owner->find(owner);
+    if (it == by_owner->end()) return nullptr;
+    return std::make_shared<GatheredWeights>(*it->second);
+  };
 }
 
 StepTotals Model::test_step(const Batch& global) {

@@ -210,6 +210,8 @@ class Model {
   void capture_strategy();
 
  private:
+  // ZeRO-3: the BackwardOwnerFn that gathers each layer's weights for its backward; null otherwise.
+  BackwardOwnerFn weights_gatherer() const;
   // fit()'s steps over one epoch; false when a callback stopped training before the epoch's end.
   bool train_epoch(Iterator& it, TrainingState& st, const std::vector<Callback*>& callbacks);
   // The logs of an epoch that ended: its totals, and the validation's when this epoch has one.

@@ -120,7 +120,7 @@ std::vector<SaverSuggestion> suggest_savers(const ModelFactory& factory, const D
                                             const Shape& label_shape) {
   std::vector<SaverSuggestion> out;
   for (Remat remat : {Remat::none, Remat::segments}) {
-    for (ShardingMode shard : {ShardingMode::none, ShardingMode::optimizer, ShardingMode::gradients}) {
+    for (ShardingMode shard : {ShardingMode::none, ShardingMode::optimizer, ShardingMode::gradients, ShardingMode::full}) {
       SaverSuggestion s;
       s.savers = Savers{shard, remat};
       const MemoryPlan plan = plan_training_step(factory, device, batch_per_core, label_shape, s.savers);

@@ -76,10 +76,12 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   }
   if (replica == 0) iterations_ = step;
   if (replicas == 1) return GradientUpdate{};
-  if (shard >= ShardingMode::optimizer) {
+  if (shard == ShardingMode::optimizer || shard == ShardingMode::gradients) {
     ctx->all_gather_shards(updated);  // every core's parameters get every shard (ends with a barrier)
   } else {
-    ctx->barrier();  // every core updates its whole copy: every shard is written before any is read
+    // none: every core updates its whole copy; full: parameters stay sharded until a layer gathers
+    // them. Either way every shard is written before any replica reads one.
+    ctx->barrier();
   }
   return GradientUpdate{};
 }

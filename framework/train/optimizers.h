@@ -8,8 +8,9 @@
 //
 // Sharding (ReplicatedStrategy::Options::shard, framework/device/sharding.h): every replica updates
 // its shard_range of every variable's elements, whatever the mode. With `optimizer` or more, slots
-// are charged to each core for its shard only, and the updated shards are all-gathered into every
-// core's parameters; with `gradients`, each gradient is reduce-scattered instead of all-reduced.
+// are charged to each core for its shard only, and (`optimizer`, `gradients`) the updated shards are
+// all-gathered into every core's parameters — with `full` they stay sharded until a layer gathers
+// them; with `gradients` or `full`, each gradient is reduce-scattered instead of all-reduced.
 // The arithmetic of each element is the same in every mode, so are its bits.
 //
 // An update whose all-reduced gradients hold a NaN or an infinity is skipped whole, on every replica,

@@ -31,7 +31,7 @@ class SaversCli : public ::testing::Test {
 const std::string kRun = "train --model mlp --dataset fashion_mnist --device v3-8 --batch-per-core 4 --epochs 1 --seed 5 --quiet ";
 
 TEST_F(SaversCli, EveryModeTrainsToTheSameBits) {
-  for (const std::string mode : {"none", "optimizer", "gradients"}) {
+  for (const std::string mode : {"none", "optimizer", "gradients", "full"}) {
     const CommandResult r = run_keel(kRun + "--stop-after-steps 12 --shard " + mode + " --checkpoint-dir " + dir_ + "/" + mode);
     ASSERT_EQ(r.exit_code, 0) << mode << ": " << r.err;
   }
@@ -40,6 +40,7 @@ TEST_F(SaversCli, EveryModeTrainsToTheSameBits) {
   ASSERT_EQ(remat.exit_code, 0) << remat.err;
   expect_bit_identical(dir_ + "/none/ckpt-12.h5", dir_ + "/optimizer/ckpt-12.h5");
   expect_bit_identical(dir_ + "/none/ckpt-12.h5", dir_ + "/gradients/ckpt-12.h5");
+  expect_bit_identical(dir_ + "/none/ckpt-12.h5", dir_ + "/full/ckpt-12.h5");
   expect_bit_identical(dir_ + "/none/ckpt-12.h5", dir_ + "/remat/ckpt-12.h5");
   const nlohmann::json remat_state =
       nlohmann::json::parse(H5File::open_read(dir_ + "/remat/ckpt-12.h5").read_string("keel/train_state"));
@@ -84,6 +85,7 @@ TEST(SaversMemoryCli, PlansEachModeAndFindsALargerBatch) {
   const nlohmann::json none = memory_json(model);
   const nlohmann::json zero1 = memory_json(model + " --shard optimizer");
   const nlohmann::json zero2 = memory_json(model + " --shard gradients");
+  const nlohmann::json zero3 = memory_json(model + " --shard full");
   EXPECT_EQ(none["shard"], "none");
   EXPECT_EQ(zero2["shard"], "gradients");
   for (int c = 0; c < 8; ++c) {
@@ -92,6 +94,8 @@ TEST(SaversMemoryCli, PlansEachModeAndFindsALargerBatch) {
     EXPECT_EQ(at(zero1, "gradients"), at(none, "gradients")) << c;
     EXPECT_LE(at(zero2, "gradients"), at(none, "gradients") / 8 + 64 * 100) << c;
     EXPECT_EQ(at(zero2, "parameters"), at(none, "parameters")) << c;
+    EXPECT_LE(at(zero3, "parameters"), at(none, "parameters") / 8 + 64 * 200) << c;
+    EXPECT_LT(at(zero3, "peak"), at(zero2, "peak")) << c;
     EXPECT_LT(at(zero2, "peak"), at(none, "peak")) << c;
   }
   const int64_t max_none = memory_json(model + " --max-batch")["max_batch_per_core"].get<int64_t>();
@@ -111,7 +115,7 @@ TEST(SaversMemoryCli, SuggestRanksEveryCombination) {
   const std::string model = "--model resnet18 --input-shape 32x32x1 --cores 8 --hbm-per-core 256MiB --batch-per-core 64";
   const nlohmann::json j = memory_json(model + " --suggest");
   ASSERT_TRUE(j["suggestions"].is_array());
-  ASSERT_EQ(j["suggestions"].size(), 6u);
+  ASSERT_EQ(j["suggestions"].size(), 8u);
   bool fits_seen_after_not = false, not_fitting = false;
   for (const nlohmann::json& s : j["suggestions"]) {
     if (!s["fits"].get<bool>()) not_fitting = true;
@@ -157,10 +161,7 @@ TEST(SaversMemoryCli, BadValuesExitTwo) {
     EXPECT_THAT(remat.err, HasSubstr("--remat: unknown remat mode 'sometimes' (known: none, segments)")) << verb;
     const CommandResult bad = run_keel(verb + " --shard zero2");
     EXPECT_EQ(bad.exit_code, 2) << verb;
-    EXPECT_THAT(bad.err, HasSubstr("--shard: unknown sharding 'zero2' (known: none, optimizer, gradients)")) << verb;
-    const CommandResult full = run_keel(verb + " --shard full");
-    EXPECT_EQ(full.exit_code, 2) << verb;
-    EXPECT_THAT(full.err, HasSubstr("not implemented yet")) << verb;
+    EXPECT_THAT(bad.err, HasSubstr("--shard: unknown sharding 'zero2' (known: none, optimizer, gradients, full)")) << verb;
   }
   const CommandResult help = run_keel("train --help");
   EXPECT_THAT(help.out, HasSubstr("--shard"));

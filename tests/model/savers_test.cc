@@ -97,8 +97,10 @@ void expect_same_bits(const Case& c, int steps, const std::vector<Savers>& combi
 
 const std::vector<Savers> kEverySaver = {{ShardingMode::optimizer, Remat::none},
                                          {ShardingMode::gradients, Remat::none},
+                                         {ShardingMode::full, Remat::none},
                                          {ShardingMode::none, Remat::segments},
-                                         {ShardingMode::gradients, Remat::segments}};
+                                         {ShardingMode::gradients, Remat::segments},
+                                         {ShardingMode::full, Remat::segments}};
 
 TEST(Savers, MlpHundredStepsOnV38AreBitIdentical) {
   expect_same_bits({"mlp", {784}, DeviceSpec::preset("v3-8"), 4}, 100, kEverySaver);
@@ -127,6 +129,8 @@ void expect_sharded_bounds(const Case& c, bool zero2_lowers_the_peak) {
   const MemoryPlan none = plan_training_step(factory, c.device, c.batch_per_core, {10});
   const MemoryPlan zero1 = plan_training_step(factory, c.device, c.batch_per_core, {10}, {ShardingMode::optimizer, Remat::none});
   const MemoryPlan zero2 = plan_training_step(factory, c.device, c.batch_per_core, {10}, {ShardingMode::gradients, Remat::none});
+  const MemoryPlan zero3 = plan_training_step(factory, c.device, c.batch_per_core, {10}, {ShardingMode::full, Remat::none});
+  const size_t all_vars = build_compiled(c)->variables().size();
   const int64_t n = c.device.cores, slack = 64 * static_cast<int64_t>(vars);
   for (int core = 0; core < c.device.cores; ++core) {
     const size_t i = static_cast<size_t>(core);
@@ -136,6 +140,13 @@ void expect_sharded_bounds(const Case& c, bool zero2_lowers_the_peak) {
     EXPECT_LE(peak(zero2.per_core[i], Category::optimizer), opt / n + slack) << c.model << " core " << core;
     EXPECT_LE(peak(zero2.per_core[i], Category::gradients), grad / n + slack) << c.model << " core " << core;
     EXPECT_EQ(peak(zero2.per_core[i], Category::parameters), peak(none.per_core[i], Category::parameters));
+    // ZeRO-3: every weight (BatchNorm's moving statistics too) is sharded, and the gathered copies
+    // are workspace that lives for one layer at a time.
+    const int64_t params = peak(none.per_core[i], Category::parameters);
+    EXPECT_LE(peak(zero3.per_core[i], Category::parameters), params / n + 64 * static_cast<int64_t>(all_vars)) << c.model;
+    EXPECT_LE(peak(zero3.per_core[i], Category::gradients), grad / n + slack) << c.model;
+    EXPECT_LE(peak(zero3.per_core[i], Category::optimizer), opt / n + slack) << c.model;
+    if (zero2_lowers_the_peak) EXPECT_LT(zero3.per_core[i].peak, zero2.per_core[i].peak) << c.model << " core " << core;
     if (zero2_lowers_the_peak) EXPECT_LT(zero2.per_core[i].peak, zero1.per_core[i].peak) << c.model << " core " << core;
     EXPECT_LT(zero1.per_core[i].peak, none.per_core[i].peak);
   }

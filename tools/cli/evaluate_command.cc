@@ -141,8 +141,11 @@ Evaluation run_evaluation(const RunConfig& config, const std::string& split, Rep
   return e;
 }
 
-Evaluation evaluate_target(const po::variables_map& vm, const std::string& target, const std::string& split) {
+// `selected_path` is set as soon as a checkpoint is chosen.
+Evaluation evaluate_selected(const po::variables_map& vm, const std::string& target, const std::string& split,
+                             std::string& selected_path) {
   const SelectedCheckpoint selected = select_target(target, "evaluate");
+  selected_path = selected.path;
   const StoredRun stored = read_stored_run(selected.path);  // within keel's limits, or refused
   const TrainState& state = stored.state;
   RunConfig config = stored.config;
@@ -173,6 +176,21 @@ Evaluation evaluate_target(const po::variables_map& vm, const std::string& targe
   e.training_memory = state.memory;
   e.checkpoint_bytes = checkpoint_bytes;
   return e;
+}
+
+// A run that is still training prunes its old checkpoints: the one chosen may vanish before or while
+// it is read. Then the run's newest good checkpoint is chosen again, a few times at most.
+Evaluation evaluate_target(const po::variables_map& vm, const std::string& target, const std::string& split) {
+  for (int attempt = 1;; ++attempt) {
+    std::string path;
+    try {
+      return evaluate_selected(vm, target, split, path);
+    } catch (const std::exception&) {
+      std::error_code ec;
+      const bool vanished = !path.empty() && !std::filesystem::exists(path, ec) && std::filesystem::is_directory(target, ec);
+      if (!vanished || attempt == 5) throw;
+    }
+  }
 }
 
 po::options_description evaluate_options() {

@@ -13,7 +13,8 @@ void add_saver_options(boost::program_options::options_description& d) {
   d.add_options()
       ("shard", boost::program_options::value<std::string>(),
        "partition training state across the cores: none (default; every core holds everything), optimizer "
-       "(ZeRO-1: Adam's slots), gradients (ZeRO-2: slots and gradients); bit-identical to none")
+       "(ZeRO-1: Adam's slots), gradients (ZeRO-2: slots and gradients), full (ZeRO-3: parameters too, gathered "
+       "per layer); bit-identical to none")
       ("remat", boost::program_options::value<std::string>(),
        "recompute activations in backward: none (default), segments (keep only each segment's input: each residual "
        "block, each layer of a Sequential); bit-identical to none");
