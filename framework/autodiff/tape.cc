@@ -233,7 +233,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     }
   }
   backward_owner_token_.reset();
-  backward_owner_.clear();
+  backward_owner_.reset();
   if (on_ready) {
     for (size_t i = 0; i < sources.size(); ++i) pass(i);  // read by no op (the target itself)
   }
@@ -257,7 +257,7 @@ void GradientTape::run_backward(size_t k, std::unordered_map<uint64_t, Tensor>& 
   const std::vector<bool> needs_grad = inputs_needing_gradients(entry->input_ids, needed);
   std::vector<Tensor> input_grads;
   if (std::find(needs_grad.begin(), needs_grad.end(), true) != needs_grad.end()) {
-    if (backward_owner_fn() && (backward_owner_token_ == nullptr || entry->owner != backward_owner_)) {
+    if (backward_owner_fn() && backward_owner_ != entry->owner) {
       backward_owner_token_.reset();  // the previous owner's, before the next one's
       backward_owner_ = entry->owner;
       backward_owner_token_ = backward_owner_fn()(entry->owner);

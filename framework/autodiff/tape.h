@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -103,7 +104,7 @@ class GradientTape {
   bool persistent_;
   bool used_ = false;
   // While gradient() runs: the owner whose ops backward is running, and what the hook returned.
-  std::string backward_owner_;
+  std::optional<std::string> backward_owner_;  // none before the first op's backward
   std::shared_ptr<void> backward_owner_token_;
   std::unordered_set<uint64_t> watched_;  // ids of watched tensors and of recorded outputs
   std::vector<std::shared_ptr<Entry>> entries_;

@@ -84,6 +84,13 @@ DeviceContext ReplicatedStrategy::sharded_context(Category category) const {
   return ctx;
 }
 
+void enter_sharded_scope_if(std::optional<ContextScope>& scope, ShardingMode minimum, Category category) {
+  const DeviceContext& here = device_context();
+  if (here.strategy != nullptr && here.ledger != nullptr && here.core < 0 && here.strategy->shard() >= minimum) {
+    scope.emplace(here.strategy->sharded_context(category));
+  }
+}
+
 DeviceContext ReplicatedStrategy::host_context() const {
   DeviceContext ctx;
   ctx.strategy = const_cast<ReplicatedStrategy*>(this);

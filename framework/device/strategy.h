@@ -29,6 +29,11 @@
 
 namespace keel {
 
+// Where this thread's tensors are mirrored (a strategy's scope) and its strategy shards at least
+// `minimum`: `scope` becomes that strategy's sharded_context(category) until it is destroyed or reset.
+// Elsewhere `scope` is left empty and new tensors are charged as before.
+void enter_sharded_scope_if(std::optional<ContextScope>& scope, ShardingMode minimum, Category category);
+
 // One global batch, or one core's shard of it.
 struct Batch {
   Tensor images;  // x: (batch, ...)

@@ -128,11 +128,8 @@ Variable& Layer::add_weight(const std::string& name, const Shape& shape, const s
                             bool trainable) {
   const std::string full = name_ + "/" + name;
   // ZeRO-3: created inside a scope whose strategy shards parameters, each core is charged its shard.
-  const DeviceContext& here = device_context();
   std::optional<ContextScope> sharded;
-  if (here.strategy != nullptr && here.ledger != nullptr && here.core < 0 && here.strategy->shard() == ShardingMode::full) {
-    sharded.emplace(here.strategy->sharded_context(Category::parameters));
-  }
+  enter_sharded_scope_if(sharded, ShardingMode::full, Category::parameters);
   Tensor value = Tensor::empty(shape, Category::parameters, full);
   initialize(value, initializer, next_initializer_key());
   variables_.push_back(std::make_unique<Variable>(full, std::move(value), trainable && trainable_));

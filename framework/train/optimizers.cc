@@ -174,11 +174,8 @@ void Optimizer::build(const std::vector<Variable*>& vars) {
   // Keras's creation order: every variable's first slot, then every variable's second slot.
   for (Variable* v : vars) slots_[v->name()];  // every variable is known, even with no slots (plain SGD)
   // Mirrored slots, or each core charged its shard only when the strategy shards optimizer state.
-  const DeviceContext& here = device_context();
   std::optional<ContextScope> sharded;
-  if (here.strategy != nullptr && here.ledger != nullptr && here.core < 0 && here.strategy->shard() >= ShardingMode::optimizer) {
-    sharded.emplace(here.strategy->sharded_context(Category::optimizer));
-  }
+  enter_sharded_scope_if(sharded, ShardingMode::optimizer, Category::optimizer);
   for (const std::string& slot : slot_names()) {
     for (Variable* v : vars) {
       const std::string name = name_ + "/" + v->name() + "/" + slot;

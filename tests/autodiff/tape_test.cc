@@ -1,6 +1,9 @@
 #include "framework/autodiff/tape.h"
 
+#include <algorithm>
+#include <memory>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -304,6 +307,40 @@ TEST(GradientTapeTest, OnReadyWaitsForEveryUseOfAVariable) {
   });
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(g[0].to_vector(), (std::vector<float>{7, 7}));
+}
+
+// BackwardOwnerHook: backward calls it once each time it moves on to the ops of another owner, in
+// reverse order of the forward, and holds what it returns until it moves on (ZeRO-3 gathers a layer's
+// weights for exactly that span).
+TEST(GradientTapeTest, BackwardOwnerHookSeesEachOwnersOpsOnceAndHoldsItsToken) {
+  Tensor x = host({2}, {1, 2});
+  std::vector<std::string> entered;
+  int live_tokens = 0, most_live = 0;
+  std::vector<Tensor> g;
+  {
+    const BackwardOwnerHook hook([&](const std::string& owner) -> std::shared_ptr<void> {
+      entered.push_back(owner);
+      most_live = std::max(most_live, ++live_tokens);
+      return std::shared_ptr<void>(nullptr, [&](void*) { --live_tokens; });
+    });
+    GradientTape tape;
+    tape.watch(x);
+    Tensor h;
+    {
+      OwnerScope a("activation:a");
+      h = ops::scale(ops::scale(x, 2), 3);  // two ops of owner a
+    }
+    Tensor loss;
+    {
+      OwnerScope b("activation:b");
+      loss = ops::reduce_sum(ops::scale(h, 5));
+    }
+    g = tape.gradient(loss, {x});
+  }
+  EXPECT_EQ(entered, (std::vector<std::string>{"activation:b", "activation:a"}));
+  EXPECT_EQ(most_live, 1) << "the previous owner's token is dropped before the next one's is taken";
+  EXPECT_EQ(live_tokens, 0) << "and the last one when gradient() returns";
+  EXPECT_EQ(g[0].to_vector(), (std::vector<float>{30, 30}));
 }
 
 }  // namespace
