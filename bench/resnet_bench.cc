@@ -3,7 +3,8 @@
 //   build/bench/resnet_bench train  --device cpu|custom:N --image 32  --batch 32 [--steps 5]
 //   build/bench/resnet_bench infer  --device cpu|custom:N --image 224 --batch 8  [--steps 3]
 //   build/bench/resnet_bench memory [--image 224] [--batch 8]
-//   ... train|infer [--shard none|optimizer|gradients] [--remat none|segments]   (memory savers)
+//   ... train|infer [--shard none|optimizer|gradients|full] [--remat none|segments]
+//       [--precision float32|mixed_bfloat16]   (memory savers)
 //
 // The model is zoo "resnet50" (keras.applications.ResNet50 v1) with 10 classes, SGD(0.01, momentum
 // 0.9) and sparse categorical cross-entropy on synthetic images and labels; --batch is the global
@@ -49,6 +50,7 @@ struct Args {
   int steps = 3;
   keel::ShardingMode shard = keel::ShardingMode::none;
   keel::Remat remat = keel::Remat::none;
+  std::string precision = "float32";
 };
 
 constexpr int64_t kClasses = 10;
@@ -74,6 +76,7 @@ Args parse(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--steps")) a.steps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--shard")) a.shard = keel::parse_sharding_mode(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--remat")) a.remat = keel::parse_remat(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--precision")) a.precision = keel::mixed_precision::Policy(argv[i + 1]).name();
     else usage(std::string("unknown option ") + argv[i]);
   }
   if (a.image < 32 || a.batch < 1 || a.steps < 1) usage("--image >= 32, --batch >= 1, --steps >= 1");
@@ -137,6 +140,7 @@ int run_timed(const Args& a) {
   std::unique_ptr<keel::Model> model;
   {
     auto scope = strategy.scope();
+    const keel::mixed_precision::GlobalPolicyScope policy(keel::mixed_precision::Policy(a.precision));
     model = build_resnet50(a.image);
     model->set_remat(a.remat);
   }
@@ -161,10 +165,11 @@ int run_timed(const Args& a) {
   const double images_per_sec = static_cast<double>(a.batch) * a.steps / total;
   const double flops_per_image = forward_flops_per_image(*model) * (train ? 3 : 1);
   std::printf("{\"framework\": \"keel\", \"mode\": \"%s\", \"device\": \"%s\", \"shard\": \"%s\", \"remat\": \"%s\", "
-              "\"replicas\": %d, \"image\": %lld, "
+              "\"precision\": \"%s\", \"replicas\": %d, \"image\": %lld, "
               "\"batch\": %lld, \"steps\": %d, \"images_per_sec\": %.3f, \"mean_step_seconds\": %.4f, "
               "\"best_step_seconds\": %.4f, \"gflop_per_image\": %.4f, \"gflops\": %.2f}\n",
-              a.mode.c_str(), a.device.c_str(), keel::sharding_mode_name(a.shard), keel::remat_name(a.remat), strategy.num_replicas(), static_cast<long long>(a.image),
+              a.mode.c_str(), a.device.c_str(), keel::sharding_mode_name(a.shard), keel::remat_name(a.remat),
+              a.precision.c_str(), strategy.num_replicas(), static_cast<long long>(a.image),
               static_cast<long long>(a.batch), a.steps, images_per_sec, total / a.steps,
               *std::min_element(seconds.begin(), seconds.end()), flops_per_image * 1e-9,
               flops_per_image * images_per_sec * 1e-9);

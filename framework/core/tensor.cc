@@ -1,6 +1,7 @@
 #include "framework/core/tensor.h"
 
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -11,30 +12,36 @@
 namespace keel {
 
 std::shared_ptr<Storage> Storage::allocate(int64_t elements, const Shape& shape, Category category,
-                                           const std::string& owner) {
+                                           const std::string& owner, DType dtype) {
   if (elements < 0) throw std::invalid_argument("negative tensor size " + shape_string(shape));
   std::shared_ptr<Storage> s(new Storage());
   s->elements_ = elements;
-  const int64_t bytes = checked_mul(elements, static_cast<int64_t>(sizeof(float)), "tensor bytes");
+  const int64_t bytes = checked_mul(elements, dtype_size(dtype), "tensor bytes");
   // Charge first: an allocation that does not fit must fail before any memory is taken. On a throw,
   // the destructor releases the charges made so far.
   const bool abstract = device_hooks::charge_new_storage(bytes, category, owner, shape, s->charges_);
-  if (!abstract && elements > 0) s->data_ = static_cast<float*>(host_allocate(static_cast<size_t>(bytes)));
+  if (!abstract && elements > 0) {
+    s->data_ = host_allocate(static_cast<size_t>(bytes));
+    s->bytes_ = bytes;
+  }
   return s;
 }
 
-std::shared_ptr<Storage> Storage::allocate_host(int64_t elements) {
+std::shared_ptr<Storage> Storage::allocate_host(int64_t elements, DType dtype) {
   if (elements < 0) throw std::invalid_argument("negative tensor size");
   std::shared_ptr<Storage> s(new Storage());
   s->elements_ = elements;
-  const int64_t bytes = checked_mul(elements, static_cast<int64_t>(sizeof(float)), "tensor bytes");
-  if (elements > 0) s->data_ = static_cast<float*>(host_allocate(static_cast<size_t>(bytes)));
+  const int64_t bytes = checked_mul(elements, dtype_size(dtype), "tensor bytes");
+  if (elements > 0) {
+    s->data_ = host_allocate(static_cast<size_t>(bytes));
+    s->bytes_ = bytes;
+  }
   return s;
 }
 
 Storage::~Storage() {
   for (const Charge& c : charges_) device_hooks::release(c);
-  host_free(data_, static_cast<size_t>(elements_) * sizeof(float));
+  host_free(data_, static_cast<size_t>(bytes_));
 }
 
 void Storage::retag(Category category, const std::string& owner) {
@@ -54,14 +61,28 @@ Tensor Tensor::empty(const Shape& shape, Category category, const std::string& o
   return empty_impl(shape, category, owner, /*host=*/false);
 }
 
-Tensor Tensor::empty_impl(const Shape& shape, Category category, const std::string& owner, bool host) {
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  return empty(shape, dtype, device_hooks::default_category(), device_hooks::default_owner());
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Category category, const std::string& owner) {
+  return empty_impl(shape, category, owner, /*host=*/false, dtype);
+}
+
+void Tensor::wrong_dtype(DType want) const {
+  throw std::logic_error(std::string("a ") + dtype_name(impl_->dtype) + " tensor of shape " + shape_string(impl_->shape) +
+                         " read as " + dtype_name(want));
+}
+
+Tensor Tensor::empty_impl(const Shape& shape, Category category, const std::string& owner, bool host, DType dtype) {
   for (int64_t d : shape) {
     if (d < 0) throw std::invalid_argument("tensor shape has a negative dimension: " + shape_string(shape));
   }
   auto impl = std::make_shared<Impl>();
   impl->shape = shape;
-  impl->storage = host ? Storage::allocate_host(num_elements(shape))
-                       : Storage::allocate(num_elements(shape), shape, category, owner);
+  impl->dtype = dtype;
+  impl->storage = host ? Storage::allocate_host(num_elements(shape), dtype)
+                       : Storage::allocate(num_elements(shape), shape, category, owner, dtype);
   impl->id = next_id();
   return Tensor(std::move(impl));
 }
@@ -119,13 +140,31 @@ float Tensor::item() const {
   if (is_string()) throw std::logic_error("item() on a string tensor");
   if (size() != 1) throw std::logic_error("item() on a tensor of shape " + shape_string(shape()));
   if (is_abstract()) return 0.0f;
-  return data()[0];
+  return dtype() == DType::bfloat16 ? bfloat16_to_float(bfloat16_data()[0]) : data()[0];
 }
 
 std::vector<float> Tensor::to_vector() const {
   if (is_string()) throw std::logic_error("to_vector() on a string tensor");
   if (is_abstract()) return std::vector<float>(static_cast<size_t>(size()), 0.0f);
+  if (dtype() == DType::bfloat16) {
+    std::vector<float> out(static_cast<size_t>(size()));
+    from_bfloat16(bfloat16_data(), out.data(), size());
+    return out;
+  }
   return std::vector<float>(data(), data() + size());
+}
+
+Tensor Tensor::to(DType target) const {
+  if (is_string()) throw std::logic_error("to() on a string tensor");
+  if (dtype() == target) return *this;
+  Tensor t = empty(shape(), target);
+  if (t.is_abstract() || is_abstract() || size() == 0) return t;
+  if (target == DType::bfloat16) {
+    to_bfloat16(data(), t.bfloat16_data(), size());
+  } else {
+    from_bfloat16(bfloat16_data(), t.data(), size());
+  }
+  return t;
 }
 
 Tensor Tensor::reshape(const Shape& new_shape) const {
@@ -170,23 +209,28 @@ Tensor Tensor::clone() const { return clone(device_hooks::default_category(), de
 
 Tensor Tensor::clone(Category category, const std::string& owner) const {
   if (is_string()) return from_string(string_value());  // host bytes: never charged
-  Tensor t = empty(shape(), category, owner);
+  Tensor t = empty(shape(), dtype(), category, owner);
   if (!t.is_abstract() && !is_abstract() && size() > 0) {
-    std::memcpy(t.data(), data(), static_cast<size_t>(bytes()));
+    std::memcpy(t.raw(dtype()), const_cast<Tensor*>(this)->raw(dtype()), static_cast<size_t>(bytes()));
   }
   return t;
 }
 
 void Tensor::copy_from(const Tensor& other) {
-  if (other.size() != size()) {
-    throw std::invalid_argument("copy_from: " + shape_string(other.shape()) + " into " + shape_string(shape()));
+  if (other.size() != size() || other.dtype() != dtype()) {
+    throw std::invalid_argument("copy_from: " + std::string(dtype_name(other.dtype())) + " " + shape_string(other.shape()) +
+                                " into " + dtype_name(dtype()) + " " + shape_string(shape()));
   }
   if (is_abstract() || other.is_abstract() || size() == 0) return;
-  std::memcpy(data(), other.data(), static_cast<size_t>(bytes()));
+  std::memcpy(raw(dtype()), const_cast<Tensor&>(other).raw(dtype()), static_cast<size_t>(bytes()));
 }
 
 void Tensor::fill(float value) {
   if (is_abstract() || size() == 0) return;
+  if (dtype() == DType::bfloat16) {
+    std::fill_n(bfloat16_data(), size(), bfloat16_bits(value));
+    return;
+  }
   array().setConstant(value);
 }
 

@@ -1,4 +1,5 @@
-// Tensor: a float32 array with a shape, whose storage is charged to the ledger of the core it lives on.
+// Tensor: a float32 (or bfloat16) array with a shape, whose storage is charged to the ledger of the
+// core it lives on, at its element size.
 //
 // Copies of a Tensor share storage (like a TF handle); `id()` identifies the value for the gradient
 // tape. A tensor is *abstract* when it has a shape and ledger charges but no storage: the planner
@@ -14,6 +15,7 @@
 
 #include <Eigen/Core>
 
+#include "framework/core/dtype.h"
 #include "framework/core/shape.h"
 #include "framework/core/storage_charging.h"
 
@@ -33,15 +35,15 @@ class Storage {
   // Charges according to this thread's DeviceContext (or the explicit category/owner), then allocates
   // (core/storage_charging.h).
   static std::shared_ptr<Storage> allocate(int64_t elements, const Shape& shape, Category category,
-                                           const std::string& owner);
+                                           const std::string& owner, DType dtype = DType::float32);
   // Host memory whatever the thread's context: never charged, never abstract.
-  static std::shared_ptr<Storage> allocate_host(int64_t elements);
+  static std::shared_ptr<Storage> allocate_host(int64_t elements, DType dtype = DType::float32);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  float* data() { return data_; }
-  const float* data() const { return data_; }
+  void* data() { return data_; }
+  const void* data() const { return data_; }
   int64_t elements() const { return elements_; }
   bool abstract() const { return data_ == nullptr && elements_ > 0; }
   // Re-charges this buffer to another category/owner on every core it is charged to.
@@ -50,8 +52,9 @@ class Storage {
 
  private:
   Storage() = default;
-  float* data_ = nullptr;
+  void* data_ = nullptr;
   int64_t elements_ = 0;
+  int64_t bytes_ = 0;
   std::vector<Charge> charges_;
 };
 
@@ -62,6 +65,9 @@ class Tensor {
   // New storage, charged per this thread's DeviceContext. Contents uninitialised.
   static Tensor empty(const Shape& shape);
   static Tensor empty(const Shape& shape, Category category, const std::string& owner);
+  // The same with another element type (charged at its size: 2 bytes for bfloat16).
+  static Tensor empty(const Shape& shape, DType dtype);
+  static Tensor empty(const Shape& shape, DType dtype, Category category, const std::string& owner);
   static Tensor zeros(const Shape& shape);
   static Tensor zeros(const Shape& shape, Category category, const std::string& owner);
   static Tensor full(const Shape& shape, float value);
@@ -78,29 +84,32 @@ class Tensor {
   int rank() const { return static_cast<int>(impl_->shape.size()); }
   int64_t dim(int i) const { return impl_->shape.at(static_cast<size_t>(i < 0 ? i + rank() : i)); }
   int64_t size() const { return num_elements(impl_->shape); }
-  int64_t bytes() const { return num_bytes(impl_->shape, static_cast<int64_t>(sizeof(float))); }
+  DType dtype() const { return impl_->dtype; }
+  int64_t bytes() const { return num_bytes(impl_->shape, dtype_size(impl_->dtype)); }
   bool is_abstract() const { return impl_->storage && impl_->storage->abstract(); }
   bool is_string() const { return impl_ != nullptr && impl_->string != nullptr; }
   const std::string& string_value() const;  // throws std::logic_error unless is_string()
   uint64_t id() const { return impl_->id; }
 
-  // nullptr for an abstract tensor.
-  float* data() {
-    if (!impl_->storage) return nullptr;
-    float* d = impl_->storage->data();
-    return d ? d + impl_->offset : nullptr;
-  }
-  const float* data() const {
-    if (!impl_->storage) return nullptr;
-    const float* d = impl_->storage->data();
-    return d ? d + impl_->offset : nullptr;
+  // nullptr for an abstract tensor. data() is float32's (std::logic_error on a bfloat16 tensor: kernels
+  // read one through ops' operands, framework/ops/precision.h); bfloat16_data() is bfloat16's.
+  float* data() { return static_cast<float*>(raw(DType::float32)); }
+  const float* data() const { return static_cast<const float*>(const_cast<Tensor*>(this)->raw(DType::float32)); }
+  uint16_t* bfloat16_data() { return static_cast<uint16_t*>(raw(DType::bfloat16)); }
+  const uint16_t* bfloat16_data() const {
+    return static_cast<const uint16_t*>(const_cast<Tensor*>(this)->raw(DType::bfloat16));
   }
   float item() const;  // the value of a one-element tensor
-  std::vector<float> to_vector() const;
+  std::vector<float> to_vector() const;  // as float32 whatever the dtype
 
   // Views sharing storage (no new charge). A view is a new value for the tape (new id).
   Tensor reshape(const Shape& shape) const;
   Tensor slice_rows(int64_t begin, int64_t end) const;  // [begin, end) along dim 0
+
+  // A new tensor of `dtype` holding this one's values (rounded to nearest even into bfloat16), charged
+  // per the current context; the same tensor when it already has that dtype. Not recorded on a tape
+  // (ops::cast is the differentiable form).
+  Tensor to(DType dtype) const;
 
   // Deep copy into new storage charged per the current context.
   Tensor clone() const;
@@ -132,13 +141,23 @@ class Tensor {
     std::shared_ptr<Storage> storage;
     int64_t offset = 0;
     uint64_t id = 0;
+    DType dtype = DType::float32;
     bool trainable_variable = false;
     std::shared_ptr<Impl> keras_logits;
     std::shared_ptr<const std::string> string;  // set for a string tensor (then storage is null)
   };
   static uint64_t next_id();
   // empty(); `host`: in host memory whatever the thread's context (from_vector, scalar).
-  static Tensor empty_impl(const Shape& shape, Category category, const std::string& owner, bool host);
+  static Tensor empty_impl(const Shape& shape, Category category, const std::string& owner, bool host,
+                           DType dtype = DType::float32);
+  // The element at the view's offset, if the dtype is `want` (std::logic_error otherwise).
+  void* raw(DType want) {
+    if (!impl_->storage) return nullptr;
+    if (impl_->dtype != want) wrong_dtype(want);
+    char* d = static_cast<char*>(impl_->storage->data());
+    return d ? d + impl_->offset * dtype_size(want) : nullptr;
+  }
+  [[noreturn]] void wrong_dtype(DType want) const;
   explicit Tensor(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<Impl> impl_;
 };

@@ -9,6 +9,7 @@
 #include "framework/device/replica_context.h"
 #include "framework/device/strategy.h"
 #include "framework/layers/initializers.h"
+#include "framework/ops/precision.h"
 
 namespace keel {
 namespace {
@@ -63,6 +64,7 @@ Tensor Layer::apply(const std::vector<Tensor>& inputs, bool training) {
     build_multi(shapes);
   }
   OwnerScope owner("activation:" + name_);
+  const ops::ComputeDTypeScope compute(dtype_policy_.compute_dtype());
   const GatheredWeights gathered(*this);
   return call_multi(inputs, training);
 }
@@ -86,6 +88,7 @@ Shape Layer::compute_output_shape_multi(const std::vector<Shape>& input_shapes) 
 Tensor Layer::operator()(const Tensor& x, bool training) {
   if (!built_) build(Shape(x.shape().begin() + 1, x.shape().end()));
   OwnerScope owner("activation:" + name_);
+  const ops::ComputeDTypeScope compute(dtype_policy_.compute_dtype());
   const GatheredWeights gathered(*this);
   return call(x, training);
 }
@@ -115,7 +118,7 @@ GatheredWeights::~GatheredWeights() {
 }
 
 nlohmann::json Layer::get_config() const {
-  nlohmann::json config = {{"name", name_}, {"trainable", trainable_}, {"dtype", "float32"}};
+  nlohmann::json config = {{"name", name_}, {"trainable", trainable_}, {"dtype", dtype_policy_.name()}};
   if (declared_input_shape_) {
     nlohmann::json shape = nlohmann::json::array({nullptr});
     for (int64_t d : *declared_input_shape_) shape.push_back(d);

@@ -13,6 +13,7 @@
 #include "framework/autodiff/variable.h"
 #include "framework/core/tensor.h"
 #include "framework/device/ledger.h"
+#include "framework/layers/dtype_policy.h"
 
 namespace keel {
 
@@ -64,6 +65,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual nlohmann::json get_config() const;
 
   std::vector<Variable*> weights() const;
+  // Keras's layer.dtype_policy: the global policy when the layer was constructed, unless set here
+  // (framework/layers/dtype_policy.h). Its compute dtype is what the layer's ops compute in.
+  const mixed_precision::Policy& dtype_policy() const { return dtype_policy_; }
+  void set_dtype_policy(const mixed_precision::Policy& policy) { dtype_policy_ = policy; }
   // Keras's layer.trainable: false freezes every weight of the layer (no gradients, no optimizer
   // slots; a frozen BatchNormalization also runs in inference mode, as in Keras 2). Set it before
   // compile. True restores each weight's own trainability (moving statistics stay non-trainable).
@@ -93,6 +98,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::vector<std::unique_ptr<Variable>> variables_;
   std::vector<bool> variable_trainable_;  // each weight's own trainability, as added
   bool trainable_ = true;
+  mixed_precision::Policy dtype_policy_ = mixed_precision::global_policy();
 };
 
 using LayerPtr = std::shared_ptr<Layer>;

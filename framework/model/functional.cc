@@ -9,6 +9,7 @@
 
 #include "framework/autodiff/recompute.h"
 #include "framework/device/context.h"
+#include "framework/ops/precision.h"
 
 namespace keel {
 
@@ -193,7 +194,7 @@ std::vector<Tensor> Functional::call_all(const std::vector<Tensor>& inputs, bool
       current = recompute_in_backward([this, s, training](const Tensor& in) { return run_segment(*s, in, training); },
                                       current, segment_variables(*s));
     }
-    return {run_segment(segments_.back(), current, training)};
+    return {ops::cast(run_segment(segments_.back(), current, training), DType::float32)};
   }
   // Remaining consumers of each node's output: a tensor is dropped after its last use.
   std::unordered_map<const GraphNode*, int> uses;
@@ -205,7 +206,8 @@ std::vector<Tensor> Functional::call_all(const std::vector<Tensor>& inputs, bool
   for (size_t i = 0; i < inputs_.size(); ++i) values[inputs_[i].node().get()] = inputs[i];
   run_nodes(0, nodes_.size(), values, uses, training);
   std::vector<Tensor> outs;
-  for (const KerasTensor& out : outputs_) outs.push_back(values.at(out.node().get()));
+  // A model's outputs are float32 whatever its layers compute in (mixed precision's advice).
+  for (const KerasTensor& out : outputs_) outs.push_back(ops::cast(values.at(out.node().get()), DType::float32));
   return outs;
 }
 

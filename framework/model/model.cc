@@ -12,6 +12,7 @@
 #include "framework/device/context.h"
 #include "framework/layers/core_layers.h"
 #include "framework/layers/normalization.h"
+#include "framework/ops/precision.h"
 
 namespace keel {
 namespace {
@@ -500,7 +501,7 @@ Tensor Sequential::call(const Tensor& x, bool training) {
       y = (*l)(y, training);
     }
   }
-  return y;
+  return ops::cast(y, DType::float32);  // float32 outputs whatever the layers compute in
 }
 
 nlohmann::json Sequential::to_config() const {

@@ -32,6 +32,7 @@ std::vector<TransferStat> run_steady_state_step(ReplicatedStrategy& strategy, co
   strategy.ledger().mark("build");
   {
     auto scope = strategy.scope();
+    const mixed_precision::GlobalPolicyScope policy(savers.precision);
     model = factory();
     model->set_remat(savers.remat);
     model->optimizer().build(model->trainable_variables());
@@ -118,29 +119,38 @@ int64_t find_max_batch(const ModelFactory& factory, const DeviceSpec& device, co
 
 std::vector<SaverSuggestion> suggest_savers(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
                                             const Shape& label_shape) {
-  std::vector<SaverSuggestion> out;
-  for (Remat remat : {Remat::none, Remat::segments}) {
-    for (ShardingMode shard : {ShardingMode::none, ShardingMode::optimizer, ShardingMode::gradients, ShardingMode::full}) {
-      SaverSuggestion s;
-      s.savers = Savers{shard, remat};
-      const MemoryPlan plan = plan_training_step(factory, device, batch_per_core, label_shape, s.savers);
-      s.fits = plan.fits;
-      for (const CoreMemory& m : plan.per_core) {
-        s.peak_bytes = std::max(s.peak_bytes, m.peak);
-        s.collective_bytes += m.sent_bytes;
+  std::vector<Savers> combinations;
+  for (const char* precision : {"float32", "mixed_bfloat16"}) {
+    for (Remat remat : {Remat::none, Remat::segments}) {
+      for (ShardingMode shard : {ShardingMode::none, ShardingMode::optimizer, ShardingMode::gradients, ShardingMode::full}) {
+        combinations.push_back(Savers{shard, remat, mixed_precision::Policy(precision)});
       }
-      const CoreMemory& core0 = plan.per_core.front();
-      const int64_t first_pass = core0.forward_flops - core0.recomputed_flops;
-      if (first_pass > 0) s.recompute_fraction = static_cast<double>(core0.recomputed_flops) / (3.0 * static_cast<double>(first_pass));
-      if (device.has_budget()) s.max_batch_per_core = find_max_batch(factory, device, label_shape, s.savers);
-      out.push_back(s);
     }
+  }
+  std::vector<SaverSuggestion> out;
+  for (const Savers& savers : combinations) {
+    SaverSuggestion s;
+    s.savers = savers;
+    const MemoryPlan plan = plan_training_step(factory, device, batch_per_core, label_shape, s.savers);
+    s.fits = plan.fits;
+    for (const CoreMemory& m : plan.per_core) {
+      s.peak_bytes = std::max(s.peak_bytes, m.peak);
+      s.collective_bytes += m.sent_bytes;
+    }
+    const CoreMemory& core0 = plan.per_core.front();
+    const int64_t first_pass = core0.forward_flops - core0.recomputed_flops;
+    if (first_pass > 0) s.recompute_fraction = static_cast<double>(core0.recomputed_flops) / (3.0 * static_cast<double>(first_pass));
+    if (device.has_budget()) s.max_batch_per_core = find_max_batch(factory, device, label_shape, s.savers);
+    out.push_back(s);
   }
   std::stable_sort(out.begin(), out.end(), [](const SaverSuggestion& a, const SaverSuggestion& b) {
     if (a.fits != b.fits) return a.fits;
     if (!a.fits) return a.peak_bytes < b.peak_bytes;
     if (a.recompute_fraction != b.recompute_fraction) return a.recompute_fraction < b.recompute_fraction;
     if (a.collective_bytes != b.collective_bytes) return a.collective_bytes < b.collective_bytes;
+    const bool a_mixed = a.savers.precision.compute_dtype() != DType::float32;
+    const bool b_mixed = b.savers.precision.compute_dtype() != DType::float32;
+    if (a_mixed != b_mixed) return b_mixed;
     return a.peak_bytes < b.peak_bytes;
   });
   return out;

@@ -15,6 +15,7 @@
 #include "framework/device/device_spec.h"
 #include "framework/device/ledger.h"
 #include "framework/device/sharding.h"
+#include "framework/layers/dtype_policy.h"
 #include "framework/model/model.h"
 
 namespace keel {
@@ -37,6 +38,8 @@ struct CoreMemory {
 struct Savers {
   ShardingMode shard = ShardingMode::none;  // partitioned optimizer state and gradients (ZeRO)
   Remat remat = Remat::none;                // rematerialisation (framework/model/remat.h)
+  // The global dtype policy the planner builds the model under (framework/layers/dtype_policy.h).
+  mixed_precision::Policy precision = mixed_precision::Policy("float32");
 };
 
 struct MemoryPlan {
@@ -90,9 +93,10 @@ struct SaverSuggestion {
   int64_t collective_bytes = 0;               // bytes sent between cores in one step, summed over cores
 };
 
-// Every combination of the savers keel has (sharding modes x remat modes), planned at `batch_per_core`:
-// those that fit first, cheapest first (least recomputation, then fewest bytes between cores, then the
-// smallest peak), then those that do not fit, smallest peak first.
+// Every combination of the savers keel has (precisions x sharding modes x remat modes), planned at
+// `batch_per_core`: those that fit first, cheapest first (least recomputation, then fewest bytes
+// between cores, then float32 before mixed_bfloat16, then the smallest peak), then those that do not
+// fit, smallest peak first.
 std::vector<SaverSuggestion> suggest_savers(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
                                             const Shape& label_shape);
 

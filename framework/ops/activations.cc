@@ -1,4 +1,5 @@
-// Activations: relu and softmax. Both save their output (not their input) for backward.
+// Activations: relu and softmax. Both save their output (not their input) for backward. Softmax
+// always computes and returns float32 (ops/precision.h).
 #include <cmath>
 
 #include "framework/autodiff/tape.h"
@@ -8,13 +9,33 @@
 namespace keel::ops {
 
 Tensor relu(const Tensor& x) {
-  Tensor y = Tensor::empty(x.shape());
-  if (detail::compute(y, {&x})) y.array() = x.array().max(0.0f);
+  const DType dt = compute_dtype();
+  Tensor y;
+  if (dt == DType::bfloat16 && x.dtype() == DType::bfloat16) {  // bfloat16 to bfloat16, through the stack
+    y = Tensor::empty(x.shape(), dt);
+    if (detail::compute(y, {&x})) {
+      detail::map_bfloat16(x.bfloat16_data(), y.bfloat16_data(), x.size(), [](ArrayMap a) { a = a.max(0.0f); });
+    }
+  } else {
+    const Tensor xv = detail::operand(x, dt).value;
+    y = detail::output_buffer(x.shape(), dt);
+    if (detail::compute(y, {&xv})) y.array() = xv.array().max(0.0f);
+    y = detail::finish(y, dt);
+  }
   if (GradientTape::is_recording({&x})) {
     GradientTape::record({x}, {y}, [y](const std::vector<Tensor>& dy, const std::vector<bool>&) {
       Tensor dx = Tensor::empty(y.shape());
       // The derivative at 0 is taken as 0, as TensorFlow does.
-      if (detail::compute(dx, {&dy[0], &y})) dx.array() = (y.array() > 0.0f).select(dy[0].array(), 0.0f);
+      if (!detail::compute(dx, {&dy[0], &y})) return std::vector<Tensor>{dx};
+      if (y.dtype() == DType::bfloat16) {
+        const uint16_t* yd = y.bfloat16_data();
+        const float* g = dy[0].data();
+        float* d = dx.data();
+        const int64_t n = y.size();
+        for (int64_t i = 0; i < n; ++i) d[i] = detail::load(yd, i) > 0.0f ? g[i] : 0.0f;
+      } else {
+        dx.array() = (y.array() > 0.0f).select(dy[0].array(), 0.0f);
+      }
       return std::vector<Tensor>{dx};
     });
   }
@@ -35,9 +56,11 @@ void softmax_rows(ConstMatrixMap x, MatrixMap y) {
 Tensor softmax(const Tensor& x) {
   if (x.rank() < 1) detail::shape_error("softmax", "needs at least one axis");
   const int64_t classes = x.dim(-1);
+  // Always float32, from float32 logits (bfloat16 ones are widened exactly).
+  const Tensor xv = detail::operand(x, DType::float32).value;
   Tensor y = Tensor::empty(x.shape());
-  if (detail::compute(y, {&x}) && x.size() > 0) {
-    softmax_rows(ConstMatrixMap(x.data(), x.size() / classes, classes), MatrixMap(y.data(), x.size() / classes, classes));
+  if (detail::compute(y, {&xv}) && x.size() > 0) {
+    softmax_rows(ConstMatrixMap(xv.data(), x.size() / classes, classes), MatrixMap(y.data(), x.size() / classes, classes));
   }
   if (GradientTape::is_recording({&x})) {
     GradientTape::record({x}, {y}, [y, classes](const std::vector<Tensor>& dy, const std::vector<bool>&) {

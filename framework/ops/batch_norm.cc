@@ -58,6 +58,28 @@ int64_t check_shapes(const std::string& op, const Tensor& x,
 
 int64_t rows_of(const Tensor& x, int64_t channels) { return channels == 0 ? 0 : x.size() / channels; }
 
+// f(pointer to x's elements) with the pointer typed as x is stored (float32 or bfloat16 bits).
+template <typename F>
+void with_storage(const Tensor& x, F f) {
+  if (x.dtype() == DType::bfloat16) {
+    f(x.bfloat16_data());
+  } else {
+    f(x.data());
+  }
+}
+
+// The same for an input and an output.
+template <typename F>
+void with_storage(const Tensor& x, Tensor& y, F f) {
+  with_storage(x, [&](const auto* xd) {
+    if (y.dtype() == DType::bfloat16) {
+      f(xd, y.bfloat16_data());
+    } else {
+      f(xd, y.data());
+    }
+  });
+}
+
 // 1 / sqrt(variance + epsilon), in double; forward and backward use this same expression.
 std::vector<double> inv_std_of(const float* variance, int64_t channels, float epsilon) {
   std::vector<double> inv(static_cast<size_t>(channels));
@@ -67,19 +89,20 @@ std::vector<double> inv_std_of(const float* variance, int64_t channels, float ep
 
 // mean (C,) and biased variance (C,) of x (rows, C), two-pass (the squares are taken around the
 // mean, not as E[x²] - E[x]², which cancels badly when |mean| >> std).
-void moments(const float* x, int64_t rows, int64_t channels, float* mean, float* variance) {
+template <typename T>
+void moments(const T* x, int64_t rows, int64_t channels, float* mean, float* variance) {
   const size_t cs = static_cast<size_t>(channels);
   std::vector<double> sum(cs, 0.0), mean_d(cs, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * channels;
-    for (int64_t c = 0; c < channels; ++c) sum[c] += static_cast<double>(row[c]);
+    const T* row = x + r * channels;
+    for (int64_t c = 0; c < channels; ++c) sum[c] += static_cast<double>(detail::load(row, c));
   }
   for (int64_t c = 0; c < channels; ++c) mean_d[c] = rows > 0 ? sum[c] / static_cast<double>(rows) : 0.0;
   std::fill(sum.begin(), sum.end(), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * channels;
+    const T* row = x + r * channels;
     for (int64_t c = 0; c < channels; ++c) {
-      const double d = static_cast<double>(row[c]) - mean_d[c];
+      const double d = static_cast<double>(detail::load(row, c)) - mean_d[c];
       sum[c] += d * d;
     }
   }
@@ -89,30 +112,32 @@ void moments(const float* x, int64_t rows, int64_t channels, float* mean, float*
   }
 }
 
-// y = (x - mean) * (gamma * inv_std) + beta, per row.
-void normalize(const float* x, int64_t rows, int64_t channels, const float* mean, const float* variance,
-               const float* gamma, const float* beta, float epsilon, float* y) {
+// y = (x - mean) * (gamma * inv_std) + beta, per row; x and y float32 or bfloat16.
+template <typename T, typename TY>
+void normalize(const T* x, int64_t rows, int64_t channels, const float* mean, const float* variance,
+               const float* gamma, const float* beta, float epsilon, TY* y) {
   const std::vector<double> inv = inv_std_of(variance, channels, epsilon);
   std::vector<float> scale(static_cast<size_t>(channels));
   for (int64_t c = 0; c < channels; ++c) scale[c] = static_cast<float>(static_cast<double>(gamma[c]) * inv[c]);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * channels;
-    float* yr = y + r * channels;
-    for (int64_t c = 0; c < channels; ++c) yr[c] = (xr[c] - mean[c]) * scale[c] + beta[c];
+    const T* xr = x + r * channels;
+    TY* yr = y + r * channels;
+    for (int64_t c = 0; c < channels; ++c) detail::store(yr, c, (detail::load(xr, c) - mean[c]) * scale[c] + beta[c]);
   }
 }
 
 // sum(dy) and sum(dy * (x - mean)) per channel, in double.
-void channel_sums(const float* dy, const float* x, const float* mean, int64_t rows, int64_t channels,
+template <typename T>
+void channel_sums(const float* dy, const T* x, const float* mean, int64_t rows, int64_t channels,
                   std::vector<double>& sum_dy, std::vector<double>& sum_dy_xc) {
   sum_dy.assign(static_cast<size_t>(channels), 0.0);
   sum_dy_xc.assign(static_cast<size_t>(channels), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     const float* dyr = dy + r * channels;
-    const float* xr = x + r * channels;
+    const T* xr = x + r * channels;
     for (int64_t c = 0; c < channels; ++c) {
       sum_dy[c] += static_cast<double>(dyr[c]);
-      sum_dy_xc[c] += static_cast<double>(dyr[c] * (xr[c] - mean[c]));
+      sum_dy_xc[c] += static_cast<double>(dyr[c] * (detail::load(xr, c) - mean[c]));
     }
   }
 }
@@ -128,7 +153,8 @@ void sum_rows(const float* dy, int64_t rows, int64_t channels, float* out) {
 
 // dx (rows, C) of batch_norm_training from dy, the saved x, mean and gamma, inv_std and the
 // channel sums of dy and dy * (x - mean).
-void training_input_grad(const float* dy, const float* x, const float* mean, const float* gamma,
+template <typename T>
+void training_input_grad(const float* dy, const T* x, const float* mean, const float* gamma,
                          const std::vector<double>& inv, const std::vector<double>& sum_dy,
                          const std::vector<double>& sum_dy_xc, int64_t rows, int64_t channels, float* dx) {
   // dx = a * (dy - b - (x - mean) * k): a = gamma * inv_std, b = sum(dy) / count,
@@ -142,10 +168,10 @@ void training_input_grad(const float* dy, const float* x, const float* mean, con
     k[c] = static_cast<float>(inv[c] * inv[c] * sum_dy_xc[c] / count);
   }
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * channels;
+    const T* xr = x + r * channels;
     const float* dyr = dy + r * channels;
     float* dxr = dx + r * channels;
-    for (int64_t c = 0; c < channels; ++c) dxr[c] = a[c] * (dyr[c] - b[c] - (xr[c] - mean[c]) * k[c]);
+    for (int64_t c = 0; c < channels; ++c) dxr[c] = a[c] * (dyr[c] - b[c] - (detail::load(xr, c) - mean[c]) * k[c]);
   }
 }
 
@@ -154,11 +180,14 @@ void training_input_grad(const float* dy, const float* x, const float* mean, con
 BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon) {
   const int64_t channels = check_shapes("batch_norm_training", x, {{"gamma", &gamma}, {"beta", &beta}});
   const int64_t rows = rows_of(x, channels);
-  BatchNormResult out{Tensor::empty(x.shape()), Tensor::empty({channels}), Tensor::empty({channels})};
+  // float32 arithmetic on a bfloat16 input (widened as it is read); the output in the compute dtype.
+  const DType dt = compute_dtype();
+  BatchNormResult out{Tensor::empty(x.shape(), dt), Tensor::empty({channels}), Tensor::empty({channels})};
   if (compute({&out.y, &out.mean, &out.variance}, {&x, &gamma, &beta})) {
-    moments(x.data(), rows, channels, out.mean.data(), out.variance.data());
-    normalize(x.data(), rows, channels, out.mean.data(), out.variance.data(), gamma.data(), beta.data(), epsilon,
-              out.y.data());
+    with_storage(x, out.y, [&](const auto* xd, auto* yd) {
+      moments(xd, rows, channels, out.mean.data(), out.variance.data());
+      normalize(xd, rows, channels, out.mean.data(), out.variance.data(), gamma.data(), beta.data(), epsilon, yd);
+    });
   }
   if (GradientTape::is_recording({&x, &gamma, &beta})) {
     // x, gamma, mean and variance are needed for dx and dgamma; dbeta needs only dy.
@@ -185,7 +214,7 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
           }
           const float* mean = saved_mean.data();
           std::vector<double> sum_dy, sum_dy_xc;
-          channel_sums(dy[0].data(), saved_x.data(), mean, rows, channels, sum_dy, sum_dy_xc);
+          with_storage(saved_x, [&](const auto* xd) { channel_sums(dy[0].data(), xd, mean, rows, channels, sum_dy, sum_dy_xc); });
           const std::vector<double> inv = inv_std_of(saved_variance.data(), channels, epsilon);
           if (needs[2]) {
             for (int64_t c = 0; c < channels; ++c) grads[2].data()[c] = static_cast<float>(sum_dy[c]);
@@ -194,8 +223,10 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
             for (int64_t c = 0; c < channels; ++c) grads[1].data()[c] = static_cast<float>(sum_dy_xc[c] * inv[c]);
           }
           if (needs[0] && rows > 0) {
-            training_input_grad(dy[0].data(), saved_x.data(), mean, saved_gamma.data(), inv, sum_dy, sum_dy_xc, rows,
-                                channels, grads[0].data());
+            with_storage(saved_x, [&](const auto* xd) {
+              training_input_grad(dy[0].data(), xd, mean, saved_gamma.data(), inv, sum_dy, sum_dy_xc, rows, channels,
+                                  grads[0].data());
+            });
           }
           return grads;
         });
@@ -211,10 +242,11 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
                                          {"moving_mean", &moving_mean},
                                          {"moving_variance", &moving_variance}});
   const int64_t rows = rows_of(x, channels);
-  Tensor y = Tensor::empty(x.shape());
+  Tensor y = Tensor::empty(x.shape(), compute_dtype());
   if (compute({&y}, {&x, &gamma, &beta, &moving_mean, &moving_variance})) {
-    normalize(x.data(), rows, channels, moving_mean.data(), moving_variance.data(), gamma.data(), beta.data(), epsilon,
-              y.data());
+    with_storage(x, y, [&](const auto* xd, auto* yd) {
+      normalize(xd, rows, channels, moving_mean.data(), moving_variance.data(), gamma.data(), beta.data(), epsilon, yd);
+    });
   }
   if (GradientTape::is_recording({&x, &gamma, &beta})) {
     // dx needs gamma and the variance; dgamma needs x and both statistics; dbeta needs only dy.
@@ -246,7 +278,9 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
           }
           if (needs[1]) {
             std::vector<double> sum_dy, sum_dy_xc;
-            channel_sums(dy[0].data(), saved_x.data(), moving_mean.data(), rows, channels, sum_dy, sum_dy_xc);
+            with_storage(saved_x, [&](const auto* xd) {
+              channel_sums(dy[0].data(), xd, moving_mean.data(), rows, channels, sum_dy, sum_dy_xc);
+            });
             for (int64_t c = 0; c < channels; ++c) grads[1].data()[c] = static_cast<float>(sum_dy_xc[c] * inv[c]);
             if (needs[2]) {
               for (int64_t c = 0; c < channels; ++c) grads[2].data()[c] = static_cast<float>(sum_dy[c]);

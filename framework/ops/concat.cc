@@ -61,6 +61,15 @@ Shape concat_output_shape(const std::vector<Shape>& shapes, int axis) {
   return out_shape;
 }
 
+namespace {
+
+char* bytes_of(Tensor& t) {
+  return t.dtype() == DType::bfloat16 ? reinterpret_cast<char*>(t.bfloat16_data()) : reinterpret_cast<char*>(t.data());
+}
+const char* bytes_of(const Tensor& t) { return bytes_of(const_cast<Tensor&>(t)); }
+
+}  // namespace
+
 Tensor concat(const std::vector<Tensor>& xs, int axis) {
   std::vector<Shape> shapes;
   std::vector<bool> is_variable;
@@ -72,16 +81,23 @@ Tensor concat(const std::vector<Tensor>& xs, int axis) {
   const int a = axis < 0 ? axis + static_cast<int>(shapes[0].size()) : axis;
   const Blocks b = blocks_of(shapes, a);
 
-  Tensor y = Tensor::empty(out_shape);
+  // Concatenates in the compute dtype (bfloat16 inputs are copied as they are).
+  const DType dt = compute_dtype();
+  std::vector<Tensor> ins;
+  for (const Tensor& x : xs) ins.push_back(dt == DType::float32 ? detail::operand(x, dt).value : x.to(dt));
+  Tensor y = Tensor::empty(out_shape, dt);
   bool real = !y.is_abstract();
-  for (const Tensor& x : xs) real = detail::compute(y, {&x}) && real;
+  for (const Tensor& x : ins) real = detail::compute(y, {&x}) && real;
   if (real && y.size() > 0) {
-    float* yd = y.data();
-    for (size_t i = 0; i < xs.size(); ++i) {
+    const size_t element = static_cast<size_t>(dtype_size(dt));
+    char* yd = bytes_of(y);
+    for (size_t i = 0; i < ins.size(); ++i) {
       if (b.inner[i] == 0) continue;
-      const float* xd = xs[i].data();
-      const size_t bytes = static_cast<size_t>(b.inner[i]) * sizeof(float);
-      for (int64_t o = 0; o < b.outer; ++o) std::memcpy(yd + o * b.row + b.offset[i], xd + o * b.inner[i], bytes);
+      const char* xd = bytes_of(ins[i]);
+      const size_t bytes = static_cast<size_t>(b.inner[i]) * element;
+      for (int64_t o = 0; o < b.outer; ++o) {
+        std::memcpy(yd + (o * b.row + b.offset[i]) * element, xd + o * b.inner[i] * element, bytes);
+      }
     }
   }
 

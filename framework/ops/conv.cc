@@ -115,13 +115,18 @@ inline std::pair<int64_t, int64_t> valid_taps(int64_t left, int64_t taps, int64_
 // cols (count, KH*KW*Cin) = rows [row0, row0 + count) of the im2col matrix of x (N, H, W, Cin); each
 // row is the patch under one output pixel in (a, b, c) order, matching the kernel viewed as
 // (KH*KW*Cin, Cout). Taps in the padding are 0.
-void im2col(const float* x, const ConvGeometry& g, int64_t row0, int64_t count, float* cols) {
+// The inputs of im2col: float32, or bfloat16 (bits) widened as they are copied.
+inline void widen(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); }
+inline void widen(const uint16_t* src, float* dst, int64_t n) { from_bfloat16(src, dst, n); }
+
+template <typename T>
+void im2col(const T* x, const ConvGeometry& g, int64_t row0, int64_t count, float* cols) {
   const int64_t H = g.h.input, W = g.w.input, C = g.in_channels, KH = g.h.kernel, KW = g.w.kernel;
   const int64_t dh = g.h.dilation, dw = g.w.dilation, patch = g.patch(), tap_row = KW * C;
   PixelCursor p(g, row0);
   for (int64_t r = 0; r < count; ++r, p.next()) {
     float* dst = cols + r * patch;
-    const float* image = x + p.n * H * W * C;
+    const T* image = x + p.n * H * W * C;
     const int64_t top = p.top(), left = p.left();
     const auto [b_lo, b_hi] = valid_taps(left, KW, dw, W);
     for (int64_t a = 0; a < KH; ++a) {
@@ -131,14 +136,12 @@ void im2col(const float* x, const ConvGeometry& g, int64_t row0, int64_t count, 
         std::memset(d, 0, static_cast<size_t>(tap_row) * sizeof(float));
         continue;
       }
-      const float* src = image + ih * W * C;
+      const T* src = image + ih * W * C;
       std::memset(d, 0, static_cast<size_t>(b_lo * C) * sizeof(float));
       if (dw == 1) {  // the taps in range are one contiguous run of the input row
-        std::memcpy(d + b_lo * C, src + (left + b_lo) * C, static_cast<size_t>((b_hi - b_lo) * C) * sizeof(float));
+        widen(src + (left + b_lo) * C, d + b_lo * C, (b_hi - b_lo) * C);
       } else {
-        for (int64_t b = b_lo; b < b_hi; ++b) {
-          std::memcpy(d + b * C, src + (left + b * dw) * C, static_cast<size_t>(C) * sizeof(float));
-        }
+        for (int64_t b = b_lo; b < b_hi; ++b) widen(src + (left + b * dw) * C, d + b * C, C);
       }
       std::memset(d + b_hi * C, 0, static_cast<size_t>((KW - b_hi) * C) * sizeof(float));
     }
@@ -183,6 +186,124 @@ Tensor cols_workspace(const ConvGeometry& g) {
   return Tensor::empty({g.chunk_rows(), g.patch()});
 }
 
+// dst (N, OH, OW, C) = src (N, H, W, C) placed at (top, left), zeros around it.
+template <typename T>
+void pad_images(const T* src, int64_t N, int64_t H, int64_t W, int64_t C, int64_t OH, int64_t OW, int64_t top,
+                int64_t left, T* dst) {
+  const size_t row_bytes = static_cast<size_t>(W * C) * sizeof(T);
+  for (int64_t n = 0; n < N; ++n) {
+    T* image = dst + n * OH * OW * C;
+    std::memset(image, 0, static_cast<size_t>(top * OW * C) * sizeof(T));
+    for (int64_t h = 0; h < H; ++h) {
+      T* row = image + (top + h) * OW * C;
+      std::memset(row, 0, static_cast<size_t>(left * C) * sizeof(T));
+      if (row_bytes > 0) std::memcpy(row + left * C, src + (n * H + h) * W * C, row_bytes);
+      std::memset(row + (left + W) * C, 0, static_cast<size_t>((OW - left - W) * C) * sizeof(T));
+    }
+    std::memset(image + (top + H) * OW * C, 0, static_cast<size_t>((OH - top - H) * OW * C) * sizeof(T));
+  }
+}
+
+// Forward in float32: one GEMM for a pointwise convolution, else im2col chunk by chunk.
+void forward_float32(const ConvGeometry& g, const float* x, const float* kernel, float* y) {
+  const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
+  if (g.pointwise()) {
+    if (x != nullptr) MatrixMap(y, rows, cout).noalias() = ConstMatrixMap(x, rows, patch) * ConstMatrixMap(kernel, patch, cout);
+    return;
+  }
+  Tensor cols = cols_workspace(g);
+  if (x == nullptr) return;  // planning: the workspace is charged all the same
+  const ConstMatrixMap k(kernel, patch, cout);
+  for (int64_t row0 = 0; row0 < rows; row0 += g.chunk_rows()) {
+    const int64_t n = std::min(g.chunk_rows(), rows - row0);
+    im2col(x, g, row0, n, cols.data());
+    MatrixMap(y + row0 * cout, n, cout).noalias() = ConstMatrixMap(cols.data(), n, patch) * k;
+  }
+}
+
+// Forward on a bfloat16 input into a bfloat16 output, chunk by chunk (pointwise convolutions too):
+// the chunk's patches widened into float32, one GEMM into a float32 chunk of y, rounded into y.
+// No x- or y-sized float32 buffer exists.
+void forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, uint16_t* y) {
+  const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
+  Tensor cols = cols_workspace(g);
+  Tensor out = [&] {
+    CategoryScope workspace(Category::workspace);
+    return Tensor::empty({g.chunk_rows(), cout});
+  }();
+  if (x == nullptr) return;
+  const ConstMatrixMap k(kernel, patch, cout);
+  for (int64_t row0 = 0; row0 < rows; row0 += g.chunk_rows()) {
+    const int64_t n = std::min(g.chunk_rows(), rows - row0);
+    im2col(x, g, row0, n, cols.data());
+    MatrixMap(out.data(), n, cout).noalias() = ConstMatrixMap(cols.data(), n, patch) * k;
+    to_bfloat16(out.data(), y + row0 * cout, n * cout);
+  }
+}
+
+// dkernel (+=) and dx (+=, through col2im) chunk by chunk; either may be null. One workspace buffer
+// per chunk: first the im2col of x (for dkernel), then dy · kernelᵀ (for dx).
+template <typename T>
+void backward_chunks(const ConvGeometry& g, const T* x, const float* kernel, const float* dy, float* cols, float* dx,
+                     float* dkernel) {
+  const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
+  const ConstMatrixMap k(kernel, patch, cout);
+  for (int64_t row0 = 0; row0 < rows; row0 += g.chunk_rows()) {
+    const int64_t n = std::min(g.chunk_rows(), rows - row0);
+    const ConstMatrixMap dym(dy + row0 * cout, n, cout);
+    MatrixMap c(cols, n, patch);
+    if (dkernel != nullptr) {
+      im2col(x, g, row0, n, cols);
+      MatrixMap(dkernel, patch, cout).noalias() += c.transpose() * dym;
+    }
+    if (dx != nullptr) {
+      c.noalias() = dym * k.transpose();
+      col2im_add(cols, g, row0, n, dx);
+    }
+  }
+}
+
+// Whether backward needs the im2col workspace: for every gradient of a convolution that is not
+// pointwise, and for dkernel of a pointwise one on a bfloat16 input (widened chunk by chunk).
+bool backward_needs_cols(const ConvGeometry& g, bool bf16, bool dx, bool dk) {
+  if (g.rows() == 0 || g.out_channels == 0 || g.patch() == 0) return false;
+  return g.pointwise() ? bf16 && dk : dx || dk;
+}
+
+// The gradients of conv2d given dy: dx (N, H, W, Cin) and dkernel, where `real_*` (planning charges
+// the same buffers and skips the arithmetic). x is the kept input, float32 or bfloat16; kernel the
+// float32 values forward computed with.
+void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel, const Tensor& dy, Tensor* dx, Tensor* dk) {
+  const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
+  if (rows == 0 || cout == 0 || patch == 0) {  // nothing flows: zero gradients
+    if (dx != nullptr) dx->fill(0.0f);
+    if (dk != nullptr) dk->fill(0.0f);
+    return;
+  }
+  const bool bf16 = x.dtype() == DType::bfloat16;
+  if (g.pointwise() && dx != nullptr) {  // dx = dy · kernelᵀ
+    MatrixMap(dx->data(), rows, patch).noalias() =
+        ConstMatrixMap(dy.data(), rows, cout) * ConstMatrixMap(kernel.data(), patch, cout).transpose();
+    dx = nullptr;
+  }
+  if (g.pointwise() && !bf16 && dk != nullptr) {  // dkernel = xᵀ · dy with x viewed as (N*H*W, Cin)
+    MatrixMap(dk->data(), patch, cout).noalias() =
+        ConstMatrixMap(x.data(), rows, patch).transpose() * ConstMatrixMap(dy.data(), rows, cout);
+    dk = nullptr;
+  }
+  if (!backward_needs_cols(g, bf16, dx != nullptr, dk != nullptr)) return;
+  Tensor cols = cols_workspace(g);
+  if (dx != nullptr) dx->fill(0.0f);  // col2im adds
+  if (dk != nullptr) dk->fill(0.0f);  // chunks add
+  float* dxd = dx != nullptr ? dx->data() : nullptr;
+  float* dkd = dk != nullptr ? dk->data() : nullptr;
+  if (bf16) {
+    backward_chunks(g, x.bfloat16_data(), kernel.data(), dy.data(), cols.data(), dxd, dkd);
+  } else {
+    backward_chunks(g, x.data(), kernel.data(), dy.data(), cols.data(), dxd, dkd);
+  }
+}
+
 }  // namespace
 
 Shape conv2d_output_shape(const Shape& x, const Shape& kernel, std::array<int, 2> strides, Padding padding,
@@ -196,74 +317,46 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   if (!x.defined() || !kernel.defined()) detail::shape_error("conv2d", "undefined input or kernel");
   const ConvGeometry g = conv_geometry(x.shape(), kernel.shape(), strides, padding, dilation);
   const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
-  Tensor y = Tensor::empty({g.batch, g.h.output, g.w.output, cout});
+  const Shape y_shape = {g.batch, g.h.output, g.w.output, cout};
+  const DType dt = compute_dtype();
+  // Under bfloat16 the input is read as bfloat16 (a float32 one is kept as its bfloat16 copy), the
+  // kernel as its rounded float32 values.
+  const Tensor x_kept = dt == DType::bfloat16 && !x.is_trainable_variable() ? x.to(DType::bfloat16) : detail::operand(x, dt).kept;
+  detail::Operand ko = detail::operand(kernel, dt);
   detail::count_forward_flops(2 * rows * patch * cout);
-  const bool real = detail::compute(y, {&x, &kernel});
-  if (rows > 0 && cout > 0) {
-    if (patch == 0) {
-      y.fill(0.0f);
-    } else if (g.pointwise()) {
-      if (real) {
-        MatrixMap(y.data(), rows, cout).noalias() =
-            ConstMatrixMap(x.data(), rows, patch) * ConstMatrixMap(kernel.data(), patch, cout);
-      }
-    } else {
-      Tensor cols = cols_workspace(g);
-      const int64_t chunk = g.chunk_rows();
-      if (real) {
-        const ConstMatrixMap k(kernel.data(), patch, cout);
-        for (int64_t row0 = 0; row0 < rows; row0 += chunk) {
-          const int64_t n = std::min(chunk, rows - row0);
-          im2col(x.data(), g, row0, n, cols.data());
-          MatrixMap(y.data() + row0 * cout, n, cout).noalias() = ConstMatrixMap(cols.data(), n, patch) * k;
-        }
-      }
-    }  // the workspace is released here, before anything else is allocated
+  const bool empty = rows == 0 || cout == 0 || patch == 0;
+  Tensor y;
+  if (x_kept.dtype() == DType::bfloat16 && dt == DType::bfloat16) {
+    y = Tensor::empty(y_shape, dt);
+    const bool real = detail::compute(y, {&x_kept, &ko.value});
+    if (real && empty) y.fill(0.0f);
+    if (!empty) forward_bfloat16(g, real ? x_kept.bfloat16_data() : nullptr, ko.value.data(), real ? y.bfloat16_data() : nullptr);
+  } else {
+    const Tensor xv = detail::compute_values(x_kept, dt);
+    Tensor out = detail::output_buffer(y_shape, dt);
+    const bool real = detail::compute(out, {&xv, &ko.value});
+    if (real && empty) out.fill(0.0f);
+    if (!empty) forward_float32(g, real ? xv.data() : nullptr, ko.value.data(), real ? out.data() : nullptr);
+    y = detail::finish(out, dt);
   }
+  ko.value = Tensor();
   if (GradientTape::is_recording({&x, &kernel})) {
-    GradientTape::record({x, kernel}, {y}, [x, kernel, g](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
-      const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
+    const bool x_is_variable = x.is_trainable_variable(), kernel_is_variable = kernel.is_trainable_variable();
+    GradientTape::record({x, kernel}, {y}, [x_kept, kernel_kept = ko.kept, g, dt, x_is_variable,
+                                            kernel_is_variable](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
       std::vector<Tensor> grads(2);
-      if (needs[0]) grads[0] = detail::grad_buffer(x);       // dx      (N, H, W, Cin)
-      if (needs[1]) grads[1] = detail::grad_buffer(kernel);  // dkernel (KH, KW, Cin, Cout)
+      if (needs[0]) grads[0] = detail::grad_buffer(x_kept.shape(), x_is_variable);            // dx (N, H, W, Cin)
+      if (needs[1]) grads[1] = detail::grad_buffer(kernel_kept.shape(), kernel_is_variable);  // dkernel
+      // The kernel as forward computed with it (the variable itself in float32); x as kept, read
+      // (widened) where it is used.
+      const Tensor kernel = detail::compute_values(kernel_kept, dt);
+      const Tensor x = x_kept.dtype() == DType::bfloat16 ? x_kept : detail::compute_values(x_kept, dt);
       const bool real_dx = needs[0] && detail::compute(grads[0], {&dy[0], &x, &kernel});
       const bool real_dk = needs[1] && detail::compute(grads[1], {&dy[0], &x, &kernel});
-      if (rows == 0 || cout == 0 || patch == 0) {  // nothing flows: zero gradients
-        if (real_dx) grads[0].fill(0.0f);
-        if (real_dk) grads[1].fill(0.0f);
-        return grads;
-      }
-      if (g.pointwise()) {  // dx = dy · kernelᵀ, dkernel = xᵀ · dy with x viewed as (N*H*W, Cin)
-        const float* dyd = dy[0].data();
-        if (real_dx) {
-          MatrixMap(grads[0].data(), rows, patch).noalias() =
-              ConstMatrixMap(dyd, rows, cout) * ConstMatrixMap(kernel.data(), patch, cout).transpose();
-        }
-        if (real_dk) {
-          MatrixMap(grads[1].data(), patch, cout).noalias() =
-              ConstMatrixMap(x.data(), rows, patch).transpose() * ConstMatrixMap(dyd, rows, cout);
-        }
-        return grads;
-      }
-      // One workspace buffer per chunk: first the im2col of x (for dkernel), then dy · kernelᵀ (for dx).
-      Tensor cols = cols_workspace(g);
-      if (!real_dx && !real_dk) return grads;
-      if (real_dx) grads[0].fill(0.0f);  // col2im adds
-      if (real_dk) grads[1].fill(0.0f);  // chunks add
-      const ConstMatrixMap k(kernel.data(), patch, cout);
-      const int64_t chunk = g.chunk_rows();
-      for (int64_t row0 = 0; row0 < rows; row0 += chunk) {
-        const int64_t n = std::min(chunk, rows - row0);
-        const ConstMatrixMap dym(dy[0].data() + row0 * cout, n, cout);
-        MatrixMap c(cols.data(), n, patch);
-        if (real_dk) {
-          im2col(x.data(), g, row0, n, cols.data());
-          MatrixMap(grads[1].data(), patch, cout).noalias() += c.transpose() * dym;
-        }
-        if (real_dx) {
-          c.noalias() = dym * k.transpose();
-          col2im_add(cols.data(), g, row0, n, grads[0].data());
-        }
+      if (real_dx || real_dk) {
+        conv_backward(g, x, kernel, dy[0], real_dx ? &grads[0] : nullptr, real_dk ? &grads[1] : nullptr);
+      } else if (backward_needs_cols(g, x.dtype() == DType::bfloat16, needs[0], needs[1])) {
+        const Tensor cols = cols_workspace(g);  // planning charges what a real backward does
       }
       return grads;
     });
@@ -281,23 +374,17 @@ Shape zero_pad2d_output_shape(const Shape& x, std::array<int, 4> pads) {
 
 Tensor zero_pad2d(const Tensor& x, std::array<int, 4> pads) {
   const Shape out_shape = zero_pad2d_output_shape(x.shape(), pads);
-  Tensor y = Tensor::empty(out_shape);
+  // Pads in the compute dtype (a bfloat16 input stays bfloat16: zeros and copies are exact).
+  const DType dt = compute_dtype();
+  const Tensor xin = dt == DType::float32 ? detail::operand(x, dt).value : x.to(dt);
+  Tensor y = Tensor::empty(out_shape, dt);
   const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
   const int64_t OH = out_shape[1], OW = out_shape[2], top = pads[0], left = pads[2];
-  if (detail::compute(y, {&x}) && y.size() > 0) {
-    const float* src = x.data();
-    float* dst = y.data();
-    const size_t row_bytes = static_cast<size_t>(W * C) * sizeof(float);
-    for (int64_t n = 0; n < N; ++n) {
-      float* image = dst + n * OH * OW * C;
-      std::memset(image, 0, static_cast<size_t>(top * OW * C) * sizeof(float));
-      for (int64_t h = 0; h < H; ++h) {
-        float* row = image + (top + h) * OW * C;
-        std::memset(row, 0, static_cast<size_t>(left * C) * sizeof(float));
-        if (row_bytes > 0) std::memcpy(row + left * C, src + (n * H + h) * W * C, row_bytes);
-        std::memset(row + (left + W) * C, 0, static_cast<size_t>((OW - left - W) * C) * sizeof(float));
-      }
-      std::memset(image + (top + H) * OW * C, 0, static_cast<size_t>((OH - top - H) * OW * C) * sizeof(float));
+  if (detail::compute(y, {&xin}) && y.size() > 0) {
+    if (dt == DType::bfloat16) {
+      pad_images(xin.bfloat16_data(), N, H, W, C, OH, OW, top, left, y.bfloat16_data());
+    } else {
+      pad_images(xin.data(), N, H, W, C, OH, OW, top, left, y.data());
     }
   }
   if (GradientTape::is_recording({&x})) {

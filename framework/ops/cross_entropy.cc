@@ -73,7 +73,8 @@ BackwardFn logits_backward(Tensor labels, Tensor probs, bool sparse) {
   };
 }
 
-Tensor from_logits(const char* op, const Tensor& labels, const Tensor& logits, bool sparse) {
+Tensor from_logits(const char* op, const Tensor& labels, const Tensor& logits_in, bool sparse) {
+  const Tensor logits = detail::operand(logits_in, DType::float32).value;  // float32, whatever came in
   Tensor loss = Tensor::empty({logits.dim(0)});
   Tensor probs = Tensor::empty(logits.shape());
   if (detail::compute(loss, {&labels, &logits})) {
@@ -92,8 +93,8 @@ Tensor from_logits(const char* op, const Tensor& labels, const Tensor& logits, b
       Eigen::Map<Eigen::VectorXf>(out, z.rows()) = ysum.cwiseProduct(lse) - yz;
     }
   }
-  if (GradientTape::is_recording({&logits})) {
-    GradientTape::record({labels, logits}, {loss}, logits_backward(labels, probs, sparse));
+  if (GradientTape::is_recording({&logits_in})) {
+    GradientTape::record({labels, logits_in}, {loss}, logits_backward(labels, probs, sparse));
   }
   return loss;
 }
@@ -105,7 +106,8 @@ MatrixRM keras_clip(ConstMatrixMap p) {
   return q.array().max(kKerasEpsilon).min(1.0f - kKerasEpsilon).matrix();
 }
 
-Tensor from_probs(const char* op, const Tensor& labels, const Tensor& probs, bool sparse) {
+Tensor from_probs(const char* op, const Tensor& labels, const Tensor& probs_in, bool sparse) {
+  const Tensor probs = detail::operand(probs_in, DType::float32).value;
   Tensor loss = Tensor::empty({probs.dim(0)});
   if (detail::compute(loss, {&labels, &probs})) {
     const MatrixRM q = keras_clip(probs.matrix());
@@ -117,8 +119,8 @@ Tensor from_probs(const char* op, const Tensor& labels, const Tensor& probs, boo
       Eigen::Map<Eigen::VectorXf>(out, q.rows()) = -(labels.matrix().array() * q.array().log()).rowwise().sum();
     }
   }
-  if (GradientTape::is_recording({&probs})) {
-    GradientTape::record({labels, probs}, {loss}, [labels, probs, sparse](const std::vector<Tensor>& dy,
+  if (GradientTape::is_recording({&probs_in})) {
+    GradientTape::record({labels, probs_in}, {loss}, [labels, probs, sparse](const std::vector<Tensor>& dy,
                                                                           const std::vector<bool>& needs) {
       std::vector<Tensor> grads(2);
       if (!needs[1]) return grads;

@@ -11,13 +11,16 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
                                         shape_string(x.shape()));
   }
   const int64_t channels = bias.dim(0);
-  Tensor y = Tensor::empty(x.shape());
-  if (detail::compute(y, {&x, &bias}) && channels > 0) {
+  const DType dt = compute_dtype();
+  const Tensor xv = detail::operand(x, dt).value, bv = detail::operand(bias, dt).value;
+  Tensor y = detail::output_buffer(x.shape(), dt);
+  if (detail::compute(y, {&xv, &bv}) && channels > 0) {
     // Rows of C channels: works for (N, C) and NHWC alike.
-    ConstMatrixMap xm(x.data(), x.size() / channels, channels);
+    ConstMatrixMap xm(xv.data(), x.size() / channels, channels);
     MatrixMap ym(y.data(), x.size() / channels, channels);
-    ym.noalias() = xm.rowwise() + Eigen::Map<const Eigen::RowVectorXf>(bias.data(), channels);
+    ym.noalias() = xm.rowwise() + Eigen::Map<const Eigen::RowVectorXf>(bv.data(), channels);
   }
+  y = detail::finish(y, dt);
   if (GradientTape::is_recording({&x, &bias})) {
     const Shape bias_shape = bias.shape();
     const bool bias_is_variable = bias.is_trainable_variable();
@@ -42,8 +45,22 @@ Tensor add(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape()) {
     detail::shape_error("add", "shapes differ: " + shape_string(a.shape()) + " and " + shape_string(b.shape()));
   }
-  Tensor y = Tensor::empty(a.shape());
-  if (detail::compute(y, {&a, &b})) y.array() = a.array() + b.array();
+  const DType dt = compute_dtype();
+  Tensor y;
+  if (dt == DType::bfloat16 && a.dtype() == DType::bfloat16 && b.dtype() == DType::bfloat16) {
+    y = Tensor::empty(a.shape(), dt);  // bfloat16 to bfloat16 with no temporary: one float32 add each
+    if (detail::compute(y, {&a, &b})) {
+      const uint16_t *ad = a.bfloat16_data(), *bd = b.bfloat16_data();
+      uint16_t* yd = y.bfloat16_data();
+      const int64_t n = a.size();
+      for (int64_t i = 0; i < n; ++i) detail::store(yd, i, detail::load(ad, i) + detail::load(bd, i));
+    }
+  } else {
+    const Tensor av = detail::operand(a, dt).value, bv = detail::operand(b, dt).value;
+    y = detail::output_buffer(a.shape(), dt);
+    if (detail::compute(y, {&av, &bv})) y.array() = av.array() + bv.array();
+    y = detail::finish(y, dt);
+  }
   if (GradientTape::is_recording({&a, &b})) {
     GradientTape::record({a, b}, {y}, [](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
       return std::vector<Tensor>{needs[0] ? dy[0] : Tensor(), needs[1] ? dy[0] : Tensor()};
@@ -53,8 +70,11 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor scale(const Tensor& x, float factor) {
-  Tensor y = Tensor::empty(x.shape());
-  if (detail::compute(y, {&x})) y.array() = x.array() * factor;
+  const DType dt = compute_dtype();
+  const Tensor xv = detail::operand(x, dt).value;
+  Tensor y = detail::output_buffer(x.shape(), dt);
+  if (detail::compute(y, {&xv})) y.array() = xv.array() * factor;
+  y = detail::finish(y, dt);
   if (GradientTape::is_recording({&x})) {
     GradientTape::record({x}, {y}, [factor](const std::vector<Tensor>& dy, const std::vector<bool>&) {
       Tensor dx = Tensor::empty(dy[0].shape());

@@ -9,19 +9,26 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a.rank() != 2 || b.rank() != 2 || a.dim(1) != b.dim(0)) {
     detail::shape_error("matmul", "cannot multiply " + shape_string(a.shape()) + " by " + shape_string(b.shape()));
   }
-  Tensor y = Tensor::empty({a.dim(0), b.dim(1)});
+  const DType dt = compute_dtype();
+  const detail::Operand ao = detail::operand(a, dt), bo = detail::operand(b, dt);
+  Tensor y = detail::output_buffer({a.dim(0), b.dim(1)}, dt);
   detail::count_forward_flops(2 * a.dim(0) * a.dim(1) * b.dim(1));
-  if (detail::compute(y, {&a, &b})) y.matrix().noalias() = a.matrix() * b.matrix();
+  if (detail::compute(y, {&ao.value, &bo.value})) y.matrix().noalias() = ao.value.matrix() * bo.value.matrix();
+  y = detail::finish(y, dt);
   if (GradientTape::is_recording({&a, &b})) {
-    GradientTape::record({a, b}, {y}, [a, b](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
+    const bool a_is_variable = a.is_trainable_variable(), b_is_variable = b.is_trainable_variable();
+    GradientTape::record({a, b}, {y}, [a = ao.kept, b = bo.kept, dt, a_is_variable, b_is_variable](
+                                          const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
       std::vector<Tensor> grads(2);
       if (needs[0]) {  // da = dy · bᵀ   (N, K)
-        grads[0] = detail::grad_buffer(a);
-        if (detail::compute(grads[0], {&dy[0]})) grads[0].matrix().noalias() = dy[0].matrix() * b.matrix().transpose();
+        grads[0] = detail::grad_buffer(a.shape(), a_is_variable);
+        const Tensor bv = detail::compute_values(b, dt);
+        if (detail::compute(grads[0], {&dy[0]})) grads[0].matrix().noalias() = dy[0].matrix() * bv.matrix().transpose();
       }
       if (needs[1]) {  // db = aᵀ · dy   (K, M)
-        grads[1] = detail::grad_buffer(b);
-        if (detail::compute(grads[1], {&dy[0]})) grads[1].matrix().noalias() = a.matrix().transpose() * dy[0].matrix();
+        grads[1] = detail::grad_buffer(b.shape(), b_is_variable);
+        const Tensor av = detail::compute_values(a, dt);
+        if (detail::compute(grads[1], {&dy[0]})) grads[1].matrix().noalias() = av.matrix().transpose() * dy[0].matrix();
       }
       return grads;
     });

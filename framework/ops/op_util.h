@@ -1,6 +1,7 @@
 // Shared checks for op implementations.
 #pragma once
 
+#include <algorithm>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -10,6 +11,7 @@
 #include "framework/device/context.h"
 #include "framework/device/ledger.h"
 #include "framework/device/strategy.h"
+#include "framework/ops/precision.h"
 
 namespace keel::ops::detail {
 
@@ -50,6 +52,42 @@ inline Tensor grad_buffer(const Shape& shape, bool is_variable) {
 inline void count_forward_flops(int64_t flops) {
   const DeviceContext& ctx = device_context();
   if (ctx.ledger != nullptr && ctx.core >= 0) ctx.ledger->core(ctx.core).record_flops(flops, recomputing());
+}
+
+// Mixed precision (ops/precision.h). An op computing in `compute` reads each input through operand():
+// `value` is the float32 it computes with (the input itself when nothing changes; otherwise a
+// `workspace` temporary, rounded to bfloat16 under bfloat16), `kept` what its backward closure keeps
+// (the input, or a float32 activation's bfloat16 copy). In backward, compute_values(kept, compute)
+// gives the same values again. Outputs are computed into output_buffer() (a `workspace` temporary
+// under bfloat16) and finish() makes them the op's result (its bfloat16 rounding).
+struct Operand {
+  Tensor kept;
+  Tensor value;
+};
+Operand operand(const Tensor& x, DType compute);
+Tensor compute_values(const Tensor& kept, DType compute);
+Tensor output_buffer(const Shape& shape, DType compute);
+Tensor finish(const Tensor& y, DType compute);
+
+// Element access for kernels templated on how a tensor is stored: float32, or bfloat16's bits
+// (widened exactly on load, rounded to nearest even on store).
+inline float load(const float* p, int64_t i) { return p[i]; }
+inline float load(const uint16_t* p, int64_t i) { return bfloat16_to_float(p[i]); }
+inline void store(float* p, int64_t i, float v) { p[i] = v; }
+inline void store(uint16_t* p, int64_t i, float v) { p[i] = bfloat16_bits(v); }
+
+// out = f(in) on bfloat16 arrays, in chunks widened into a float32 buffer on the stack (no
+// allocation): f gets an ArrayMap of up to 1024 values and updates it in place.
+template <typename F>
+void map_bfloat16(const uint16_t* in, uint16_t* out, int64_t n, F f) {
+  constexpr int64_t kChunk = 1024;
+  float buf[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    from_bfloat16(in + i, buf, m);
+    f(ArrayMap(buf, m));
+    to_bfloat16(buf, out + i, m);
+  }
 }
 
 [[noreturn]] inline void shape_error(const std::string& op, const std::string& what) {

@@ -113,22 +113,29 @@ Tensor max_pool2d(const Tensor& x, std::array<int, 2> pool, std::array<int, 2> s
   const int64_t C = g.channels, H = g.h.input, W = g.w.input;
   if (H * W > std::numeric_limits<int32_t>::max()) detail::shape_error("max_pool2d", "image too large: " + shape_string(x.shape()));
   const bool recording = GradientTape::is_recording({&x});
-  Tensor y = Tensor::empty({g.batch, g.h.output, g.w.output, C});
+  const DType dt = compute_dtype();
+  const Tensor xv = detail::operand(x, dt).value;
+  Tensor y = detail::output_buffer({g.batch, g.h.output, g.w.output, C}, dt);
   // Backward needs only where each maximum came from: its offset in the window (row-major over the
-  // window's in-input part), stored as a float (exact: windows are far below 2^24 elements). It is
-  // the size of y, where saving x would keep the (often padded) input alive: PyTorch keeps indices too.
-  Tensor where = recording ? Tensor::empty(y.shape()) : Tensor();
-  if (detail::compute(y, {&x}) && y.size() > 0) {
-    max_pool_forward(g, x.data(), y.data(), recording ? where.data() : nullptr);
+  // window's in-input part), stored as a float (exact: windows are far below 2^24 elements; under
+  // bfloat16, as a bfloat16 when the window has at most 256 elements, all exact). It is the size of
+  // y, where saving x would keep the (often padded) input alive: PyTorch keeps indices too.
+  const DType where_dtype = int64_t{pool[0]} * pool[1] <= 256 ? dt : DType::float32;
+  Tensor where = recording ? detail::output_buffer(y.shape(), where_dtype) : Tensor();
+  if (detail::compute(y, {&xv}) && y.size() > 0) {
+    max_pool_forward(g, xv.data(), y.data(), recording ? where.data() : nullptr);
   }
+  y = detail::finish(y, dt);
   if (recording) {
+    where = detail::finish(where, where_dtype);
     const Shape x_shape = x.shape();
     const bool x_is_variable = x.is_trainable_variable();
     GradientTape::record({x}, {y}, [where, g, x_shape, x_is_variable](const std::vector<Tensor>& dy, const std::vector<bool>&) {
       Tensor dx = detail::grad_buffer(x_shape, x_is_variable);
-      if (detail::compute(dx, {&dy[0], &where}) && dx.size() > 0) {
+      const Tensor wv = detail::compute_values(where, DType::float32);
+      if (detail::compute(dx, {&dy[0], &wv}) && dx.size() > 0) {
         dx.fill(0.0f);
-        max_pool_backward(g, where.data(), dy[0].data(), dx.data());
+        max_pool_backward(g, wv.data(), dy[0].data(), dx.data());
       }
       return std::vector<Tensor>{dx};
     });
@@ -139,9 +146,11 @@ Tensor max_pool2d(const Tensor& x, std::array<int, 2> pool, std::array<int, 2> s
 Tensor avg_pool2d(const Tensor& x, std::array<int, 2> pool, std::array<int, 2> strides, Padding padding) {
   const PoolGeometry g = pool_geometry("avg_pool2d", x.shape(), pool, strides, padding);
   const int64_t C = g.channels, H = g.h.input, W = g.w.input;
-  Tensor y = Tensor::empty({g.batch, g.h.output, g.w.output, C});
-  if (detail::compute(y, {&x}) && y.size() > 0) {
-    const float* xd = x.data();
+  const DType dt = compute_dtype();
+  const Tensor xv = detail::operand(x, dt).value;
+  Tensor y = detail::output_buffer({g.batch, g.h.output, g.w.output, C}, dt);
+  if (detail::compute(y, {&xv}) && y.size() > 0) {
+    const float* xd = xv.data();
     float* yd = y.data();
     for_each_window(g, [&](const WindowRange& r, int64_t out, int64_t n) {
       float* __restrict__ o = yd + out * C;
@@ -157,6 +166,7 @@ Tensor avg_pool2d(const Tensor& x, std::array<int, 2> pool, std::array<int, 2> s
       for (int64_t c = 0; c < C; ++c) o[c] *= inv;
     });
   }
+  y = detail::finish(y, dt);
   if (GradientTape::is_recording({&x})) {
     const Shape in_shape = x.shape();
     const bool is_variable = x.is_trainable_variable();
@@ -190,12 +200,15 @@ Tensor global_avg_pool2d(const Tensor& x) {
   const int64_t N = x.dim(0), HW = x.dim(1) * x.dim(2), C = x.dim(3);
   if (HW == 0) detail::shape_error("global_avg_pool2d", "input " + shape_string(x.shape()) + " has no pixels to average");
   const float inv = 1.0f / static_cast<float>(HW);
-  Tensor y = Tensor::empty({N, C});
-  if (detail::compute(y, {&x}) && y.size() > 0) {
+  const DType dt = compute_dtype();
+  const Tensor xv = detail::operand(x, dt).value;
+  Tensor y = detail::output_buffer({N, C}, dt);
+  if (detail::compute(y, {&xv}) && y.size() > 0) {
     for (int64_t n = 0; n < N; ++n) {
-      Eigen::Map<Eigen::RowVectorXf>(y.data() + n * C, C) = ConstMatrixMap(x.data() + n * HW * C, HW, C).colwise().sum() * inv;
+      Eigen::Map<Eigen::RowVectorXf>(y.data() + n * C, C) = ConstMatrixMap(xv.data() + n * HW * C, HW, C).colwise().sum() * inv;
     }
   }
+  y = detail::finish(y, dt);
   if (GradientTape::is_recording({&x})) {
     const Shape in_shape = x.shape();
     const bool is_variable = x.is_trainable_variable();

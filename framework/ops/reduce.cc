@@ -6,12 +6,13 @@
 namespace keel::ops {
 namespace {
 
-Tensor reduce_scaled(const Tensor& x, float factor) {
+Tensor reduce_scaled(const Tensor& x_in, float factor) {
+  const Tensor x = detail::operand(x_in, DType::float32).value;  // a bfloat16 input widened exactly
   Tensor y = Tensor::empty({});
   if (detail::compute(y, {&x})) y.data()[0] = static_cast<float>(x.array().cast<double>().sum() * factor);
-  if (GradientTape::is_recording({&x})) {
+  if (GradientTape::is_recording({&x_in})) {
     const Shape shape = x.shape();
-    GradientTape::record({x}, {y}, [shape, factor](const std::vector<Tensor>& dy, const std::vector<bool>&) {
+    GradientTape::record({x_in}, {y}, [shape, factor](const std::vector<Tensor>& dy, const std::vector<bool>&) {
       Tensor dx = Tensor::empty(shape);
       if (detail::compute(dx, {&dy[0]})) dx.fill(dy[0].data()[0] * factor);
       return std::vector<Tensor>{dx};

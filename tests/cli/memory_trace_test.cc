@@ -166,7 +166,7 @@ TEST_F(MemoryTrace, WithSuggestionsThePageListsThem) {
   const nlohmann::json page = check("--model mlp --device v3-8 --batch-per-core 16 --suggest");
   ASSERT_TRUE(page.is_object());
   ASSERT_TRUE(page["suggestions"].is_array());
-  EXPECT_EQ(page["suggestions"].size(), 8u);
+  EXPECT_EQ(page["suggestions"].size(), 16u);
   EXPECT_EQ(page["suggestions"][0]["flags"], "(none)") << "everything fits; mirroring moves the fewest bytes";
 }
 

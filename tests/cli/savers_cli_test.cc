@@ -115,7 +115,7 @@ TEST(SaversMemoryCli, SuggestRanksEveryCombination) {
   const std::string model = "--model resnet18 --input-shape 32x32x1 --cores 8 --hbm-per-core 256MiB --batch-per-core 64";
   const nlohmann::json j = memory_json(model + " --suggest");
   ASSERT_TRUE(j["suggestions"].is_array());
-  ASSERT_EQ(j["suggestions"].size(), 8u);
+  ASSERT_EQ(j["suggestions"].size(), 16u) << "2 precisions x 2 remat modes x 4 sharding modes";
   bool fits_seen_after_not = false, not_fitting = false;
   for (const nlohmann::json& s : j["suggestions"]) {
     if (!s["fits"].get<bool>()) not_fitting = true;
@@ -123,6 +123,8 @@ TEST(SaversMemoryCli, SuggestRanksEveryCombination) {
     std::string flags;
     if (s["shard"] != "none") flags += " --shard " + s["shard"].get<std::string>();
     if (s["remat"] != "none") flags += " --remat " + s["remat"].get<std::string>();
+    if (s["precision"] != "float32") flags += " --precision " + s["precision"].get<std::string>();
+    EXPECT_EQ(s["flags"], flags.empty() ? "(none)" : flags.substr(1));
     const nlohmann::json plan = memory_json(model + flags);
     int64_t peak = 0;
     for (const nlohmann::json& c : plan["per_core"]) peak = std::max(peak, c["peak"].get<int64_t>());

@@ -183,7 +183,7 @@ namespace keel {
 namespace {
 
 // ResNet50 at 64x64, 2 per core on 2 cores: small enough for a real step here.
-TEST(Planner, Resnet50PlanEqualsARealStep) {
+void expect_resnet50_plan_equals_a_real_step(const Savers& savers) {
   const DeviceSpec device = DeviceSpec::custom(2, 0);
   auto factory = [] {
     std::unique_ptr<Model> m = zoo::build("resnet50", {{64, 64, 3}, 10});
@@ -196,7 +196,9 @@ TEST(Planner, Resnet50PlanEqualsARealStep) {
   std::unique_ptr<Model> model;
   {
     auto scope = strategy.scope();
+    const mixed_precision::GlobalPolicyScope policy(savers.precision);
     model = factory();
+    model->set_remat(savers.remat);
     model->optimizer().build(model->trainable_variables());
   }
   Batch batch;
@@ -212,9 +214,18 @@ TEST(Planner, Resnet50PlanEqualsARealStep) {
   model->train_step(batch);
   const std::vector<CoreMemory> measured = core_memory(strategy.ledger());
   clear_session();
-  const MemoryPlan plan = plan_training_step(factory, device, 2, {10});
+  const MemoryPlan plan = plan_training_step(factory, device, 2, {10}, savers);
   expect_equal(plan.per_core, measured);
   EXPECT_EQ(plan.per_core[0].category_peak[static_cast<size_t>(Category::parameters)], 23608202 * 4);
+}
+
+TEST(Planner, Resnet50PlanEqualsARealStep) { expect_resnet50_plan_equals_a_real_step({}); }
+
+// The same with bfloat16 activations and remat: what `keel memory --precision mixed_bfloat16
+// --remat segments` reports for ResNet50 is a real step's.
+TEST(Planner, MixedPrecisionResnet50PlanEqualsARealStep) {
+  expect_resnet50_plan_equals_a_real_step({ShardingMode::none, Remat::none, mixed_precision::Policy("mixed_bfloat16")});
+  expect_resnet50_plan_equals_a_real_step({ShardingMode::none, Remat::segments, mixed_precision::Policy("mixed_bfloat16")});
 }
 
 // The plan against fit() itself: several steps from a real dataset, with the next batch in each

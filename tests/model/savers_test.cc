@@ -3,7 +3,9 @@
 // framework/device/sharding.h) and with remat (framework/model/remat.h), alone and together, the
 // weights, Adam's slots and BatchNorm's moving statistics after many steps are bit-identical to the
 // plain run's. Each core is charged its shard of the optimizer state (and of the gradients), remat
-// saves fewer activations, and the planner's figures equal real steps' in every combination.
+// saves fewer activations, and the planner's figures equal real steps' in every combination. Mixed
+// precision (mixed_bfloat16) changes the numbers, but not under the other savers, and halves the
+// activations.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -59,6 +61,7 @@ Trained train(const Case& c, Savers savers, int steps) {
   std::unique_ptr<Model> model;
   {
     auto scope = strategy.scope();
+    const mixed_precision::GlobalPolicyScope policy(savers.precision);
     model = build_compiled(c);
     model->set_remat(savers.remat);
     model->optimizer().build(model->trainable_variables());
@@ -80,11 +83,15 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 std::string describe(const Savers& s) {
-  return std::string("--shard ") + sharding_mode_name(s.shard) + " --remat " + remat_name(s.remat);
+  return std::string("--shard ") + sharding_mode_name(s.shard) + " --remat " + remat_name(s.remat) + " --precision " +
+         s.precision.name();
 }
 
+// Each combination ends bit-identical to the run with no saver in the combinations' precision.
 void expect_same_bits(const Case& c, int steps, const std::vector<Savers>& combinations) {
-  const Trained plain = train(c, Savers{}, steps);
+  Savers reference;
+  reference.precision = combinations.front().precision;
+  const Trained plain = train(c, reference, steps);
   for (const Savers& savers : combinations) {
     const Trained other = train(c, savers, steps);
     ASSERT_EQ(other.weights.size(), plain.weights.size());
@@ -116,7 +123,39 @@ TEST(Savers, Resnet18TwentyStepsOnV38AreBitIdentical) {
   expect_same_bits({"resnet18", {32, 32, 1}, DeviceSpec::preset("v3-8"), 2}, 20, kEverySaver);
 }
 
+// Mixed precision changes the numbers (bfloat16 compute), the other savers still do not.
+const mixed_precision::Policy kMixed("mixed_bfloat16");
+const std::vector<Savers> kMixedSavers = {{ShardingMode::optimizer, Remat::none, kMixed},
+                                          {ShardingMode::full, Remat::none, kMixed},
+                                          {ShardingMode::none, Remat::segments, kMixed},
+                                          {ShardingMode::gradients, Remat::segments, kMixed}};
+
+TEST(Savers, MixedPrecisionMlpAndResnet18AreBitIdenticalUnderTheOtherSavers) {
+  expect_same_bits({"mlp", {784}, DeviceSpec::preset("v3-8"), 4}, 30, kMixedSavers);
+  expect_same_bits({"resnet18", {32, 32, 1}, DeviceSpec::preset("v3-8"), 2}, 8, kMixedSavers);
+}
+
 int64_t peak(const CoreMemory& m, Category k) { return m.category_peak[static_cast<size_t>(k)]; }
+
+// mixed_bfloat16 keeps activations in 2 bytes: about half of float32's, less what stays float32
+// (the model's input, softmax's output, BatchNorm's statistics, max pooling's offsets); variables,
+// gradients and Adam's slots are float32 as before. With remat too, less again.
+TEST(Savers, MixedPrecisionHalvesTheActivations) {
+  const Case c{"resnet18", {32, 32, 1}, DeviceSpec::custom(2, 0), 8};
+  const ModelFactory factory = [&] { return build_compiled(c); };
+  clear_session();
+  const MemoryPlan f32 = plan_training_step(factory, c.device, c.batch_per_core, {10});
+  const MemoryPlan mixed = plan_training_step(factory, c.device, c.batch_per_core, {10}, {ShardingMode::none, Remat::none, kMixed});
+  const MemoryPlan both = plan_training_step(factory, c.device, c.batch_per_core, {10}, {ShardingMode::none, Remat::segments, kMixed});
+  const CoreMemory &p = f32.per_core[0], &m = mixed.per_core[0], &b = both.per_core[0];
+  EXPECT_LE(peak(m, Category::activations), peak(p, Category::activations) * 53 / 100);
+  EXPECT_GE(peak(m, Category::activations), peak(p, Category::activations) * 45 / 100);
+  EXPECT_LT(peak(b, Category::activations), peak(m, Category::activations) * 60 / 100);
+  for (Category k : {Category::parameters, Category::gradients, Category::optimizer}) {
+    EXPECT_EQ(peak(m, k), peak(p, k)) << category_name(k) << " stay float32";
+  }
+  EXPECT_EQ(m.forward_flops, p.forward_flops);
+}
 
 // The bound: each core holds at most 1/8 of the replicated bytes plus 64 bytes per variable.
 // ZeRO-2 lowers the peak where gradients are spread over many variables; for the MLP, whose one
@@ -181,6 +220,9 @@ TEST(Savers, RematSavesActivationsAndCountsWhatItRecomputes) {
 TEST(Savers, PlanEqualsARealStepInEveryCombination) {
   std::vector<Savers> all = kEverySaver;
   all.push_back(Savers{});
+  all.push_back(Savers{ShardingMode::none, Remat::none, kMixed});
+  all.push_back(Savers{ShardingMode::full, Remat::segments, kMixed});
+  all.push_back(Savers{ShardingMode::gradients, Remat::none, kMixed});
   for (const Case& c : {Case{"mlp", {784}, DeviceSpec::preset("v3-8"), 4}, Case{"resnet18", {32, 32, 1}, DeviceSpec::custom(3, 0), 2}}) {
     for (const Savers& mode : all) {
       const Trained run = train(c, mode, 1);  // one step: slots built, the next batch in the slot

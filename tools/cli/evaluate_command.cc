@@ -19,6 +19,7 @@
 #include "tools/cli/data_sources.h"
 #include "tools/cli/memory_report.h"
 #include "tools/cli/run_config.h"
+#include "tools/cli/saver_options.h"
 #include "tools/cli/stored_run.h"
 
 namespace keel::cli {
@@ -150,6 +151,7 @@ Evaluation evaluate_selected(const po::variables_map& vm, const std::string& tar
   const TrainState& state = stored.state;
   RunConfig config = stored.config;
   if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
+  apply_precision_option(vm, config);
   const RunConfig trained = config;  // recomputed statistics come from the run's own training data
   if (vm.count("dataset")) {
     config.dataset = vm["dataset"].as<std::string>();
@@ -217,7 +219,9 @@ po::options_description evaluate_options() {
       ("csv", po::bool_switch(), "several runs: the comparison table as CSV")
       ("weights", po::value<std::string>(), "evaluate a Keras weight file (model.save_weights, model.save, "
                                             "keras.applications) loaded into --model, instead of a run")
-      ("by-name", po::bool_switch(), "--weights: match layers by name (default: in order, as Keras's load_weights)");
+      ("by-name", po::bool_switch(), "--weights: match layers by name (default: in order, as Keras's load_weights)")
+      ("precision", po::value<std::string>(), "evaluate under this dtype policy: float32 or mixed_bfloat16 "
+                                              "(default: the run's; float32 for --weights)");
   po::options_description model_opts("Model and device (with --weights)");
   add_model_options(model_opts);
   add_device_options(model_opts);
@@ -235,6 +239,7 @@ int evaluate_weights(const po::variables_map& vm, const std::string& split) {
   apply_model_options(vm, config);
   apply_device_options(vm, config);
   if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
+  apply_precision_option(vm, config);
   if (vm.count("dataset")) config.dataset = vm["dataset"].as<std::string>();
   parse_dataset_source(config.dataset);
   if (vm["skip-corrupt"].as<bool>()) config.skip_corrupt = true;

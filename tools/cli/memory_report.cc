@@ -69,6 +69,7 @@ nlohmann::json plan_json(const MemoryPlan& plan) {
   nlohmann::json j = device_json(plan.device, plan.batch_per_core);
   j["shard"] = sharding_mode_name(plan.savers.shard);
   j["remat"] = remat_name(plan.savers.remat);
+  j["precision"] = plan.savers.precision.name();
   j["fits"] = plan.fits;
   j["max_batch_per_core"] = plan.max_batch_per_core ? nlohmann::json(*plan.max_batch_per_core) : nlohmann::json(nullptr);
   j["per_core"] = per_core;
@@ -80,6 +81,7 @@ nlohmann::json training_memory(const Ledger& ledger, const RunConfig& config, in
   nlohmann::json j = device_json(config.device, config.batch_per_core);
   j["shard"] = sharding_mode_name(config.shard);
   j["remat"] = remat_name(config.remat);
+  j["precision"] = config.precision;
   nlohmann::json per_core = peaks_json(ledger);
   const bool resumed = before.is_object() && before.contains("per_core") && before["per_core"].is_array() &&
                        before["per_core"].size() == per_core.size();

@@ -26,6 +26,7 @@ nlohmann::json RunConfig::to_json() const {
             {"hosts", device.hosts}}},
           {"shard", sharding_mode_name(shard)},
           {"remat", remat_name(remat)},
+          {"precision", precision},
           {"batch_per_core", batch_per_core},
           {"epochs", epochs},
           {"optimizer", optimizer},
@@ -159,6 +160,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   c.device = device_from_json(field(j, "device"));
   if (j.contains("shard")) c.shard = parse_sharding_mode(string_field(j, "shard", kMaxNameBytes));
   if (j.contains("remat")) c.remat = parse_remat(string_field(j, "remat", kMaxNameBytes));
+  if (j.contains("precision")) c.precision = mixed_precision::Policy(string_field(j, "precision", kMaxNameBytes)).name();
   c.batch_per_core = int_field(j, "batch_per_core");
   c.epochs = narrow_field(j, "epochs", 1, kMaxEpochs);
   c.optimizer = string_field(j, "optimizer", kMaxNameBytes);
@@ -414,6 +416,11 @@ Shape parse_shape(const std::string& text) {
 }
 
 std::unique_ptr<Model> build_model(const RunConfig& config) {
+  const mixed_precision::GlobalPolicyScope policy(mixed_precision::Policy(config.precision));
+  return build_model_under_global_policy(config);
+}
+
+std::unique_ptr<Model> build_model_under_global_policy(const RunConfig& config) {
   zoo::ModelOptions options;
   options.input_shape = config.input_shape;
   options.classes = config.classes;
@@ -431,7 +438,8 @@ std::unique_ptr<Model> build_model(const RunConfig& config) {
 }
 
 ModelFactory model_factory(const RunConfig& config) {
-  return [config] { return build_model(config); };
+  // The planner builds it under the policy of the savers it plans (Savers::precision).
+  return [config] { return build_model_under_global_policy(config); };
 }
 
 Shape label_shape(const RunConfig& config) {

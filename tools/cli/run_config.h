@@ -46,6 +46,7 @@ struct RunConfig {
   DeviceSpec device = DeviceSpec::preset("v3-8");
   ShardingMode shard = ShardingMode::none;  // --shard (tools/cli/saver_options.h); stored runs without it: none
   Remat remat = Remat::none;                // --remat (idem)
+  std::string precision = "float32";        // --precision: the dtype policy (idem); stored runs without it: float32
   int64_t batch_per_core = 16;
   int epochs = 10;
   std::string optimizer = "adam";
@@ -130,8 +131,10 @@ void apply_init_options(const po::variables_map& vm, RunConfig& config);
 // Loads config.init_weights into a new run's model (in the strategy's scope) and says what it loaded.
 void load_init_weights(const RunConfig& config, Model& model);
 
-// Builds (in the current scope) and compiles the configured model.
+// Builds (in the current scope) and compiles the configured model, its layers under config.precision.
 std::unique_ptr<Model> build_model(const RunConfig& config);
+// The same under whatever global dtype policy is in force (the planner's: Savers::precision).
+std::unique_ptr<Model> build_model_under_global_policy(const RunConfig& config);
 ModelFactory model_factory(const RunConfig& config);
 // Label shape per example for the configured loss: {} for class ids, {classes} for one-hot.
 Shape label_shape(const RunConfig& config);

@@ -17,7 +17,10 @@ void add_saver_options(boost::program_options::options_description& d) {
        "per layer); bit-identical to none")
       ("remat", boost::program_options::value<std::string>(),
        "recompute activations in backward: none (default), segments (keep only each segment's input: each residual "
-       "block, each layer of a Sequential); bit-identical to none");
+       "block, each layer of a Sequential); bit-identical to none")
+      ("precision", boost::program_options::value<std::string>(),
+       "the layers' dtype policy: float32 (default) or mixed_bfloat16 (Keras's: float32 variables and optimizer "
+       "state; bfloat16 compute with float32 accumulation, and 2-byte bfloat16 activations)");
 }
 
 void apply_saver_options(const boost::program_options::variables_map& vm, RunConfig& config) {
@@ -31,10 +34,19 @@ void apply_saver_options(const boost::program_options::variables_map& vm, RunCon
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string("--remat: ") + e.what());
   }
+  apply_precision_option(vm, config);
+}
+
+void apply_precision_option(const boost::program_options::variables_map& vm, RunConfig& config) {
+  try {
+    if (vm.count("precision")) config.precision = mixed_precision::Policy(vm["precision"].as<std::string>()).name();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--precision: ") + e.what());
+  }
 }
 
 Savers savers_of(const RunConfig& config) {
-  return Savers{config.shard, config.remat};
+  return Savers{config.shard, config.remat, mixed_precision::Policy(config.precision)};
 }
 
 ReplicatedStrategy::Options strategy_options(const RunConfig& config) {
@@ -47,6 +59,9 @@ std::string saver_flags(const Savers& savers) {
   std::string flags;
   if (savers.shard != ShardingMode::none) flags += std::string("--shard ") + sharding_mode_name(savers.shard);
   if (savers.remat != Remat::none) flags += std::string(flags.empty() ? "" : " ") + "--remat " + remat_name(savers.remat);
+  if (savers.precision.compute_dtype() != DType::float32) {
+    flags += std::string(flags.empty() ? "" : " ") + "--precision " + savers.precision.name();
+  }
   return flags.empty() ? "(none)" : flags;
 }
 
@@ -56,6 +71,7 @@ nlohmann::json suggestions_json(const std::vector<SaverSuggestion>& suggestions)
     out.push_back({{"flags", saver_flags(s.savers)},
                    {"shard", sharding_mode_name(s.savers.shard)},
                    {"remat", remat_name(s.savers.remat)},
+                   {"precision", s.savers.precision.name()},
                    {"fits", s.fits},
                    {"peak", s.peak_bytes},
                    {"max_batch_per_core", s.max_batch_per_core ? nlohmann::json(*s.max_batch_per_core) : nlohmann::json(nullptr)},
@@ -68,10 +84,10 @@ nlohmann::json suggestions_json(const std::vector<SaverSuggestion>& suggestions)
 void print_suggestions(const std::vector<SaverSuggestion>& suggestions, const DeviceSpec& device, int64_t batch_per_core) {
   std::printf("\nSavers at %lld per core on %s, cheapest first (keel memory --suggest):\n", static_cast<long long>(batch_per_core),
               device.name.c_str());
-  std::printf("%-36s %-5s %14s %10s %12s %22s\n", "flags", "fits", "peak per core", "max batch", "recomputed", "between cores per step");
+  std::printf("%-62s %-5s %14s %10s %12s %22s\n", "flags", "fits", "peak per core", "max batch", "recomputed", "between cores per step");
   for (const SaverSuggestion& s : suggestions) {
     const std::string max_batch = s.max_batch_per_core ? std::to_string(*s.max_batch_per_core) : "-";
-    std::printf("%-36s %-5s %14s %10s %11.0f%% %22s\n", saver_flags(s.savers).c_str(), s.fits ? "yes" : "no",
+    std::printf("%-62s %-5s %14s %10s %11.0f%% %22s\n", saver_flags(s.savers).c_str(), s.fits ? "yes" : "no",
                 format_bytes(s.peak_bytes).c_str(), max_batch.c_str(), 100.0 * s.recompute_fraction,
                 format_bytes(s.collective_bytes).c_str());
   }

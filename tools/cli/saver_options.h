@@ -1,6 +1,7 @@
 // The memory savers' flags (DESIGN.md 2b), shared by `keel train`, `keel resume` and `keel memory`:
-// --shard (partitioned optimizer state and gradients, framework/device/sharding.h) and --remat
-// (recomputed activations, framework/model/remat.h).
+// --shard (partitioned optimizer state and gradients, framework/device/sharding.h), --remat
+// (recomputed activations, framework/model/remat.h) and --precision (the layers' dtype policy,
+// framework/layers/dtype_policy.h).
 #pragma once
 
 #include <string>
@@ -18,6 +19,8 @@ namespace keel::cli {
 void add_saver_options(boost::program_options::options_description& d);
 // Sets config's savers from the flags that were given; UsageError naming the flag for a bad value.
 void apply_saver_options(const boost::program_options::variables_map& vm, RunConfig& config);
+// --precision alone (keel evaluate has it without the other savers).
+void apply_precision_option(const boost::program_options::variables_map& vm, RunConfig& config);
 
 // What the planner and the strategy of a run with `config` use.
 Savers savers_of(const RunConfig& config);
