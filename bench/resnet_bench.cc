@@ -168,7 +168,7 @@ int run_timed(const Args& a) {
               "\"precision\": \"%s\", \"replicas\": %d, \"image\": %lld, "
               "\"batch\": %lld, \"steps\": %d, \"images_per_sec\": %.3f, \"mean_step_seconds\": %.4f, "
               "\"best_step_seconds\": %.4f, \"gflop_per_image\": %.4f, \"gflops\": %.2f}\n",
-              a.mode.c_str(), a.device.c_str(), keel::sharding_mode_name(a.shard), keel::remat_name(a.remat),
+              a.mode.c_str(), a.device.c_str(), keel::sharding_mode_name(a.shard), keel::remat_name(a.remat).c_str(),
               a.precision.c_str(), strategy.num_replicas(), static_cast<long long>(a.image),
               static_cast<long long>(a.batch), a.steps, images_per_sec, total / a.steps,
               *std::min_element(seconds.begin(), seconds.end()), flops_per_image * 1e-9,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The memory savers (issue 11) on ResNet50, 224x224x3, 10 classes, in one run:
 #   bench/run_savers_bench.sh        (DEVICES="v3-8 v4-8" BATCH_PER_CORE=8 STEPS=2 REPEATS=2 BUILD_DIR=build)
-# 1. Planned, per combination of --shard and --remat on each device (`keel memory --suggest --json`,
+# 1. Planned, per combination of --precision, --shard and --remat on each device (`keel memory --suggest --json`,
 #    and `keel memory --json` for the activations): peak per core at BATCH_PER_CORE, activations,
 #    optimizer and gradient bytes per core, the largest per-core batch, the recomputed share of the
 #    step and the bytes sent between cores per step.
@@ -25,51 +25,58 @@ KEEL="$BUILD/keel"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
-COMBOS=("none none" "optimizer none" "gradients none" "full none" "none segments" "optimizer segments" "gradients segments"
-        "full segments")
+COMBOS=()
+for p in float32 mixed_bfloat16; do
+  for c in "none none" "optimizer none" "gradients none" "full none" "none segments" "optimizer segments" \
+           "gradients segments" "full segments"; do
+    COMBOS+=("$c $p")
+  done
+done
 MODEL=(--model resnet50 --input-shape 224x224x3 --classes 10 --batch-per-core "$BATCH_PER_CORE")
 for d in $DEVICES; do
   "$KEEL" memory "${MODEL[@]}" --device "$d" --suggest --json >"$OUT/suggest-$d.json"
   for c in "${COMBOS[@]}"; do
     set -- $c
-    "$KEEL" memory "${MODEL[@]}" --device "$d" --shard "$1" --remat "$2" --json >"$OUT/plan-$d-$1-$2.json"
+    "$KEEL" memory "${MODEL[@]}" --device "$d" --shard "$1" --remat "$2" --precision "$3" --json >"$OUT/plan-$d-$1-$2-$3.json"
   done
 done
 for ((r = 0; r < REPEATS; ++r)); do
   for c in "${COMBOS[@]}"; do
     set -- $c
     "$BUILD/bench/resnet_bench" train --device custom:2 --image 224 --batch "$IMAGES_PER_STEP" --steps "$STEPS" \
-      --shard "$1" --remat "$2" >>"$OUT/time-$1-$2.jsonl"
+      --shard "$1" --remat "$2" --precision "$3" >>"$OUT/time-$1-$2-$3.jsonl"
   done
 done
 
 python3 - "$OUT" "$DEVICES" "$BATCH_PER_CORE" "$IMAGES_PER_STEP" <<'PY'
 import json, sys
 out, devices, per_core, images = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4]
-combos = [("none", "none"), ("optimizer", "none"), ("gradients", "none"), ("full", "none"), ("none", "segments"),
-          ("optimizer", "segments"), ("gradients", "segments"), ("full", "segments")]
+combos = [(s, r, p) for p in ("float32", "mixed_bfloat16") for s, r in
+          [("none", "none"), ("optimizer", "none"), ("gradients", "none"), ("full", "none"), ("none", "segments"),
+           ("optimizer", "segments"), ("gradients", "segments"), ("full", "segments")]]
 mib = lambda b: f"{b / 2**20:,.1f} MiB"
-def flags(s, r):
-    f = ([f"--shard {s}"] if s != "none" else []) + ([f"--remat {r}"] if r != "none" else [])
+def flags(s, r, p):
+    f = ([f"--shard {s}"] if s != "none" else []) + ([f"--remat {r}"] if r != "none" else []) + \
+        ([f"--precision {p}"] if p != "float32" else [])
     return " ".join(f) or "(none)"
 print(f"ResNet50 224x224x3, 10 classes, {per_core} per core, planned (keel memory; core 0):\n")
 print("| device | savers | activations | gradients | optimizer | peak per core | largest batch per core | recomputed | between cores per step |")
 print("|---|---|---|---|---|---|---|---|---|")
 for d in devices:
-    sug = {(s["shard"], s["remat"]): s for s in json.load(open(f"{out}/suggest-{d}.json"))["suggestions"]}
-    for s, r in combos:
-        p = json.load(open(f"{out}/plan-{d}-{s}-{r}.json"))["per_core"][0]
-        g = sug[(s, r)]
-        print(f"| {d} | `{flags(s, r)}` | {mib(p['activations'])} | {mib(p['gradients'])} | {mib(p['optimizer'])} | "
+    sug = {(s["shard"], s["remat"], s["precision"]): s for s in json.load(open(f"{out}/suggest-{d}.json"))["suggestions"]}
+    for c in combos:
+        p = json.load(open(f"{out}/plan-{d}-{'-'.join(c)}.json"))["per_core"][0]
+        g = sug[c]
+        print(f"| {d} | `{flags(*c)}` | {mib(p['activations'])} | {mib(p['gradients'])} | {mib(p['optimizer'])} | "
               f"{mib(g['peak'])} | {g['max_batch_per_core']} | {100 * g['recompute_fraction']:.0f}% | {mib(g['collective_bytes'])} |")
 times = {}
-for s, r in combos:
-    rows = [json.loads(l) for l in open(f"{out}/time-{s}-{r}.jsonl")]
-    times[(s, r)] = min(x["best_step_seconds"] for x in rows)
+for c in combos:
+    rows = [json.loads(l) for l in open(f"{out}/time-{'-'.join(c)}.jsonl")]
+    times[c] = min(x["best_step_seconds"] for x in rows)
 print(f"\nTraining step on this machine (resnet_bench train, custom:2, {images} images of 224x224 per step, best step):\n")
 print("| savers | step | ratio to plain |")
 print("|---|---|---|")
-base = times[("none", "none")]
-for s, r in combos:
-    print(f"| `{flags(s, r)}` | {times[(s, r)]:.2f} s | {times[(s, r)] / base:.2f}x |")
+base = times[("none", "none", "float32")]
+for c in combos:
+    print(f"| `{flags(*c)}` | {times[c]:.2f} s | {times[c] / base:.2f}x |")
 PY

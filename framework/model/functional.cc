@@ -211,6 +211,13 @@ std::vector<Tensor> Functional::call_all(const std::vector<Tensor>& inputs, bool
   return outs;
 }
 
+bool Functional::is_output(const GraphNode* node) const {
+  for (const KerasTensor& out : outputs_) {
+    if (out.node().get() == node) return true;
+  }
+  return false;
+}
+
 void Functional::run_nodes(size_t begin, size_t end, std::unordered_map<const GraphNode*, Tensor>& values,
                            std::unordered_map<const GraphNode*, int>& uses, bool training) const {
   std::vector<Tensor> args;
@@ -219,7 +226,9 @@ void Functional::run_nodes(size_t begin, size_t end, std::unordered_map<const Gr
     if (n->inputs.empty()) continue;
     args.clear();
     for (const KerasTensor& in : n->inputs) args.push_back(values.at(in.node().get()));
-    Tensor y = n->layer->apply(args, training);
+    // Remat's per-layer modes: a single-input layer that is not an output may be rematerialised.
+    const bool per_layer = training && args.size() == 1 && !is_output(n);
+    Tensor y = per_layer ? call_layer(*n->layer, args.front(), training) : n->layer->apply(args, training);
     args.clear();
     for (const KerasTensor& in : n->inputs) {
       if (--uses[in.node().get()] == 0) values.erase(in.node().get());

@@ -99,6 +99,7 @@ class Functional : public Model {
   std::vector<Segment> merge_chains(const std::vector<Segment>& segments) const;
   Tensor run_segment(const Segment& segment, const Tensor& x, bool training) const;
   std::vector<Variable*> segment_variables(const Segment& segment) const;  // trainable, each once
+  bool is_output(const GraphNode* node) const;
   // Runs nodes [begin, end) on `values`, dropping each value after its last use as `uses` counts.
   void run_nodes(size_t begin, size_t end, std::unordered_map<const GraphNode*, Tensor>& values,
                  std::unordered_map<const GraphNode*, int>& uses, bool training) const;

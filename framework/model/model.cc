@@ -489,14 +489,28 @@ Shape Sequential::output_shape() const {
   return shape;
 }
 
+Tensor Model::call_layer(Layer& layer, const Tensor& x, bool training) const {
+  const Remat::Mode mode = remat_.mode();
+  if (mode == Remat::Mode::none || mode == Remat::Mode::segments) return layer(x, training);
+  Shape out = layer.compute_output_shape(Shape(x.shape().begin() + 1, x.shape().end()));
+  out.insert(out.begin(), x.dim(0));
+  const int64_t bytes = num_bytes(out, dtype_size(layer.dtype_policy().compute_dtype()));
+  if (!remat_.remats_layer(layer.name(), bytes)) return layer(x, training);
+  Layer* l = &layer;
+  return recompute_in_backward([l, training](const Tensor& in) { return (*l)(in, training); }, x, l->trainable_weights());
+}
+
 Tensor Sequential::call(const Tensor& x, bool training) {
   if (!built_) build(Shape(x.shape().begin() + 1, x.shape().end()));
   Tensor y = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer* l = layers_[i].get();
-    // Remat: every layer but the head is a segment of its own.
+    // Remat: every layer but the head is a segment of its own (or, for the per-layer modes, those
+    // the mode names).
     if (remat() == Remat::segments && training && i + 1 < layers_.size()) {
       y = recompute_in_backward([l, training](const Tensor& in) { return (*l)(in, training); }, y, l->trainable_weights());
+    } else if (training && i + 1 < layers_.size()) {
+      y = call_layer(*l, y, training);
     } else {
       y = (*l)(y, training);
     }

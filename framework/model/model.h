@@ -169,8 +169,8 @@ class Model {
   ReplicatedStrategy& strategy() { return *strategy_; }
 
   // Rematerialisation of the training forward pass (framework/model/remat.h); none by default.
-  void set_remat(Remat remat) { remat_ = remat; }
-  Remat remat() const { return remat_; }
+  void set_remat(Remat remat) { remat_ = std::move(remat); }
+  const Remat& remat() const { return remat_; }
 
   void compile(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Loss> loss,
                std::vector<std::string> metrics = {"accuracy"});
@@ -208,6 +208,9 @@ class Model {
  protected:
   // Called by subclasses once the layers exist, inside the scope the model was created in.
   void capture_strategy();
+  // Remat's per-layer modes (full, larger_than, layers): runs `layer` on `x`, rematerialised when the
+  // mode says so for it (the caller keeps the head out).
+  Tensor call_layer(Layer& layer, const Tensor& x, bool training) const;
 
  private:
   // ZeRO-3: the BackwardOwnerFn that gathers each layer's weights for its backward; null otherwise.

@@ -42,6 +42,12 @@ TEST_F(SaversCli, EveryModeTrainsToTheSameBits) {
   expect_bit_identical(dir_ + "/none/ckpt-12.h5", dir_ + "/gradients/ckpt-12.h5");
   expect_bit_identical(dir_ + "/none/ckpt-12.h5", dir_ + "/full/ckpt-12.h5");
   expect_bit_identical(dir_ + "/none/ckpt-12.h5", dir_ + "/remat/ckpt-12.h5");
+  // Keras's per-layer modes too (the MLP's first Dense is "dense"; the head never is rematerialised).
+  const CommandResult layers = run_keel(kRun + "--stop-after-steps 12 --remat layers:dense --checkpoint-dir " + dir_ + "/layers");
+  ASSERT_EQ(layers.exit_code, 0) << layers.err;
+  expect_bit_identical(dir_ + "/none/ckpt-12.h5", dir_ + "/layers/ckpt-12.h5");
+  EXPECT_EQ(nlohmann::json::parse(H5File::open_read(dir_ + "/layers/ckpt-12.h5").read_string("keel/train_state"))["config"]["remat"],
+            "layers:dense");
   const nlohmann::json remat_state =
       nlohmann::json::parse(H5File::open_read(dir_ + "/remat/ckpt-12.h5").read_string("keel/train_state"));
   EXPECT_EQ(remat_state["config"]["remat"], "segments");
@@ -160,7 +166,11 @@ TEST(SaversMemoryCli, BadValuesExitTwo) {
   for (const std::string verb : {"memory --model mlp", "train --model mlp --epochs 1 --quiet --checkpoint-dir /nonexistent/x"}) {
     const CommandResult remat = run_keel(verb + " --remat sometimes");
     EXPECT_EQ(remat.exit_code, 2) << verb;
-    EXPECT_THAT(remat.err, HasSubstr("--remat: unknown remat mode 'sometimes' (known: none, segments)")) << verb;
+    EXPECT_THAT(remat.err, HasSubstr("--remat: unknown remat mode 'sometimes' (known: none, segments, full, "
+                                     "larger_than:BYTES, layers:REGEX)")) << verb;
+    const CommandResult regex = run_keel(verb + " --remat 'layers:conv(' ");
+    EXPECT_EQ(regex.exit_code, 2) << verb;
+    EXPECT_THAT(regex.err, HasSubstr("bad regular expression 'conv('")) << verb;
     const CommandResult bad = run_keel(verb + " --shard zero2");
     EXPECT_EQ(bad.exit_code, 2) << verb;
     EXPECT_THAT(bad.err, HasSubstr("--shard: unknown sharding 'zero2' (known: none, optimizer, gradients, full)")) << verb;

@@ -1,5 +1,5 @@
-// Remat modes by name, and what `segments` does to a model's forward pass: the same output, far
-// fewer ops recorded (one per segment, then the head's own), and the same gradients.
+// Remat modes by name, and what they do to a model's forward pass: the same output, fewer ops recorded
+// (one per segment or rematerialised layer, then the head's own), and the same gradients.
 #include "framework/model/remat.h"
 
 #include <cstring>
@@ -19,20 +19,27 @@
 namespace keel {
 namespace {
 
-TEST(RematTest, NamesRoundTripAndOtherModesAreRefused) {
+TEST(RematTest, NamesRoundTripAndBadModesAreRefused) {
   EXPECT_EQ(parse_remat("none"), Remat::none);
   EXPECT_EQ(parse_remat("segments"), Remat::segments);
-  EXPECT_STREQ(remat_name(Remat::segments), "segments");
-  for (const std::string later : {"full", "larger_than:1024", "layers:conv.*"}) {
-    try {
-      parse_remat(later);
-      FAIL() << later;
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("not implemented yet"), std::string::npos) << e.what();
-    }
+  EXPECT_EQ(parse_remat("full"), Remat::full);
+  EXPECT_EQ(parse_remat("larger_than:4MiB"), Remat::larger_than(4 << 20));
+  EXPECT_EQ(parse_remat("layers:conv.*"), Remat::layers("conv.*"));
+  for (const std::string name : {"none", "segments", "full", "larger_than:1024", "layers:conv2_block.*"}) {
+    EXPECT_EQ(remat_name(parse_remat(name)), name);
   }
-  EXPECT_THROW(parse_remat("Segments"), std::invalid_argument);
-  EXPECT_THROW(parse_remat(""), std::invalid_argument);
+  for (const std::string bad : {"Segments", "", "larger_than:", "larger_than:-5", "larger_than:lots", "layers:", "layers:(",
+                                "list_of_layers"}) {
+    EXPECT_THROW(parse_remat(bad), std::invalid_argument) << bad;
+  }
+  // Which layers the per-layer modes take.
+  EXPECT_TRUE(Remat::full.remats_layer("dense", 1));
+  EXPECT_TRUE(Remat::larger_than(100).remats_layer("dense", 101));
+  EXPECT_FALSE(Remat::larger_than(100).remats_layer("dense", 100));
+  EXPECT_TRUE(Remat::layers("conv2_block[12].*").remats_layer("conv2_block1_1_conv", 0));
+  EXPECT_FALSE(Remat::layers("conv2_block[12].*").remats_layer("conv3_block1_1_conv", 0));
+  EXPECT_FALSE(Remat::layers("conv").remats_layer("conv1_conv", 0)) << "the whole name must match";
+  EXPECT_FALSE(Remat::segments.remats_layer("dense", 1 << 30)) << "segments is not a per-layer mode";
 }
 
 struct Pass {
@@ -66,20 +73,40 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-void expect_segments_exact(const std::string& name, const Shape& input) {
+void expect_exact(const std::string& name, const Shape& input, const Remat& mode) {
   const Pass plain = forward_and_backward(name, input, Remat::none);
-  const Pass remat = forward_and_backward(name, input, Remat::segments);
-  EXPECT_TRUE(same_bits(plain.output, remat.output)) << name;
-  EXPECT_LT(remat.recorded_ops, plain.recorded_ops) << name;
+  const Pass remat = forward_and_backward(name, input, mode);
+  EXPECT_TRUE(same_bits(plain.output, remat.output)) << name << " " << remat_name(mode);
+  EXPECT_LT(remat.recorded_ops, plain.recorded_ops) << name << " " << remat_name(mode);
   ASSERT_EQ(plain.gradients.size(), remat.gradients.size());
   for (size_t i = 0; i < plain.gradients.size(); ++i) {
-    EXPECT_TRUE(same_bits(plain.gradients[i], remat.gradients[i])) << name << " gradient " << i;
+    EXPECT_TRUE(same_bits(plain.gradients[i], remat.gradients[i])) << name << " " << remat_name(mode) << " gradient " << i;
   }
 }
 
-TEST(RematTest, SegmentsOfASequentialAreExact) { expect_segments_exact("mlp", {784}); }
+TEST(RematTest, SegmentsOfASequentialAreExact) { expect_exact("mlp", {784}, Remat::segments); }
 
-TEST(RematTest, SegmentsOfAResNetAreExact) { expect_segments_exact("resnet18", {32, 32, 1}); }
+TEST(RematTest, SegmentsOfAResNetAreExact) { expect_exact("resnet18", {32, 32, 1}, Remat::segments); }
+
+// Keras's per-layer modes: each rematerialised layer is recorded as one op, and the gradients are
+// the same bits.
+TEST(RematTest, PerLayerModesAreExact) {
+  expect_exact("mlp", {784}, Remat::full);
+  expect_exact("resnet18", {32, 32, 1}, Remat::full);
+  expect_exact("resnet18", {32, 32, 1}, Remat::larger_than(3 * 16 * 16 * 64 * 4 - 1));
+  expect_exact("resnet18", {32, 32, 1}, Remat::layers("conv[23]_block.*"));
+}
+
+// larger_than takes the layers whose output is larger than its threshold, and only those.
+TEST(RematTest, LargerThanTakesOnlyLargerOutputs) {
+  const Pass plain = forward_and_backward("resnet18", {32, 32, 1}, Remat::none);
+  const Pass none_larger = forward_and_backward("resnet18", {32, 32, 1}, Remat::larger_than(int64_t{1} << 40));
+  const Pass some = forward_and_backward("resnet18", {32, 32, 1}, Remat::larger_than(3 * 8 * 8 * 128 * 4));
+  const Pass all = forward_and_backward("resnet18", {32, 32, 1}, Remat::full);
+  EXPECT_EQ(none_larger.recorded_ops, plain.recorded_ops);
+  EXPECT_LT(some.recorded_ops, plain.recorded_ops);
+  EXPECT_GT(some.recorded_ops, all.recorded_ops);
+}
 
 // Outside training (inference) remat changes nothing: every op runs, and is recorded, as usual.
 size_t ops_recorded_in_inference(Remat remat) {

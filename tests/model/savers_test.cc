@@ -221,6 +221,8 @@ TEST(Savers, PlanEqualsARealStepInEveryCombination) {
   std::vector<Savers> all = kEverySaver;
   all.push_back(Savers{});
   all.push_back(Savers{ShardingMode::none, Remat::none, kMixed});
+  all.push_back(Savers{ShardingMode::none, Remat::full});
+  all.push_back(Savers{ShardingMode::gradients, Remat::larger_than(4096), kMixed});
   all.push_back(Savers{ShardingMode::full, Remat::segments, kMixed});
   all.push_back(Savers{ShardingMode::gradients, Remat::none, kMixed});
   for (const Case& c : {Case{"mlp", {784}, DeviceSpec::preset("v3-8"), 4}, Case{"resnet18", {32, 32, 1}, DeviceSpec::custom(3, 0), 2}}) {

@@ -17,7 +17,8 @@ void add_saver_options(boost::program_options::options_description& d) {
        "per layer); bit-identical to none")
       ("remat", boost::program_options::value<std::string>(),
        "recompute activations in backward: none (default), segments (keep only each segment's input: each residual "
-       "block, each layer of a Sequential); bit-identical to none")
+       "block, each layer of a Sequential), or Keras's per-layer modes: full (every layer), larger_than:BYTES (layers "
+       "whose output is larger), layers:REGEX (layers whose name matches); bit-identical to none")
       ("precision", boost::program_options::value<std::string>(),
        "the layers' dtype policy: float32 (default) or mixed_bfloat16 (Keras's: float32 variables and optimizer "
        "state; bfloat16 compute with float32 accumulation, and 2-byte bfloat16 activations)");
