@@ -34,8 +34,13 @@ Remat Remat::larger_than(int64_t bytes) {
 Remat Remat::layers(std::string pattern) {
   compile(pattern);  // refused here, not at the first step
   Remat r(Mode::layers);
-  r.pattern_ = std::move(pattern);
+  r.pattern_ = std::make_shared<const std::string>(std::move(pattern));
   return r;
+}
+
+const std::string& Remat::pattern() const {
+  static const std::string none;
+  return pattern_ ? *pattern_ : none;
 }
 
 bool Remat::remats_layer(const std::string& layer, int64_t output_bytes) const {
@@ -48,9 +53,9 @@ bool Remat::remats_layer(const std::string& layer, int64_t output_bytes) const {
       // Compiled once per thread and pattern: a model asks once per layer and step.
       thread_local std::string cached_pattern;
       thread_local std::regex cached;
-      if (cached_pattern != pattern_ || pattern_.empty()) {
-        cached = compile(pattern_);
-        cached_pattern = pattern_;
+      if (cached_pattern != pattern() || pattern().empty()) {
+        cached = compile(pattern());
+        cached_pattern = pattern();
       }
       return std::regex_match(layer, cached);
     }

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace keel {
@@ -35,8 +36,10 @@ class Remat {
 
   Mode mode() const { return mode_; }
   int64_t threshold_bytes() const { return bytes_; }
-  const std::string& pattern() const { return pattern_; }
-  bool operator==(const Remat& other) const = default;
+  const std::string& pattern() const;
+  bool operator==(const Remat& other) const {
+    return mode_ == other.mode_ && bytes_ == other.bytes_ && pattern() == other.pattern();
+  }
 
   // For full, larger_than and layers: whether a layer named `layer` whose output takes `output_bytes`
   // is rematerialised on its own.
@@ -45,12 +48,14 @@ class Remat {
  private:
   Mode mode_ = Mode::none;
   int64_t bytes_ = 0;
-  std::string pattern_;
+  // Held by pointer so that the constants below are constant-initialized (no std::string in a
+  // constexpr object), whatever the order in which other files' globals are initialized.
+  std::shared_ptr<const std::string> pattern_;
 };
 
-inline constexpr Remat Remat::none{Remat::Mode::none};
-inline constexpr Remat Remat::segments{Remat::Mode::segments};
-inline constexpr Remat Remat::full{Remat::Mode::full};
+inline constinit const Remat Remat::none{Remat::Mode::none};
+inline constinit const Remat Remat::segments{Remat::Mode::segments};
+inline constinit const Remat Remat::full{Remat::Mode::full};
 
 // "none", "segments", "full", "larger_than:1048576", "layers:conv.*" (what parse_remat reads).
 std::string remat_name(const Remat& remat);
