@@ -5,7 +5,9 @@
 #   bench/run_precision_accuracy.sh                 # both models (ResNet18: about 2 min per epoch here)
 #   MODELS=mlp bench/run_precision_accuracy.sh      # one of them
 # Settings (environment): MODELS="mlp resnet18", MLP_EPOCHS=10, RESNET_EPOCHS=2, DEVICE=v3-8,
-# MLP_BATCH_PER_CORE=16, RESNET_BATCH_PER_CORE=32, SEED=1, BUILD_DIR=build (a Release build).
+# MLP_BATCH_PER_CORE=16, RESNET_BATCH_PER_CORE=32, SEED=1, BUILD_DIR=build (a Release build),
+# RECOMPUTE_BN=N: evaluate after `--recompute-bn-stats N` (BatchNorm's statistics over N training
+# batches: short runs' moving averages lag behind the weights).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -35,7 +37,9 @@ for model in $MODELS; do
     "$KEEL" train "${flags[@]}" --dataset fashion_mnist --device "$DEVICE" --seed "$SEED" --precision "$p" --quiet \
       --checkpoint-dir "$OUT/$model-$p" >/dev/null
     secs[$p]=$(( $(date +%s) - start ))
-    acc[$p]=$("$KEEL" evaluate "$OUT/$model-$p" --split test --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["accuracy"])')
+    recompute=()
+    [[ -n "${RECOMPUTE_BN:-}" ]] && recompute=(--recompute-bn-stats "$RECOMPUTE_BN")
+    acc[$p]=$("$KEEL" evaluate "$OUT/$model-$p" --split test "${recompute[@]}" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["accuracy"])')
   done
   diff=$(python3 -c "print(f'{100 * (${acc[mixed_bfloat16]} - ${acc[float32]}):+.2f} points')")
   echo "| $model | $epochs | ${acc[float32]} | ${acc[mixed_bfloat16]} | $diff | ${secs[float32]} s / ${secs[mixed_bfloat16]} s |"
