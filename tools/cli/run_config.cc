@@ -2,14 +2,9 @@
 
 #include <cmath>
 #include <filesystem>
-#include <sstream>
 
-#include "datasets/fashion_mnist.h"
-#include "datasets/image_ops.h"
 #include "datasets/preprocessing.h"
 #include "framework/core/limits.h"
-#include "framework/core/random.h"
-#include "framework/device/context.h"
 #include "framework/train/losses.h"
 #include "framework/train/optimizers.h"
 #include "models/zoo.h"
