@@ -11,6 +11,7 @@ PACKAGES=(
   g++ cmake ninja-build pkg-config
   libeigen3-dev libhdf5-dev libboost-program-options-dev libboost-dev zlib1g-dev
   nlohmann-json3-dev libprotobuf-dev protobuf-compiler libjpeg62-turbo-dev libpng-dev
+  libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
 )
 TEST_PACKAGES=(

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "framework/device/ledger.h"
+#include "framework/device/process_group.h"
 
 namespace keel {
 
@@ -67,6 +68,15 @@ ShardRange shard_range(int64_t elements, int num_replicas, int replica) {
   return {begin, begin + elements / n + (r < elements % n ? 1 : 0)};
 }
 
+std::vector<ShardRange> process_shard_ranges(int64_t elements, int num_replicas, int replicas_per_process) {
+  std::vector<ShardRange> out;
+  for (int first = 0; first < num_replicas; first += replicas_per_process) {
+    out.push_back({shard_range(elements, num_replicas, first).begin,
+                   shard_range(elements, num_replicas, first + replicas_per_process - 1).end});
+  }
+  return out;
+}
+
 namespace {
 
 // The receive buffer a core holds while partial sums arrive from its children.
@@ -105,18 +115,37 @@ int64_t subtree_elements(int64_t elements, int num_replicas, int first, int end)
 }  // namespace
 
 InProcessCollectives::InProcessCollectives(Ledger& ledger, int num_replicas, std::function<void(int)> barrier)
-    : ledger_(ledger), num_replicas_(num_replicas), barrier_(std::move(barrier)),
-      posted_(static_cast<size_t>(num_replicas)) {
-  if (num_replicas < 1) throw std::logic_error("InProcessCollectives: at least one replica");
+    : InProcessCollectives(ledger, num_replicas, 0, num_replicas, nullptr, std::move(barrier)) {}
+
+InProcessCollectives::InProcessCollectives(Ledger& ledger, int num_replicas, int first_replica, int local_replicas,
+                                           ProcessGroup* processes, std::function<void(int)> barrier)
+    : ledger_(ledger), num_replicas_(num_replicas), first_(first_replica), local_replicas_(local_replicas),
+      processes_(processes != nullptr && processes->size() > 1 ? processes : nullptr), barrier_(std::move(barrier)),
+      posted_(static_cast<size_t>(local_replicas)), votes_(static_cast<size_t>(local_replicas)) {
+  if (num_replicas < 1 || local_replicas < 1) throw std::logic_error("InProcessCollectives: at least one replica");
+  const int process_count = processes_ ? processes_->size() : 1;
+  if (local_replicas * process_count != num_replicas) {
+    throw std::invalid_argument("InProcessCollectives: " + std::to_string(process_count) + " processes of " +
+                                std::to_string(local_replicas) + " replicas are not " + std::to_string(num_replicas));
+  }
+  if (processes_ && ((local_replicas & (local_replicas - 1)) != 0 || first_replica % local_replicas != 0)) {
+    throw std::invalid_argument("each process must run a power-of-two number of cores (this one runs " +
+                                std::to_string(local_replicas) + "), so that its cores' sums are a subtree of the slice's "
+                                "reduction and the result is the same bits as in one process");
+  }
 }
 
-// Every replica checks every replica's arguments against `reference`'s, so all of them reach the same
-// verdict; on a mismatch they meet once more before throwing, so that no replica unwinds (and frees
-// what it published) while another still reads it.
+std::vector<ShardRange> InProcessCollectives::process_ranges(int64_t elements) const {
+  return process_shard_ranges(elements, num_replicas_, local_replicas_);
+}
+
+// Every replica checks every local replica's arguments against `reference`'s, so all of them reach
+// the same verdict; on a mismatch they meet once more before throwing, so that no replica unwinds
+// (and frees what it published) while another still reads it.
 void InProcessCollectives::check_same_shapes(int replica, const char* op, int reference, bool dim0_may_differ) const {
-  const Posted& first = posted_[static_cast<size_t>(reference)];
+  const Posted& first = posted_[static_cast<size_t>(local(reference))];
   int bad = -1;
-  for (int r = 0; r < num_replicas_ && bad < 0; ++r) {
+  for (int r = 0; r < local_replicas_ && bad < 0; ++r) {
     const Posted& other = posted_[static_cast<size_t>(r)];
     bool same = other.values.size() == first.values.size();
     for (size_t i = 0; same && i < other.values.size(); ++i) {
@@ -128,7 +157,7 @@ void InProcessCollectives::check_same_shapes(int replica, const char* op, int re
       const Shape &a = other.tensor->shape(), &b = first.tensor->shape();
       same = dim0_may_differ ? a.size() == b.size() && !a.empty() && std::equal(a.begin() + 1, a.end(), b.begin() + 1) : a == b;
     }
-    if (!same) bad = r;
+    if (!same) bad = first_ + r;
   }
   if (bad < 0) return;
   barrier_(replica);
@@ -136,10 +165,8 @@ void InProcessCollectives::check_same_shapes(int replica, const char* op, int re
                          std::to_string(reference) + " (every replica must pass the same shapes)");
 }
 
-// Reduces the elements [begin, end) of the concatenation of every replica's values, in tree order,
-// and writes the result to every replica's values.
-void InProcessCollectives::reduce_range(ReduceOp op, int64_t begin, int64_t end) {
-  const size_t n = static_cast<size_t>(num_replicas_);
+void InProcessCollectives::local_sum_range(int64_t begin, int64_t end) {
+  const size_t n = static_cast<size_t>(local_replicas_);
   std::vector<const float*> in(n);
   int64_t offset = 0;
   for (size_t i = 0; i < posted_[0].values.size() && offset < end; ++i) {
@@ -148,10 +175,20 @@ void InProcessCollectives::reduce_range(ReduceOp op, int64_t begin, int64_t end)
     offset += size;
     if (hi <= lo || posted_[0].values[i].is_abstract()) continue;
     for (size_t r = 0; r < n; ++r) in[r] = posted_[r].values[i].data() + lo;
+    tree_sum(in, posted_[0].values[i].data() + lo, hi - lo);
+  }
+}
+
+void InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t end) {
+  int64_t offset = 0;
+  for (size_t i = 0; i < posted_[0].values.size() && offset < end; ++i) {
+    const int64_t size = posted_[0].values[i].defined() ? posted_[0].values[i].size() : 0;
+    const int64_t lo = std::max(begin, offset) - offset, hi = std::min(end, offset + size) - offset;
+    offset += size;
+    if (hi <= lo || posted_[0].values[i].is_abstract()) continue;
     float* out = posted_[0].values[i].data() + lo;
-    tree_sum(in, out, hi - lo);
     if (op == ReduceOp::Mean) divide(out, hi - lo, num_replicas_);
-    for (size_t r = 1; r < n; ++r) {
+    for (size_t r = 1; r < posted_.size(); ++r) {
       std::memcpy(posted_[r].values[i].data() + lo, out, static_cast<size_t>(hi - lo) * sizeof(float));
     }
   }
@@ -167,11 +204,17 @@ void InProcessCollectives::all_reduce(int replica, ReduceOp op, std::span<Tensor
   }
   const std::vector<int> children = ReductionTree::children(replica, num_replicas_);
   WorkspaceCharge receive(ledger_, replica, children.empty() ? 0 : largest, "all_reduce");
-  posted_[static_cast<size_t>(replica)] = Posted{values, nullptr};
+  posted(replica) = Posted{values, nullptr};
   barrier_(replica);
-  check_same_shapes(replica, "all_reduce", 0, false);
-  const ShardRange mine = shard_range(elements, num_replicas_, replica);
-  reduce_range(op, mine.begin, mine.end);
+  check_same_shapes(replica, "all_reduce", first_, false);
+  const ShardRange mine = shard_range(elements, local_replicas_, local(replica));
+  local_sum_range(mine.begin, mine.end);
+  if (several_processes()) {
+    barrier_(replica);
+    if (replica == first_) all_reduce_across_processes();
+    barrier_(replica);
+  }
+  finish_range(op, mine.begin, mine.end);
   barrier_(replica);  // every range is reduced and copied out; the published spans may go
   const int64_t links = static_cast<int64_t>(children.size()) + (replica == 0 ? 0 : 1);
   ledger_.core(replica).record_collective(links * bytes_of(elements), links * bytes_of(elements));
@@ -186,13 +229,24 @@ Tensor InProcessCollectives::reduce_scatter(int replica, ReduceOp op, const Tens
   }
   const std::vector<int> children = ReductionTree::children(replica, num_replicas_);
   WorkspaceCharge receive(ledger_, replica, children.empty() ? 0 : value.bytes(), "reduce_scatter");
-  posted_[static_cast<size_t>(replica)] = Posted{{}, &value};
+  if (several_processes() && replica == first_ && !value.is_abstract()) staging_.resize(static_cast<size_t>(value.size()));
+  posted(replica) = Posted{{}, &value};
   barrier_(replica);
-  check_same_shapes(replica, "reduce_scatter", 0, false);
+  check_same_shapes(replica, "reduce_scatter", first_, false);
   if (!value.is_abstract()) {
-    std::vector<const float*> in(static_cast<size_t>(num_replicas_));
-    for (size_t r = 0; r < in.size(); ++r) in[r] = posted_[r].tensor->data() + mine.begin;
-    tree_sum(in, shard.data(), mine.size());
+    // This process's partial sum over its replicas (all of it in one process: the sum), then in
+    // several processes the processes' partials of each shard summed where the shard lives.
+    const ShardRange part = several_processes() ? shard_range(value.size(), local_replicas_, local(replica)) : mine;
+    float* sum = several_processes() ? staging_.data() + part.begin : shard.data();
+    std::vector<const float*> in(static_cast<size_t>(local_replicas_));
+    for (size_t r = 0; r < in.size(); ++r) in[r] = posted_[r].tensor->data() + part.begin;
+    tree_sum(in, sum, part.size());
+    if (several_processes()) {
+      barrier_(replica);
+      if (replica == first_) reduce_scatter_across_processes(value.size());
+      barrier_(replica);
+      std::memcpy(shard.data(), staging_.data() + mine.begin, static_cast<size_t>(mine.size()) * sizeof(float));
+    }
     if (op == ReduceOp::Mean) divide(shard.data(), mine.size(), num_replicas_);
   }
   barrier_(replica);
@@ -213,22 +267,20 @@ Tensor InProcessCollectives::reduce_scatter(int replica, ReduceOp op, const Tens
 
 Tensor InProcessCollectives::all_gather(int replica, const Tensor& shard) {
   if (shard.rank() == 0) throw std::logic_error("all_gather: shards need a leading dimension");
-  posted_[static_cast<size_t>(replica)] = Posted{{}, &shard};
+  posted(replica) = Posted{{}, &shard};
+  if (num_replicas_ > 1) barrier_(replica);
+  if (local_replicas_ > 1) check_same_shapes(replica, "all_gather (beyond dim 0)", first_, true);
+  if (replica == first_) gather_rows_across_processes(shard, rows_before_);  // and the rows, across processes
   if (num_replicas_ > 1) barrier_(replica);
   Shape out_shape = shard.shape();
-  out_shape[0] = 0;
-  std::vector<int64_t> rows_before(static_cast<size_t>(num_replicas_) + 1, 0);
-  if (num_replicas_ > 1) check_same_shapes(replica, "all_gather (beyond dim 0)", 0, true);
-  for (int r = 0; r < num_replicas_; ++r) {
-    const Tensor& t = *posted_[static_cast<size_t>(r)].tensor;
-    rows_before[static_cast<size_t>(r) + 1] = rows_before[static_cast<size_t>(r)] + t.dim(0);
-  }
-  out_shape[0] = rows_before.back();
+  out_shape[0] = rows_before_.back();
   Tensor out = Tensor::empty(out_shape);
-  if (!out.is_abstract()) {
+  if (!out.is_abstract() && several_processes()) {
+    std::memcpy(out.data(), staging_.data(), static_cast<size_t>(out.size()) * sizeof(float));
+  } else if (!out.is_abstract()) {
     for (int r = 0; r < num_replicas_; ++r) {
       const Tensor& t = *posted_[static_cast<size_t>(r)].tensor;
-      out.slice_rows(rows_before[static_cast<size_t>(r)], rows_before[static_cast<size_t>(r) + 1]).copy_from(t);
+      out.slice_rows(rows_before_[static_cast<size_t>(r)], rows_before_[static_cast<size_t>(r) + 1]).copy_from(t);
     }
   }
   if (num_replicas_ == 1) return out;
@@ -237,7 +289,7 @@ Tensor InProcessCollectives::all_gather(int replica, const Tensor& shard) {
   const int64_t row_bytes = bytes_of(num_elements(Shape(shard.shape().begin() + 1, shard.shape().end())));
   auto subtree_bytes = [&](int first) {
     const int end = ReductionTree::subtree_end(first, num_replicas_);
-    return (rows_before[static_cast<size_t>(end)] - rows_before[static_cast<size_t>(first)]) * row_bytes;
+    return (rows_before_[static_cast<size_t>(end)] - rows_before_[static_cast<size_t>(first)]) * row_bytes;
   };
   const int64_t total = out.bytes();
   int64_t sent = 0, received = 0;
@@ -255,28 +307,44 @@ Tensor InProcessCollectives::all_gather(int replica, const Tensor& shard) {
 
 void InProcessCollectives::all_gather_shards(int replica, std::span<Tensor> values) {
   if (num_replicas_ == 1) return;
-  posted_[static_cast<size_t>(replica)] = Posted{values, nullptr};
+  posted(replica) = Posted{values, nullptr};
   barrier_(replica);
-  check_same_shapes(replica, "all_gather_shards", 0, false);
-  // Each replica copies the other replicas' shards into its own tensors, where they are not the
-  // same host buffer as the owner's.
-  int64_t elements = 0, subtree = 0;
-  const int end = ReductionTree::subtree_end(replica, num_replicas_);
+  check_same_shapes(replica, "all_gather_shards", first_, false);
+  // Each replica copies the other local replicas' shards into its own tensors, where they are not
+  // the same host buffer as the owner's; then the leader gathers the other processes' shards and the
+  // others copy them from it.
   for (size_t i = 0; i < values.size(); ++i) {
     Tensor& mine = values[i];
-    if (!mine.defined()) continue;
-    elements += mine.size();
-    subtree += subtree_elements(mine.size(), num_replicas_, replica, end);
-    if (mine.is_abstract()) continue;
-    for (int r = 0; r < num_replicas_; ++r) {
-      const Tensor& theirs = posted_[static_cast<size_t>(r)].values[i];
+    if (!mine.defined() || mine.is_abstract()) continue;
+    for (int r = first_; r < first_ + local_replicas_; ++r) {
+      const Tensor& theirs = posted(r).values[i];
       const ShardRange range = shard_range(mine.size(), num_replicas_, r);
       if (r == replica || theirs.data() == mine.data() || range.size() == 0) continue;
       std::memcpy(mine.data() + range.begin, theirs.data() + range.begin, static_cast<size_t>(range.size()) * sizeof(float));
     }
   }
+  if (several_processes()) {
+    barrier_(replica);
+    if (replica == first_) all_gather_shards_across_processes();
+    barrier_(replica);
+    for (size_t i = 0; i < values.size(); ++i) {
+      Tensor& mine = values[i];
+      const Tensor& leader = posted_[0].values[i];
+      if (!mine.defined() || mine.is_abstract() || leader.data() == mine.data()) continue;
+      const ShardRange here = process_ranges(mine.size())[static_cast<size_t>(first_ / local_replicas_)];
+      std::memcpy(mine.data(), leader.data(), static_cast<size_t>(here.begin) * sizeof(float));
+      std::memcpy(mine.data() + here.end, leader.data() + here.end, static_cast<size_t>(mine.size() - here.end) * sizeof(float));
+    }
+  }
   barrier_(replica);
   // As all_gather: up the tree each subtree's shards, down the tree the whole tensors.
+  int64_t elements = 0, subtree = 0;
+  const int end = ReductionTree::subtree_end(replica, num_replicas_);
+  for (const Tensor& t : values) {
+    if (!t.defined()) continue;
+    elements += t.size();
+    subtree += subtree_elements(t.size(), num_replicas_, replica, end);
+  }
   int64_t sent = 0, received = 0;
   if (replica != 0) {
     sent += bytes_of(subtree);
@@ -296,16 +364,46 @@ void InProcessCollectives::all_gather_shards(int replica, std::span<Tensor> valu
 void InProcessCollectives::broadcast(int replica, Tensor& value, int root) {
   if (root < 0 || root >= num_replicas_) throw std::logic_error("broadcast: root " + std::to_string(root) + " is not a replica");
   if (num_replicas_ == 1) return;
-  posted_[static_cast<size_t>(replica)] = Posted{{}, &value};
+  const bool root_here = root >= first_ && root < first_ + local_replicas_;
+  posted(replica) = Posted{{}, &value};
   barrier_(replica);
-  check_same_shapes(replica, "broadcast", root, false);
-  const Tensor& source = *posted_[static_cast<size_t>(root)].tensor;
-  if (replica != root && !value.is_abstract()) value.copy_from(source);
+  check_same_shapes(replica, "broadcast", root_here ? root : first_, false);
+  if (several_processes()) {
+    if (replica == first_ && !value.is_abstract()) {
+      staging_.resize(static_cast<size_t>(value.size()));
+      if (root_here) std::memcpy(staging_.data(), posted(root).tensor->data(), static_cast<size_t>(value.bytes()));
+      processes_->broadcast(staging_, root / local_replicas_);
+    }
+    barrier_(replica);
+    if (replica != root && !value.is_abstract()) std::memcpy(value.data(), staging_.data(), static_cast<size_t>(value.bytes()));
+  } else if (replica != root && !value.is_abstract()) {
+    value.copy_from(*posted(root).tensor);
+  }
   barrier_(replica);
   // The same tree, relabelled so that the root is its node 0.
   const int relative = (replica - root + num_replicas_) % num_replicas_;
   const int64_t links = static_cast<int64_t>(ReductionTree::children(relative, num_replicas_).size());
   ledger_.core(replica).record_collective(links * value.bytes(), relative == 0 ? 0 : value.bytes());
+}
+
+int64_t InProcessCollectives::all_reduce_min(int replica, int64_t value) {
+  if (num_replicas_ == 1) return value;
+  votes_[static_cast<size_t>(local(replica))] = value;
+  barrier_(replica);
+  if (replica == first_) {
+    vote_result_ = *std::min_element(votes_.begin(), votes_.end());
+    if (several_processes()) vote_result_ = processes_->min(vote_result_);
+  }
+  barrier_(replica);
+  // The next call's leader writes vote_result_ only after every replica reached that call's barrier.
+  return vote_result_;
+}
+
+void InProcessCollectives::barrier(int replica) {
+  barrier_(replica);
+  if (!several_processes()) return;
+  if (replica == first_) processes_->barrier();
+  barrier_(replica);
 }
 
 }  // namespace keel

@@ -54,6 +54,9 @@ struct ShardRange {
   int64_t size() const { return end - begin; }
 };
 ShardRange shard_range(int64_t elements, int num_replicas, int replica);
+// The union of the shards of each block of `replicas_per_process` consecutive replicas: what each
+// process of a slice shared by several holds of a sharded tensor (consecutive, covering all).
+std::vector<ShardRange> process_shard_ranges(int64_t elements, int num_replicas, int replicas_per_process);
 
 class Collectives {
  public:
@@ -77,16 +80,35 @@ class Collectives {
   virtual void broadcast(int replica, Tensor& value, int root) = 0;
   // Returns once every replica has called it.
   virtual void barrier(int replica) = 0;
+  // The smallest `value` any replica passed, on every replica (a vote: the first variable whose
+  // gradient is not finite). Moves no tensor and is not counted.
+  virtual int64_t all_reduce_min(int replica, int64_t value) = 0;
 };
 
-// The in-process backend: replicas are threads of this process, exchanging through shared memory.
+class ProcessGroup;
+
+// The host backend: the replicas of this process are its threads, exchanging through shared memory.
 // Each operation publishes its arguments, meets the others at a barrier, does its share of the work
 // (an even split of the elements, so every thread takes part), and meets them again before anyone
 // may free or reuse what was published.
+//
+// Several processes (mpirun): this process runs the replicas [first_replica, first_replica +
+// local_replicas) of the slice, a block of 2^k consecutive replicas starting at a multiple of 2^k —
+// a subtree of ReductionTree — so the threads sum their process's partial in tree order and the
+// processes' partials are summed across the ProcessGroup in tree order over ranks
+// (ProcessGroup::all_reduce_tree): the same additions, in the same order, as one process running
+// every replica. The thread of the process's first replica (its leader) makes the MPI calls while
+// the others wait at the barrier.
 class InProcessCollectives final : public Collectives {
  public:
-  // `barrier(replica)` blocks until every replica has called it (the strategy's cancellable barrier).
+  // `barrier(replica)` blocks until every replica of this process has called it (the strategy's
+  // cancellable barrier).
   InProcessCollectives(Ledger& ledger, int num_replicas, std::function<void(int)> barrier);
+  // The replicas [first_replica, first_replica + local_replicas) of num_replicas run here; `processes`
+  // (size() * local_replicas == num_replicas) carries the rest. Throws std::invalid_argument when the
+  // block is not a subtree (a power of two starting at a multiple of itself).
+  InProcessCollectives(Ledger& ledger, int num_replicas, int first_replica, int local_replicas, ProcessGroup* processes,
+                       std::function<void(int)> barrier);
 
   int num_replicas() const override { return num_replicas_; }
   void all_reduce(int replica, ReduceOp op, std::span<Tensor> values) override;
@@ -94,23 +116,47 @@ class InProcessCollectives final : public Collectives {
   Tensor all_gather(int replica, const Tensor& shard) override;
   void all_gather_shards(int replica, std::span<Tensor> values) override;
   void broadcast(int replica, Tensor& value, int root) override;
-  void barrier(int replica) override { barrier_(replica); }
+  void barrier(int replica) override;
+  int64_t all_reduce_min(int replica, int64_t value) override;
 
  private:
-  // What each replica published for the operation in progress (valid between its two barriers).
+  // What each local replica published for the operation in progress (valid between its barriers).
   struct Posted {
     std::span<Tensor> values;
     const Tensor* tensor = nullptr;
   };
+  bool several_processes() const { return processes_ != nullptr; }
+  int local(int replica) const { return replica - first_; }
+  Posted& posted(int replica) { return posted_[static_cast<size_t>(local(replica))]; }
+  // The element ranges of each process's replicas' shards of `elements` (consecutive, covering all).
+  std::vector<ShardRange> process_ranges(int64_t elements) const;
   // Throws std::logic_error on every replica, after a barrier, when any replica's arguments differ in
   // shape from `reference`'s (beyond dim 0 only, when dim0_may_differ).
   void check_same_shapes(int replica, const char* op, int reference, bool dim0_may_differ) const;
-  void reduce_range(ReduceOp op, int64_t begin, int64_t end);
+  // Elements [begin, end) of the concatenation of every local replica's values: summed in tree order
+  // into the first local replica's values; then (finish_range) divided for a mean and copied to the
+  // other local replicas' values.
+  void local_sum_range(int64_t begin, int64_t end);
+  void finish_range(ReduceOp op, int64_t begin, int64_t end);
+  // Leader only, between barriers: the first local replica's values summed across processes.
+  void all_reduce_across_processes();
+  // Leader only: this process's shards of value's sum across processes (process_ranges) into staging_.
+  void reduce_scatter_across_processes(int64_t elements);
+  // Leader only: every process's shards of the first local replica's values, from the others.
+  void all_gather_shards_across_processes();
+  void gather_rows_across_processes(const Tensor& first, std::vector<int64_t>& rows_before);
 
   Ledger& ledger_;
   const int num_replicas_;
+  const int first_ = 0;
+  const int local_replicas_;
+  ProcessGroup* processes_ = nullptr;  // null: every replica is in this process
   std::function<void(int)> barrier_;
   std::vector<Posted> posted_;
+  std::vector<float> staging_;          // the leader's buffer for what crosses processes
+  std::vector<int64_t> rows_before_;    // all_gather: rows of the replicas before each
+  std::vector<int64_t> votes_;          // all_reduce_min: each local replica's value
+  int64_t vote_result_ = 0;
 };
 
 }  // namespace keel

@@ -33,9 +33,11 @@ Collectives& ReplicaContext::collectives() const {
   return *collectives_;
 }
 
+bool ReplicaContext::leads_process() const { return replica_id_ == strategy_.first_local_replica(); }
+
 void ReplicaContext::merge_call(const std::function<void()>& fn) const {
   if (num_replicas_ > 1) barrier();
-  if (replica_id_ == 0) {
+  if (leads_process()) {
     ContextScope mirrored(strategy_.mirrored_context());
     fn();
   }

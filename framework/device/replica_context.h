@@ -63,7 +63,12 @@ class ReplicaContext {
   void all_gather_shards(std::span<Tensor> values) const { collectives().all_gather_shards(replica_id_, values); }
   void broadcast(Tensor& value, int root) const { collectives().broadcast(replica_id_, value, root); }
   void barrier() const { collectives().barrier(replica_id_); }
-  // Waits for every replica, runs fn once (replica 0's call, with new tensors mirrored), waits again.
+  int64_t all_reduce_min(int64_t value) const { return collectives().all_reduce_min(replica_id_, value); }
+  // True for the first replica this process runs (replica 0 in one process): the one that updates
+  // state the process's replicas share on the host (mirrored variables, the optimizer's step).
+  bool leads_process() const;
+  // Waits for every replica, runs fn once per process (its leading replica's call, with new tensors
+  // mirrored), waits again.
   void merge_call(const std::function<void()>& fn) const;
 
   // `state` was updated by this replica in this step: it is synced when the run ends.

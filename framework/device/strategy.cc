@@ -4,6 +4,8 @@
 #include <atomic>
 #include <stdexcept>
 
+#include "framework/device/process_group.h"
+
 namespace keel {
 
 // A persistent thread for one replica: runs one job at a time on its core.
@@ -60,9 +62,17 @@ ReplicatedStrategy::ReplicatedStrategy(DeviceSpec spec, Options options)
   int hw = options_.host_threads > 0 ? options_.host_threads : static_cast<int>(std::thread::hardware_concurrency());
   hw = std::max(hw, 1);
   host_threads_ = hw;
-  const int n = num_replicas();
+  local_replicas_ = num_replicas();
+  if (options_.processes != nullptr && options_.processes->size() > 1) {
+    processes_ = options_.processes;
+    const ProcessShare share = ledger_.spec().share(processes_->size(), processes_->rank());
+    first_local_ = share.first_core;
+    local_replicas_ = share.cores;
+  }
+  const int n = local_replicas_;
   scheduler_ = std::make_unique<ReplicaScheduler>(n, std::min(hw, n));
-  collectives_ = std::make_unique<InProcessCollectives>(ledger_, n, [this](int replica) { barrier_wait(replica); });
+  collectives_ = std::make_unique<InProcessCollectives>(ledger_, num_replicas(), first_local_, n, processes_,
+                                                        [this](int replica) { barrier_wait(replica); });
   for (int r = 0; r < n; ++r) workers_.push_back(std::make_unique<Worker>(r));
 }
 
@@ -124,41 +134,42 @@ Batch ReplicatedStrategy::infeed(const Batch& global, int replica) {
 }
 
 std::vector<Batch> ReplicatedStrategy::distribute(const Batch& global) {
-  const int n = num_replicas();
-  std::vector<Batch> shards;
-  shards.reserve(static_cast<size_t>(n));
-  for (int c = 0; c < n; ++c) {
+  std::vector<Batch> shards(static_cast<size_t>(num_replicas()));
+  for (int c = first_local_; c < first_local_ + local_replicas_; ++c) {
     ContextScope on_core(core_context(c, Category::inputs));
-    shards.push_back(infeed(global, c));
+    shards[static_cast<size_t>(c)] = infeed(global, c);
   }
   return shards;
 }
 
 void ReplicatedStrategy::run_replicas(const std::function<void(ReplicaContext&)>& body) {
-  const int n = num_replicas();
+  const int n = local_replicas_;
   // Created here, not on the replica threads: a replica still reading another's marks at the end of
   // the step must not outlive that replica's context.
   contexts_.clear();
-  for (int r = 0; r < n; ++r) contexts_.push_back(std::make_unique<ReplicaContext>(*this, collectives_.get(), r, n, step_));
+  for (int l = 0; l < n; ++l) {
+    contexts_.push_back(std::make_unique<ReplicaContext>(*this, collectives_.get(), first_local_ + l, num_replicas(), step_));
+  }
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   std::atomic<bool> failed{false};
-  for (int r = 0; r < n; ++r) {
-    workers_[static_cast<size_t>(r)]->post([&, r] {
-      ReplicaContext& ctx = *contexts_[static_cast<size_t>(r)];
+  for (int l = 0; l < n; ++l) {
+    workers_[static_cast<size_t>(l)]->post([&, l] {
+      const int r = first_local_ + l;
+      ReplicaContext& ctx = *contexts_[static_cast<size_t>(l)];
       ReplicaContextScope in_replica(&ctx);
       ContextScope on_core(core_context(r));
-      scheduler_->acquire(r);
+      scheduler_->acquire(l);
       try {
         body(ctx);
         sync_replica_local_state(ctx);
       } catch (const ReplicaCancelled&) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
+        errors[static_cast<size_t>(l)] = std::current_exception();
       } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
+        errors[static_cast<size_t>(l)] = std::current_exception();
         failed = true;
         scheduler_->abort();
       }
-      scheduler_->release(r);
+      scheduler_->release(l);
     });
   }
   for (auto& w : workers_) w->wait();
@@ -184,7 +195,7 @@ void ReplicatedStrategy::run_replicas(const std::function<void(ReplicaContext&)>
 }
 
 void ReplicatedStrategy::sync_replica_local_state(ReplicaContext& ctx) {
-  if (ctx.num_replicas() > 1) barrier_wait(ctx.replica_id());  // every replica's marks are in
+  if (local_replicas_ > 1) barrier_wait(ctx.replica_id());  // every local replica's marks are in
   std::vector<ReplicaLocalState*> marked;
   for (const auto& c : contexts_) marked.insert(marked.end(), c->marked_for_sync().begin(), c->marked_for_sync().end());
   std::sort(marked.begin(), marked.end(), [](const ReplicaLocalState* a, const ReplicaLocalState* b) {
@@ -195,20 +206,21 @@ void ReplicatedStrategy::sync_replica_local_state(ReplicaContext& ctx) {
 }
 
 void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) {
-  const int n = num_replicas();
+  const int n = local_replicas_;
   const int threads = std::min(host_threads_, n);
   std::atomic<int> next{0};
   std::atomic<bool> failed{false};
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   auto drain = [&] {
-      for (int r = next++; r < n && !failed; r = next++) {
-        ReplicaContext rc(*this, /*collectives=*/nullptr, r, n, step_);
+      for (int l = next++; l < n && !failed; l = next++) {
+        const int r = first_local_ + l;
+        ReplicaContext rc(*this, /*collectives=*/nullptr, r, num_replicas(), step_);
         ReplicaContextScope in_replica(&rc);
         ContextScope on_core(core_context(r));
         try {
           body(r);
         } catch (...) {
-          errors[static_cast<size_t>(r)] = std::current_exception();
+          errors[static_cast<size_t>(l)] = std::current_exception();
           failed = true;
         }
       }
@@ -224,7 +236,23 @@ void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) 
   }
 }
 
-void ReplicatedStrategy::barrier_wait(int replica) { scheduler_->barrier(replica); }
+void ReplicatedStrategy::barrier_wait(int replica) { scheduler_->barrier(replica - first_local_); }
+
+void ReplicatedStrategy::gather_per_replica_bytes(void* per_replica, int64_t bytes_each) const {
+  if (processes_ == nullptr) return;
+  char* base = static_cast<char*>(per_replica);
+  const std::vector<char> mine(base + first_local_ * bytes_each, base + (first_local_ + local_replicas_) * bytes_each);
+  processes_->all_gather_bytes(mine.data(), static_cast<int64_t>(mine.size()), base);
+}
+
+void ReplicatedStrategy::gather_sharded_state(std::span<Tensor> values) const {
+  if (processes_ == nullptr) return;
+  for (Tensor& t : values) {
+    if (!t.defined() || t.is_abstract()) continue;
+    processes_->all_gather_ranges(std::span<float>(t.data(), static_cast<size_t>(t.size())),
+                                  process_shard_ranges(t.size(), num_replicas(), local_replicas_));
+  }
+}
 
 Tensor ReplicatedStrategy::reduce(ReduceOp op, const std::vector<Tensor>& per_replica) {
   if (per_replica.empty()) throw std::invalid_argument("reduce: no per-replica values");

@@ -29,6 +29,8 @@
 
 namespace keel {
 
+class ProcessGroup;
+
 // Where this thread's tensors are mirrored (a strategy's scope) and its strategy shards at least
 // `minimum`: `scope` becomes that strategy's sharded_context(category) until it is destroyed or reset.
 // Elsewhere `scope` is left empty and new tensors are charged as before.
@@ -49,6 +51,10 @@ class ReplicatedStrategy {
     // Which training state is partitioned across the cores (framework/device/sharding.h); the
     // optimizer and the training step read it.
     ShardingMode shard = ShardingMode::none;
+    // The processes sharing the slice (mpirun): this process runs its share of the cores
+    // (DeviceSpec::share) and the collectives cross processes through the group. Null or a group of
+    // one: every core runs here.
+    ProcessGroup* processes = nullptr;
   };
   explicit ReplicatedStrategy(DeviceSpec spec) : ReplicatedStrategy(std::move(spec), Options{}) {}
   ReplicatedStrategy(DeviceSpec spec, Options options);
@@ -63,6 +69,25 @@ class ReplicatedStrategy {
   Ledger& ledger() { return ledger_; }
   const Ledger& ledger() const { return ledger_; }
 
+  // The replicas this process runs: [first_local_replica(), first_local_replica() + local_replicas()),
+  // every replica unless the slice is shared by several processes. Replica ids stay global.
+  int first_local_replica() const { return first_local_; }
+  int local_replicas() const { return local_replicas_; }
+  bool is_local(int replica) const { return replica >= first_local_ && replica < first_local_ + local_replicas_; }
+  // The processes sharing the slice; null in one process.
+  ProcessGroup* processes() const { return processes_; }
+  // Every process's entries of a per-replica vector (one per replica of the slice) to every process,
+  // so that a sum over replicas adds the same values in the same order everywhere. T is trivially
+  // copyable. In one process, nothing to do.
+  template <class T>
+  void gather_per_replica(std::vector<T>& per_replica) const {
+    static_assert(std::is_trivially_copyable_v<T>);
+    gather_per_replica_bytes(per_replica.data(), static_cast<int64_t>(sizeof(T)));
+  }
+  // Outside run(): every process's shards of sharded state (each replica's shard_range of every
+  // tensor, as optimizer slots under ZeRO) to every process, whole, as a checkpoint needs them.
+  void gather_sharded_state(std::span<Tensor> values) const;
+
   // While alive, new tensors on this thread are mirrored on every core (category `parameters`).
   ContextScope scope();
   // The context scope() installs, for code that must create mirrored state elsewhere.
@@ -76,7 +101,8 @@ class ReplicatedStrategy {
   DeviceContext core_context(int core, Category category = Category::activations) const;
 
   // Splits a host batch into per-core shards, copied to each core (`inputs`, counted as infeed).
-  // Shards are as even as possible; the first cores take one more row when it does not divide.
+  // Shards are as even as possible; the first cores take one more row when it does not divide. In
+  // several processes only this process's replicas' shards are filled (the others stay empty).
   std::vector<Batch> distribute(const Batch& global);
 
   // Copies replica `replica`'s rows of a host batch to its core (`inputs`, counted as infeed). Must
@@ -102,7 +128,8 @@ class ReplicatedStrategy {
     return unwrap(results);
   }
 
-  // Runs fn(shard) once per replica, in parallel; returns the per-replica results. If any replica
+  // Runs fn(shard) once per replica, in parallel; returns the per-replica results (in several
+  // processes, those of this process's replicas, in replica order). If any replica
   // throws, the others are cancelled and the first error is rethrown here.
   template <class Fn>
   auto run(Fn&& fn, const std::vector<Batch>& shards) -> std::vector<std::invoke_result_t<Fn&, const Batch&>> {
@@ -124,7 +151,7 @@ class ReplicatedStrategy {
   // advances. Rethrows the first replica's error (the others are cancelled at their next barrier).
   void run_replicas(const std::function<void(ReplicaContext&)>& body);
 
-  // Runs body(replica) for every replica, each with its core's context, spread over at most
+  // Runs body(replica) for every replica of this process, each with its core's context, spread over at most
   // hardware_concurrency threads with no more threads than cores busy at once. Bodies must not wait
   // for each other (collectives throw here): this is for work each core does alone, such as infeed
   // or an inference step. The first error is rethrown after all bodies finished.
@@ -134,21 +161,27 @@ class ReplicatedStrategy {
   class Worker;
   void barrier_wait(int replica);
   void sync_replica_local_state(ReplicaContext& ctx);
+  void gather_per_replica_bytes(void* per_replica, int64_t bytes_each) const;
   template <class R>
   static std::vector<R> unwrap(std::vector<std::optional<R>>& results) {
     std::vector<R> out;
     out.reserve(results.size());
-    for (auto& r : results) out.push_back(std::move(*r));
+    for (auto& r : results) {
+      if (r) out.push_back(std::move(*r));  // in several processes, this process's replicas' only
+    }
     return out;
   }
 
   Options options_;
   Ledger ledger_;
   int host_threads_ = 1;
+  ProcessGroup* processes_ = nullptr;  // null: one process
+  int first_local_ = 0;
+  int local_replicas_ = 0;
   int64_t step_ = 0;
   std::unique_ptr<ReplicaScheduler> scheduler_;
   std::unique_ptr<InProcessCollectives> collectives_;
-  std::vector<std::unique_ptr<ReplicaContext>> contexts_;  // the running step's, one per replica
+  std::vector<std::unique_ptr<ReplicaContext>> contexts_;  // the running step's, one per local replica
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 

@@ -145,7 +145,7 @@ void BatchNormalization::sync_replicas(ReplicaContext& ctx) {
                                 replica_copy(*moving_variance_, &BatchStats::variance, calls)};
   // Every replica has read the moving variables once the all-reduce's first barrier has passed.
   ctx.all_reduce(ReduceOp::Mean, copies);
-  if (ctx.replica_id() == 0) {
+  if (ctx.leads_process()) {
     if (!moving_mean_->value().is_abstract()) {
       moving_mean_->mutable_value().copy_from(copies[0]);
       moving_variance_->mutable_value().copy_from(copies[1]);

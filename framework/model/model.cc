@@ -187,12 +187,13 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
     throw std::invalid_argument("train_step_on_cores: " + std::to_string(shards.size()) + " shards for " +
                                 std::to_string(n) + " replicas");
   }
-  build(Shape(shards[0].images.shape().begin() + 1, shards[0].images.shape().end()));
+  const Tensor& some_images = shards[static_cast<size_t>(strategy_->first_local_replica())].images;
+  build(Shape(some_images.shape().begin() + 1, some_images.shape().end()));
   const std::vector<Variable*> vars = trainable_variables();
   const bool sparse = loss_->sparse_labels();
   const bool top_k = has_top_k(metrics_);
   std::vector<StepTotals> per_replica(static_cast<size_t>(n));
-  GradientUpdate update;  // every replica's is the same: replica 0's is kept
+  GradientUpdate update;  // every replica's is the same: this process's first replica's is kept
   // The step's random streams are keyed by the optimizer's iterations, so a resumed run draws what
   // a straight one would.
   const int64_t step = optimizer_->iterations() + 1;
@@ -223,8 +224,9 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
     ledger.mark("apply_gradients");
     GradientUpdate u = optimizer_->apply_gradients(std::move(grads), vars,
                                                    reduce ? GradientForm::reduced_shards : GradientForm::local);
-    if (r == 0) update = std::move(u);
+    if (ctx.leads_process()) update = std::move(u);
   });  // then BatchNormalization's moving statistics are combined (ReplicaLocalState)
+  strategy_->gather_per_replica(per_replica);  // several processes: every replica's totals, in order
   StepTotals total;
   for (const StepTotals& t : per_replica) total += t;
   non_finite_.reset();
@@ -265,6 +267,7 @@ StepTotals Model::test_step(const Batch& global) {
         t.samples = b.size();
         strategy_->ledger().core(r).record_core_to_host(2 * sizeof(float));
       });
+  strategy_->gather_per_replica(per_replica);
   StepTotals total;
   for (const StepTotals& t : per_replica) total += t;
   return total;

@@ -45,13 +45,10 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   const int replica = ctx != nullptr ? ctx->replica_id() : 0;
   const int replicas = ctx != nullptr ? ctx->num_replicas() : 1;
   const ShardingMode shard = ctx != nullptr ? ctx->strategy().shard() : ShardingMode::none;
-  // Slots (and the replicas' votes) are created once, mirrored or sharded, by one replica
+  // Slots are created once, mirrored or sharded, by one replica
   // (TensorFlow's merge_call); every replica reads the same sizes, since only a merge_call changes them.
-  if (!built() || non_finite_votes_.size() < static_cast<size_t>(replicas)) {
-    auto create = [&] {
-      build(vars);
-      non_finite_votes_.resize(std::max(non_finite_votes_.size(), static_cast<size_t>(replicas)));
-    };
+  if (!built()) {
+    auto create = [&] { build(vars); };
     if (ctx != nullptr) {
       ctx->merge_call(create);
     } else {
@@ -64,17 +61,20 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   const int64_t step = iterations_ + 1;
   const bool shards = reduce(grads, vars, form);
   if (const size_t bad = first_non_finite(grads, vars, shards, replica, replicas); bad < vars.size()) {
-    if (replicas > 1) ctx->barrier();  // every replica has read the votes before any votes again
     return GradientUpdate{false, vars[bad]->name()};
   }
   // Each replica updates its shard of every variable; with sharded slots that is all it holds of them.
+  // Unsharded, every process holds whole variables, and its replicas split each between them.
+  const bool split_in_process = ctx != nullptr && shard == ShardingMode::none;
+  const int updater = split_in_process ? replica - ctx->strategy().first_local_replica() : replica;
+  const int updaters = split_in_process ? ctx->strategy().local_replicas() : replicas;
   std::vector<Tensor> updated(vars.size());
   for (size_t i = 0; i < vars.size(); ++i) {
     if (!grads[i].defined()) continue;
     updated[i] = vars[i]->value();
-    if (!updated[i].is_abstract()) update(span_of(vars[i], grads[i], shards, replica, replicas), step);
+    if (!updated[i].is_abstract()) update(span_of(vars[i], grads[i], shards, updater, updaters), step);
   }
-  if (replica == 0) iterations_ = step;
+  if (ctx == nullptr || ctx->leads_process()) iterations_ = step;
   if (replicas == 1) return GradientUpdate{};
   if (shard == ShardingMode::optimizer || shard == ShardingMode::gradients) {
     ctx->all_gather_shards(updated);  // every core's parameters get every shard (ends with a barrier)
@@ -146,9 +146,7 @@ size_t Optimizer::first_non_finite(const std::vector<Tensor>& grads, const std::
     if (!all_finite(grads[i].data() + (grads_are_shards ? 0 : range.begin), range.size())) mine = i;
   }
   if (replicas == 1) return mine;
-  non_finite_votes_[static_cast<size_t>(replica)] = mine;
-  current_replica_context()->barrier();  // every vote is in
-  return *std::min_element(non_finite_votes_.begin(), non_finite_votes_.begin() + replicas);
+  return static_cast<size_t>(current_replica_context()->all_reduce_min(static_cast<int64_t>(mine)));
 }
 
 void Optimizer::check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form,
@@ -207,18 +205,16 @@ void Adam::update(const UpdateSpan& span, int64_t step) {
   const float* g = span.gradient;
   float* m = span.slots[0];
   float* v = span.slots[1];
-  // Keras: m += (g - m)(1 - b1); v += (g² - v)(1 - b2); w -= alpha m / (sqrt(v) + eps). One block of
-  // 2,048 elements at a time (4 arrays × 8 KiB: in L1 between the three statements), so the update is
-  // one pass over memory instead of three; each element's operations are the same, so are its bits.
-  constexpr int64_t kBlock = 2048;
-  const int64_t n = span.size;
-  for (int64_t i = 0; i < n; i += kBlock) {
-    const Eigen::Index len = static_cast<Eigen::Index>(std::min(kBlock, n - i));
-    Eigen::Map<Eigen::ArrayXf> wb(w + i, len), mb(m + i, len), vb(v + i, len);
-    const Eigen::Map<const Eigen::ArrayXf> gb(g + i, len);
-    mb += (gb - mb) * one_minus_b1;
-    vb += (gb.square() - vb) * one_minus_b2;
-    wb -= alpha * mb / (vb.sqrt() + epsilon);
+  // Keras: m += (g - m)(1 - b1); v += (g² - v)(1 - b2); w -= alpha m / (sqrt(v) + eps), in one pass
+  // over memory. Every multiply feeding an add is an explicit fma and the rest are single IEEE
+  // operations (sqrt exact, not an approximation), so the vectorised loop and its scalar end give an
+  // element the same bits: whoever updates which span (replicas, threads, processes), the result is one.
+  for (int64_t i = 0; i < span.size; ++i) {
+    const float mi = std::fma(g[i] - m[i], one_minus_b1, m[i]);
+    const float vi = std::fma(std::fma(g[i], g[i], -v[i]), one_minus_b2, v[i]);
+    m[i] = mi;
+    v[i] = vi;
+    w[i] -= (alpha * mi) / (std::sqrt(vi) + epsilon);
   }
 }
 
@@ -243,20 +239,21 @@ std::vector<std::string> SGD::slot_names() const {
 }
 
 void SGD::update(const UpdateSpan& span, int64_t step) {
-  const Eigen::Index n = static_cast<Eigen::Index>(span.size);
-  Eigen::Map<Eigen::ArrayXf> w(span.variable, n);
-  const Eigen::Map<const Eigen::ArrayXf> g(span.gradient, n);
-  const float lr = learning_rate_at(step - 1);
-  if (options_.momentum == 0.0f) {
-    w -= lr * g;
+  // Keras: velocity = momentum velocity - lr g; w += velocity (Nesterov: w += momentum velocity -
+  // lr g); without momentum w -= lr g. Explicit fmas, as in Adam::update: the same bits wherever a
+  // span starts.
+  float* w = span.variable;
+  const float* g = span.gradient;
+  const float lr = learning_rate_at(step - 1), momentum = options_.momentum;
+  if (momentum == 0.0f) {
+    for (int64_t i = 0; i < span.size; ++i) w[i] = std::fma(-lr, g[i], w[i]);
     return;
   }
-  Eigen::Map<Eigen::ArrayXf> velocity(span.slots[0], n);
-  velocity = options_.momentum * velocity - lr * g;
-  if (options_.nesterov) {
-    w += options_.momentum * velocity - lr * g;
-  } else {
-    w += velocity;
+  float* velocity = span.slots[0];
+  for (int64_t i = 0; i < span.size; ++i) {
+    const float vi = std::fma(momentum, velocity[i], -lr * g[i]);
+    velocity[i] = vi;
+    w[i] += options_.nesterov ? std::fma(momentum, vi, -lr * g[i]) : vi;
   }
 }
 

@@ -129,7 +129,7 @@ class Optimizer {
   // This replica's span of variable i (its shard_range), with `grad` whole or already its shard.
   UpdateSpan span_of(Variable* var, const Tensor& grad, bool grad_is_shard, int replica, int replicas) const;
   // The index of the first variable with a non-finite gradient, vars.size() if none: each replica
-  // checks its shard of every gradient and the replicas agree through one barrier.
+  // checks its shard of every gradient and the replicas agree on the smallest (all_reduce_min).
   size_t first_non_finite(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars, bool grads_are_shards,
                           int replica, int replicas);
 
@@ -140,8 +140,6 @@ class Optimizer {
   bool built_ = false;
   std::map<std::string, std::vector<Variable*>> slots_;  // by variable name
   std::vector<std::unique_ptr<Variable>> slot_order_;
-  // Each replica's answer of first_non_finite for its share (one slot per replica, so no lock).
-  std::vector<size_t> non_finite_votes_;
 };
 
 class Adam : public Optimizer {

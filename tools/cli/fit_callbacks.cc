@@ -85,14 +85,15 @@ void keep_rows_before(const std::string& path, int initial_epoch) {
 }  // namespace
 
 FitCallbacks::FitCallbacks(const RunConfig& config, const RunDirectory& dir, int initial_epoch,
-                           const nlohmann::json& state, std::vector<std::vector<float>> best_weights, bool quiet) {
+                           const nlohmann::json& state, std::vector<std::vector<float>> best_weights, bool quiet,
+                           bool writes_files) {
   const std::string csv_path = (std::filesystem::path(dir.dir()) / "history.csv").string();
-  if (initial_epoch < 0) {
+  if (writes_files && initial_epoch < 0) {
     std::filesystem::remove(csv_path);
-  } else {
+  } else if (writes_files) {
     keep_rows_before(csv_path, initial_epoch);
   }
-  csv_ = std::make_unique<CSVLogger>(csv_path, ",", /*append=*/true);
+  if (writes_files) csv_ = std::make_unique<CSVLogger>(csv_path, ",", /*append=*/true);
   auto restore = [&](const char* name, auto& callback) {
     if (state.is_object() && state.contains(name)) callback->set_state(state[name]);
   };
@@ -112,7 +113,7 @@ FitCallbacks::FitCallbacks(const RunConfig& config, const RunDirectory& dir, int
     reduce_lr_ = std::make_unique<ReduceLROnPlateau>(o, quiet ? nullptr : stdout);
     restore("ReduceLROnPlateau", reduce_lr_);
   }
-  if (config.save_best_only) {
+  if (config.save_best_only && writes_files) {
     ModelCheckpoint::Options o;
     o.monitor = config.checkpoint_monitor;
     o.save_best_only = true;
@@ -120,7 +121,7 @@ FitCallbacks::FitCallbacks(const RunConfig& config, const RunDirectory& dir, int
     best_ = std::make_unique<ModelCheckpoint>(dir.best_path(), o, quiet ? nullptr : stdout);
     restore("ModelCheckpoint", best_);
   }
-  if (config.tensorboard) {
+  if (config.tensorboard && writes_files) {
     const std::string log_dir = (std::filesystem::path(dir.dir()) / "logs").string();
     if (initial_epoch < 0) std::filesystem::remove_all(log_dir);  // a new run's logs start empty
     tensorboard_ = std::make_unique<TensorBoard>(log_dir);
@@ -133,7 +134,7 @@ void FitCallbacks::add_to(FitOptions& fit) {
   if (reduce_lr_) fit.callbacks.push_back(reduce_lr_.get());
   if (early_stopping_) fit.callbacks.push_back(early_stopping_.get());
   if (best_) fit.callbacks.push_back(best_.get());
-  fit.callbacks.push_back(csv_.get());
+  if (csv_) fit.callbacks.push_back(csv_.get());
   if (tensorboard_) fit.callbacks.push_back(tensorboard_.get());
 }
 

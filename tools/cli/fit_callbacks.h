@@ -29,8 +29,11 @@ class FitCallbacks {
   // the resumed run writes each epoch's row once (TensorBoard, reading its files, never writes an
   // epoch twice either). A new run starts with no history.csv and no logs/.
   // `state`: the checkpoint's train_state.callbacks; `best_weights`: its EarlyStopping best weights.
+  // `writes_files` false (the processes of an mpirun job but rank 0): no history.csv, best.h5 or
+  // logs/ — rank 0 writes them; the callbacks that decide (EarlyStopping, ReduceLROnPlateau) run
+  // everywhere, on the same logs, so every process decides alike.
   FitCallbacks(const RunConfig& config, const RunDirectory& dir, int initial_epoch, const nlohmann::json& state,
-               std::vector<std::vector<float>> best_weights, bool quiet);
+               std::vector<std::vector<float>> best_weights, bool quiet, bool writes_files = true);
   // The callbacks in the order fit must call them (all before the checkpoint callback).
   void add_to(FitOptions& fit);
   // The callbacks' state for the checkpoint (null when none keeps any).

@@ -15,11 +15,13 @@
 #include "framework/checkpoint/run_directory.h"
 #include "framework/checkpoint/run_lock.h"
 #include "framework/core/limits.h"
+#include "framework/device/process_group.h"
 #include "framework/layers/initializers.h"
 #include "framework/layers/layer.h"
 #include "framework/model/callbacks.h"
 #include "framework/model/planner.h"
 #include "tools/cli/checkpoint_selection.h"
+#include "tools/cli/checkpoint_callback.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/fit_callbacks.h"
 #include "tools/cli/json_log.h"
@@ -32,176 +34,12 @@
 namespace keel::cli {
 namespace {
 
-std::atomic<int> g_signal{0};
-
-const std::vector<std::vector<float>> kNoWeights;
-
 extern "C" void on_signal(int sig) {
   g_signal = sig;
   // A second signal ends the process the default way.
   std::signal(sig, SIG_DFL);
 }
 
-// What one invocation of `keel train`/`keel resume` does beside the run's configuration.
-struct RunControl {
-  int64_t stop_after_steps = 0;  // 0: train to the end
-  bool quiet = false;
-  bool sync_save = false;        // write each checkpoint in the step instead of in the background
-  bool replace_previous_run = false;  // train --overwrite: move the previous run aside when training starts
-  JsonlLogger* json_log = nullptr;    // --log-format jsonl
-};
-
-// Saves checkpoints at epoch ends, every N steps, after --stop-after-steps and on SIGINT/SIGTERM, and
-// never a step whose loss or gradients were not finite. Each save snapshots the state at the step
-// boundary; a writer thread writes it while training goes on (AsyncCheckpointer), or the step writes
-// it (--sync-save). Either way the training thread's time in save() is its stall.
-class CheckpointCallback : public Callback {
- public:
-  CheckpointCallback(RunDirectory& dir, const RunConfig& config, const RunControl& control)
-      : dir_(dir), config_(config), control_(control) {
-    if (!control.sync_save) {
-      async_ = std::make_unique<AsyncCheckpointer>(
-          [this](const CheckpointSnapshot& snapshot) { save_to_run_directory(dir_, snapshot, config_.keep); });
-    }
-  }
-
-  // The snapshot's host memory is taken (and its pages touched) here, once, rather than in the first
-  // save's step; every save refills it.
-  void on_train_begin(TrainingState& st) override {
-    CheckpointSnapshot& snapshot = buffer();
-    snapshot_checkpoint(*st.model, st.model->optimizer(), TrainState{}, snapshot);
-    snapshot_bytes_ = snapshot.bytes();
-    if (!control_.quiet) {
-      std::printf("  checkpoint snapshot: %s of host memory, %s\n", format_bytes(snapshot_bytes_).c_str(),
-                  async_ ? "written in the background (--sync-save: in the step)" : "written in the step (--sync-save)");
-    }
-  }
-
-  void on_train_batch_end(TrainingState& st, const Logs&) override {
-    ++steps_this_run_;
-    const int64_t step = st.model->optimizer().iterations();
-    const bool stop_requested =
-        (control_.stop_after_steps > 0 && steps_this_run_ >= control_.stop_after_steps) || g_signal != 0;
-    const bool periodic = config_.save_every_steps > 0 && step % config_.save_every_steps == 0;
-    if (stop_requested) {
-      st.stop_training = true;
-      stopped_early_ = true;
-    }
-    // The last batch of an epoch is saved by on_epoch_end, as the start of the next epoch.
-    const bool epoch_done = st.last_batch_of_epoch;
-    if ((stop_requested || periodic) && !epoch_done) {
-      TrainState s;
-      s.step = step;
-      s.epoch = st.epoch;
-      s.batch_in_epoch = st.batch;
-      s.iterator_state = st.iterator_state();
-      s.epoch_totals = st.epoch_totals;
-      save(st, s);
-    }
-  }
-
-  void on_epoch_end(TrainingState& st, const Logs&) override {
-    // A pipeline of unknown size that held less than one global batch: nothing to save, and a
-    // checkpoint of an empty epoch could not be resumed.
-    if (st.batch == 0) {
-      throw UsageError("the training data gave no full global batch of " + std::to_string(config_.global_batch()) +
-                       " examples in epoch " + std::to_string(st.epoch + 1) +
-                       " (it holds fewer); use a smaller --batch-per-core or fewer cores");
-    }
-    TrainState s;
-    s.step = st.model->optimizer().iterations();
-    s.epoch = st.epoch + 1;
-    save(st, s);
-  }
-
-  // What each save records of the other callbacks (EarlyStopping, ReduceLROnPlateau).
-  void record_callbacks(const FitCallbacks* callbacks) { callbacks_ = callbacks; }
-  // Saves the state at the end of `epoch` again: EarlyStopping restored the best epoch's weights.
-  void save_final_weights(Model& model, int epochs_done) {
-    TrainingState st;
-    st.model = &model;
-    TrainState s;
-    s.step = model.optimizer().iterations();
-    s.epoch = epochs_done;
-    last_saved_ = -1;
-    save(st, s);
-  }
-  // What the save at the end of `st`'s epoch records beside the weights (RUN/best.h5 records the same).
-  TrainState epoch_end_state(const TrainingState& st) const {
-    TrainState s;
-    s.step = st.model->optimizer().iterations();
-    s.epoch = st.epoch + 1;
-    s.config = config_.to_json();
-    if (callbacks_ != nullptr) s.callbacks = callbacks_->state();
-    s.memory = training_memory(st.model->strategy().ledger(), config_, steps_this_run_, memory_before_);
-    return s;
-  }
-  // Each checkpoint records what training measured: `before` (the resumed checkpoint's record) and
-  // this invocation's ledger (tools/cli/memory_report.h).
-  void record_memory_after(nlohmann::json before) { memory_before_ = std::move(before); }
-  // Waits for the save in flight; rethrows its error.
-  void finish() {
-    if (async_) async_->wait();
-  }
-  bool stopped_early() const { return stopped_early_; }
-  int64_t last_saved_step() const { return last_saved_; }
-  // "Checkpoint saves: 3, training stalled 2.1 ms per save (asynchronous; snapshot 1.16 MiB; 0.0 ms
-  // of it waiting for the save before)": the training thread's time inside save(), per save.
-  std::string stall_report() const {
-    const double per_save = saves_ ? 1000.0 / static_cast<double>(saves_) : 0.0;
-    char line[256];
-    std::snprintf(line, sizeof line, "Checkpoint saves: %lld, training stalled %.1f ms per save (%s; snapshot %s",
-                  static_cast<long long>(saves_), per_save * stall_seconds_,
-                  async_ ? "asynchronous" : "synchronous, --sync-save", format_bytes(snapshot_bytes_).c_str());
-    std::string text = line;
-    if (async_) {
-      std::snprintf(line, sizeof line, "; %.1f ms of it waiting for the save before", per_save * wait_seconds_);
-      text += line;
-    }
-    return text + ")";
-  }
-
- private:
-  void save(TrainingState& st, TrainState& s) {
-    if (s.step == last_saved_ || st.non_finite) return;
-    const auto start = std::chrono::steady_clock::now();
-    s.config = config_.to_json();
-    if (callbacks_ != nullptr) s.callbacks = callbacks_->state();
-    Model& model = *st.model;
-    s.memory = training_memory(model.strategy().ledger(), config_, steps_this_run_, memory_before_);
-    CheckpointSnapshot& snapshot = buffer();  // async: once the save before is written, or its error
-    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    snapshot_checkpoint(model, model.optimizer(), s, snapshot);
-    snapshot_best_weights(model, callbacks_ != nullptr ? callbacks_->best_weights() : kNoWeights, snapshot);
-    // The values leave the cores for host memory (mirrored: core 0's copy).
-    model.strategy().ledger().core(0).record_core_to_host(snapshot.bytes());
-    if (async_) {
-      async_->save();
-    } else {
-      save_to_run_directory(dir_, snapshot, config_.keep);
-    }
-    stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    ++saves_;
-    last_saved_ = s.step;
-  }
-
-  CheckpointSnapshot& buffer() { return async_ ? async_->next() : sync_buffer_; }
-
-  RunDirectory& dir_;
-  const RunConfig& config_;
-  RunControl control_;
-  const FitCallbacks* callbacks_ = nullptr;
-  int64_t steps_this_run_ = 0;
-  int64_t last_saved_ = -1;
-  bool stopped_early_ = false;
-  nlohmann::json memory_before_;
-  int64_t saves_ = 0;
-  double stall_seconds_ = 0.0;
-  double wait_seconds_ = 0.0;  // of stall_seconds_: waiting for the save in flight
-  int64_t snapshot_bytes_ = 0;
-  CheckpointSnapshot sync_buffer_;
-  std::unique_ptr<AsyncCheckpointer> async_;  // last: its destructor lets a save in flight finish first
-};
 
 // After each epoch: the bytes infeed moved to the cores and how much of the step time the cores
 // waited for the input pipeline; a warning when waiting dominates (tf.data's "input-bound").
@@ -396,8 +234,12 @@ void build_slots_and_print_device(const RunConfig& config, ReplicatedStrategy& s
     model.optimizer().build(model.trainable_variables());
   }
   const DeviceSpec& d = config.device;
+  const ProcessGroup* processes = strategy.processes();
+  const std::string where = processes == nullptr ? ", simulated in this process"
+                                                 : ", " + std::to_string(processes->size()) + " processes of " +
+                                                       std::to_string(strategy.local_replicas()) + " cores";
   const std::string slice = d.hosts > 1 ? " (" + std::to_string(d.hosts) + " hosts x " + std::to_string(d.cores_per_host()) +
-                                               ", simulated in this process)" : "";
+                                               where + ")" : "";
   std::printf("Device %s: %d cores%s x %s HBM; global batch %lld (%lld per core)\n", d.name.c_str(), d.cores, slice.c_str(),
               d.has_budget() ? format_bytes(d.hbm_bytes_per_core).c_str() : "unbounded",
               static_cast<long long>(config.global_batch()), static_cast<long long>(config.batch_per_core));
@@ -417,7 +259,9 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
 
   clear_session();
   set_random_seed(config.seed);
-  ReplicatedStrategy strategy(config.device, strategy_options(config));
+  ReplicatedStrategy::Options options = strategy_options(config);
+  options.processes = control.processes;
+  ReplicatedStrategy strategy(config.device, options);
   std::unique_ptr<Model> model;
   {
     auto scope = strategy.scope();
@@ -450,11 +294,11 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   if (!control.quiet) fit.callbacks.push_back(&progbar);
   fit.callbacks.push_back(&infeed_report);
   fit.callbacks.push_back(&terminate_on_nan);
-  if (control.replace_previous_run) {  // --overwrite: only once the new run is ready to train
+  if (control.replace_previous_run && control.writes_files()) {  // --overwrite: once the new run is ready to train
     std::printf("Moved the previous run in %s to %s\n", dir.dir().c_str(), dir.move_previous_run_aside().c_str());
   }
   FitCallbacks keras_callbacks(config, dir, resume_from ? fit.initial_epoch : -1, callbacks_state,
-                               std::move(best_weights), control.quiet);
+                               std::move(best_weights), control.quiet, control.writes_files());
   keras_callbacks.add_to(fit);  // before the checkpoints, which record their state
   checkpoints.record_callbacks(&keras_callbacks);
   keras_callbacks.set_best_state([&checkpoints](const TrainingState& st) { return checkpoints.epoch_end_state(st); });
@@ -471,6 +315,31 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   return kExitOk;
 }
 
+// Under mpirun with several processes: the group, once the slice is known to split into equal
+// power-of-two blocks of cores (exit 2 naming the process counts that work). Null in one process.
+ProcessGroup* slice_processes(const RunConfig& config) {
+  if (!ProcessGroup::launched_by_mpirun()) return nullptr;
+  ProcessGroup& world = ProcessGroup::world();
+  if (world.size() == 1) return nullptr;
+  const ProcessShare share = config.device.share(world.size(), world.rank());
+  if ((share.cores & (share.cores - 1)) != 0) {
+    throw UsageError(std::to_string(world.size()) + " processes would run " + std::to_string(share.cores) + " cores each on " +
+                     config.device.name + "; each process must run a power-of-two number of cores (so that the sums are "
+                     "the same bits as in one process): start fewer or more processes");
+  }
+  if (config.shard == ShardingMode::full) {
+    throw UsageError("--shard full is not supported across processes yet (each process would hold only its cores' "
+                     "shards of the parameters between steps); use --shard gradients or --shard optimizer");
+  }
+  return &world;
+}
+
+// Rank 0 holds the run directory's lock for the whole job; the other processes only read it.
+std::optional<RunLock> lock_unless_helper(const RunDirectory& dir, const ProcessGroup* processes) {
+  if (processes != nullptr && !processes->is_chief()) return std::nullopt;
+  return RunLock::acquire(dir.dir());
+}
+
 // `keel train` once its flags are parsed.
 int start_run(const po::variables_map& vm, JsonlLogger* log) {
   RunConfig config;
@@ -483,7 +352,8 @@ int start_run(const po::variables_map& vm, JsonlLogger* log) {
   config.validate();
   if (!vm.count("checkpoint-dir")) throw UsageError("--checkpoint-dir is required (e.g. --checkpoint-dir checkpoints/mlp)");
   RunDirectory dir(vm["checkpoint-dir"].as<std::string>());
-  const RunLock lock = RunLock::acquire(dir.dir());
+  ProcessGroup* processes = slice_processes(config);
+  const std::optional<RunLock> lock = lock_unless_helper(dir, processes);
   const bool previous_run = dir.holds_a_run();
   if (previous_run && !vm["overwrite"].as<bool>()) {
     throw UsageError(dir.dir() + " already holds a run; continue it with `keel resume " + dir.dir() +
@@ -492,6 +362,7 @@ int start_run(const po::variables_map& vm, JsonlLogger* log) {
   RunControl control = run_control(vm);
   control.replace_previous_run = previous_run;
   control.json_log = log;
+  control.processes = processes;
   return run(config, dir, nullptr, control);
 }
 
@@ -500,9 +371,13 @@ int resume_run(const po::variables_map& vm, JsonlLogger* log) {
   if (!vm.count("run-dir")) throw UsageError("keel resume needs a run directory, e.g. `keel resume checkpoints/mlp`");
   RunDirectory dir(vm["run-dir"].as<std::string>());
   if (!std::filesystem::is_directory(dir.dir())) throw UsageError("run directory " + dir.dir() + " does not exist");
-  const RunLock lock = RunLock::acquire(dir.dir());
-  const SelectedCheckpoint selected = select_checkpoint(dir, /*move_aside=*/true, "resume");
-  const StoredRun stored = read_stored_run(selected.path);
+  ProcessGroup* group = ProcessGroup::launched_by_mpirun() ? &ProcessGroup::world() : nullptr;
+  const std::optional<RunLock> lock = lock_unless_helper(dir, group);
+  // Rank 0 picks the checkpoint (moving aside any that fail to verify); the others read the same one.
+  std::string path;
+  if (group == nullptr || group->is_chief()) path = select_checkpoint(dir, /*move_aside=*/true, "resume").path;
+  if (group != nullptr) path = group->broadcast_string(path, 0);
+  const StoredRun stored = read_stored_run(path);
   RunConfig config = stored.config;
   if (vm.count("epochs")) config.epochs = vm["epochs"].as<int>();
   if (vm.count("data-dir")) config.data_dir = vm["data-dir"].as<std::string>();
@@ -513,6 +388,7 @@ int resume_run(const po::variables_map& vm, JsonlLogger* log) {
   config.validate();
   RunControl control = run_control(vm);
   control.json_log = log;
+  control.processes = slice_processes(config);
   return run(config, dir, &stored, control);
 }
 

@@ -1,0 +1,75 @@
+// InProcessCollectives' steps across processes: each is run by the process's first replica (its
+// leader) between two barriers of the local replicas, on the first local replica's tensors.
+#include <cstring>
+
+#include "framework/device/collectives.h"
+#include "framework/device/process_group.h"
+
+namespace keel {
+
+void InProcessCollectives::all_reduce_across_processes() {
+  // The partial sums of every tensor, packed into one buffer: one exchange per all-reduce.
+  std::span<Tensor> values = posted_[0].values;
+  size_t total = 0;
+  for (const Tensor& t : values) {
+    if (t.defined() && !t.is_abstract()) total += static_cast<size_t>(t.size());
+  }
+  staging_.resize(total);
+  size_t at = 0;
+  for (const Tensor& t : values) {
+    if (!t.defined() || t.is_abstract()) continue;
+    std::memcpy(staging_.data() + at, t.data(), static_cast<size_t>(t.bytes()));
+    at += static_cast<size_t>(t.size());
+  }
+  processes_->all_reduce_tree(staging_);
+  at = 0;
+  for (Tensor& t : values) {
+    if (!t.defined() || t.is_abstract()) continue;
+    std::memcpy(t.data(), staging_.data() + at, static_cast<size_t>(t.bytes()));
+    at += static_cast<size_t>(t.size());
+  }
+}
+
+void InProcessCollectives::reduce_scatter_across_processes(int64_t elements) {
+  const std::vector<ShardRange> ranges = process_ranges(elements);
+  const ShardRange here = ranges[static_cast<size_t>(first_ / local_replicas_)];
+  // In place: the exchange reads every range of staging_ before the sum overwrites this one.
+  processes_->reduce_scatter_tree(staging_, ranges, std::span<float>(staging_).subspan(static_cast<size_t>(here.begin),
+                                                                                      static_cast<size_t>(here.size())));
+}
+
+void InProcessCollectives::all_gather_shards_across_processes() {
+  for (Tensor& t : posted_[0].values) {
+    if (!t.defined() || t.is_abstract()) continue;
+    processes_->all_gather_ranges(std::span<float>(t.data(), static_cast<size_t>(t.size())), process_ranges(t.size()));
+  }
+}
+
+// rows_before[r]: the rows of replicas before r, for every replica of the slice; and, in several
+// processes, every replica's shard concatenated in staging_.
+void InProcessCollectives::gather_rows_across_processes(const Tensor& first, std::vector<int64_t>& rows_before) {
+  std::vector<int64_t> local_rows, rows(static_cast<size_t>(num_replicas_));
+  for (const Posted& p : posted_) local_rows.push_back(p.tensor->dim(0));
+  if (several_processes()) {
+    processes_->all_gather_bytes(local_rows.data(), static_cast<int64_t>(local_rows.size() * sizeof(int64_t)), rows.data());
+  } else {
+    rows = local_rows;
+  }
+  rows_before.assign(rows.size() + 1, 0);
+  for (size_t r = 0; r < rows.size(); ++r) rows_before[r + 1] = rows_before[r] + rows[r];
+  if (!several_processes() || first.is_abstract()) return;
+  const int64_t row = num_elements(Shape(first.shape().begin() + 1, first.shape().end()));
+  staging_.resize(static_cast<size_t>(rows_before.back() * row));
+  for (int r = first_; r < first_ + local_replicas_; ++r) {
+    const Tensor& t = *posted_[static_cast<size_t>(r - first_)].tensor;
+    if (t.size() > 0) std::memcpy(staging_.data() + rows_before[static_cast<size_t>(r)] * row, t.data(), static_cast<size_t>(t.bytes()));
+  }
+  std::vector<ShardRange> ranges;
+  for (int p = 0; p < processes_->size(); ++p) {
+    const size_t begin = static_cast<size_t>(p * local_replicas_), end = begin + static_cast<size_t>(local_replicas_);
+    ranges.push_back({rows_before[begin] * row, rows_before[end] * row});
+  }
+  processes_->all_gather_ranges(staging_, ranges);
+}
+
+}  // namespace keel

@@ -1,0 +1,173 @@
+#include "framework/device/process_group.h"
+
+// MPI's C interface only: no deprecated C++ bindings to link.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace keel {
+namespace {
+
+constexpr int64_t kFloat = static_cast<int64_t>(sizeof(float));
+// The most elements one MPI call moves (counts and displacements are ints); all_reduce_tree splits
+// longer buffers, which changes no bits (the sum is elementwise).
+constexpr int64_t kMaxElementsPerCall = int64_t{1} << 28;
+
+std::vector<int> counts_of(std::span<const ShardRange> ranges) {
+  std::vector<int> out;
+  for (const ShardRange& r : ranges) out.push_back(static_cast<int>(r.size()));
+  return out;
+}
+
+std::vector<int> begins_of(std::span<const ShardRange> ranges) {
+  std::vector<int> out;
+  for (const ShardRange& r : ranges) out.push_back(static_cast<int>(r.begin));
+  return out;
+}
+
+}  // namespace
+
+bool ProcessGroup::launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+}
+
+ProcessGroup& ProcessGroup::world() {
+  static ProcessGroup group;
+  return group;
+}
+
+ProcessGroup::ProcessGroup() {
+  if (!launched_by_mpirun()) return;
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+  mpi_ = true;
+  if (provided < MPI_THREAD_SERIALIZED) {
+    throw std::runtime_error("this MPI does not let a process call it from more than its main thread "
+                             "(MPI_THREAD_SERIALIZED); keel needs Open MPI as Debian ships it");
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+void ProcessGroup::check_count(int64_t elements, const char* op) const {
+  if (elements > kMaxElementsPerCall) {
+    throw std::length_error(std::string(op) + ": " + std::to_string(elements) + " elements is more than one MPI call moves (" +
+                            std::to_string(kMaxElementsPerCall) + ")");
+  }
+}
+
+void ProcessGroup::all_reduce_tree(std::span<float> values) {
+  if (size_ == 1) return;
+  for (size_t at = 0; at < values.size(); at += static_cast<size_t>(kMaxElementsPerCall)) {
+    std::span<float> chunk = values.subspan(at, std::min(values.size() - at, static_cast<size_t>(kMaxElementsPerCall)));
+    std::vector<ShardRange> ranges;
+    for (int p = 0; p < size_; ++p) ranges.push_back(shard_range(static_cast<int64_t>(chunk.size()), size_, p));
+    const ShardRange mine = ranges[static_cast<size_t>(rank_)];
+    reduce_scatter_tree(chunk, ranges, chunk.subspan(static_cast<size_t>(mine.begin), static_cast<size_t>(mine.size())));
+    all_gather_ranges(chunk, ranges);
+  }
+}
+
+void ProcessGroup::reduce_scatter_tree(std::span<const float> values, std::span<const ShardRange> ranges, std::span<float> out) {
+  if (static_cast<int>(ranges.size()) != size_) throw std::logic_error("reduce_scatter_tree: one range per process");
+  const ShardRange mine = ranges[static_cast<size_t>(rank_)];
+  if (static_cast<int64_t>(out.size()) != mine.size()) throw std::logic_error("reduce_scatter_tree: out is not this process's range");
+  if (size_ == 1) {
+    std::copy(values.begin() + mine.begin, values.begin() + mine.end, out.begin());
+    return;
+  }
+  check_count(static_cast<int64_t>(values.size()), "reduce_scatter_tree");
+  check_count(mine.size() * size_, "reduce_scatter_tree");
+  // Every process sends each other process that process's range of its partial sum, and receives
+  // every process's partial of its own range, in rank order; then sums them in tree order.
+  staging_.resize(static_cast<size_t>(mine.size() * size_));
+  const std::vector<int> send_counts = counts_of(ranges), send_displs = begins_of(ranges);
+  std::vector<int> recv_counts(static_cast<size_t>(size_), static_cast<int>(mine.size())), recv_displs;
+  for (int p = 0; p < size_; ++p) recv_displs.push_back(static_cast<int>(p * mine.size()));
+  MPI_Alltoallv(values.data(), send_counts.data(), send_displs.data(), MPI_FLOAT, staging_.data(), recv_counts.data(),
+                recv_displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+  std::vector<const float*> partials;
+  for (int p = 0; p < size_; ++p) partials.push_back(staging_.data() + p * mine.size());
+  tree_sum(partials, out.data(), mine.size());
+  sent_bytes_ += (static_cast<int64_t>(values.size()) - mine.size()) * kFloat;
+  received_bytes_ += mine.size() * (size_ - 1) * kFloat;
+}
+
+void ProcessGroup::all_gather_ranges(std::span<float> values, std::span<const ShardRange> ranges) {
+  if (size_ == 1) return;
+  if (static_cast<int>(ranges.size()) != size_) throw std::logic_error("all_gather_ranges: one range per process");
+  check_count(static_cast<int64_t>(values.size()), "all_gather_ranges");
+  const std::vector<int> counts = counts_of(ranges), displs = begins_of(ranges);
+  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, values.data(), counts.data(), displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+  const int64_t mine = ranges[static_cast<size_t>(rank_)].size();
+  sent_bytes_ += mine * (size_ - 1) * kFloat;
+  received_bytes_ += (static_cast<int64_t>(values.size()) - mine) * kFloat;
+}
+
+void ProcessGroup::broadcast(std::span<float> values, int root) {
+  if (size_ == 1) return;
+  for (size_t at = 0; at < values.size(); at += static_cast<size_t>(kMaxElementsPerCall)) {
+    const size_t n = std::min(values.size() - at, static_cast<size_t>(kMaxElementsPerCall));
+    MPI_Bcast(values.data() + at, static_cast<int>(n), MPI_FLOAT, root, MPI_COMM_WORLD);
+  }
+  (rank_ == root ? sent_bytes_ : received_bytes_) += static_cast<int64_t>(values.size()) * kFloat;
+}
+
+void ProcessGroup::all_gather_bytes(const void* mine, int64_t bytes_per_process, void* all) {
+  if (size_ == 1) {
+    if (bytes_per_process > 0) std::memcpy(all, mine, static_cast<size_t>(bytes_per_process));
+    return;
+  }
+  if (bytes_per_process * size_ > INT_MAX) throw std::length_error("all_gather_bytes: too many bytes for one MPI call");
+  MPI_Allgather(mine, static_cast<int>(bytes_per_process), MPI_BYTE, all, static_cast<int>(bytes_per_process), MPI_BYTE,
+                MPI_COMM_WORLD);
+  sent_bytes_ += bytes_per_process * (size_ - 1);
+  received_bytes_ += bytes_per_process * (size_ - 1);
+}
+
+std::string ProcessGroup::broadcast_string(const std::string& value, int root) {
+  if (size_ == 1) return value;
+  int64_t length = static_cast<int64_t>(value.size());
+  MPI_Bcast(&length, 1, MPI_INT64_T, root, MPI_COMM_WORLD);
+  if (length < 0 || length > INT_MAX) throw std::length_error("broadcast_string: bad length");
+  std::string out = rank_ == root ? value : std::string(static_cast<size_t>(length), '\0');
+  MPI_Bcast(out.data(), static_cast<int>(length), MPI_CHAR, root, MPI_COMM_WORLD);
+  return out;
+}
+
+int64_t ProcessGroup::min(int64_t value) {
+  if (size_ == 1) return value;
+  int64_t result = 0;
+  MPI_Allreduce(&value, &result, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+  return result;
+}
+
+bool ProcessGroup::any(bool flag) {
+  if (size_ == 1) return flag;
+  int mine = flag ? 1 : 0, result = 0;
+  MPI_Allreduce(&mine, &result, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return result != 0;
+}
+
+void ProcessGroup::barrier() {
+  if (size_ > 1) MPI_Barrier(MPI_COMM_WORLD);
+}
+
+void ProcessGroup::abort(int code) {
+  if (mpi_ && !finalized_) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+void ProcessGroup::finalize() {
+  if (!mpi_ || finalized_) return;
+  finalized_ = true;
+  MPI_Finalize();
+}
+
+}  // namespace keel

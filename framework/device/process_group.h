@@ -1,0 +1,79 @@
+// ProcessGroup: the processes of one job — MPI_COMM_WORLD when keel runs under `mpirun` (Open MPI),
+// a group of one otherwise. Each process of a pod slice drives a block of consecutive cores
+// (DeviceSpec::share); what crosses processes goes through these calls, on float buffers, in an order
+// fixed by the topology so that every result is bit-identical whatever the number of processes.
+//
+// MPI is an implementation detail of process_group.cc: nothing here includes <mpi.h>. The group is
+// initialised on first use (MPI_Init_thread, serialized: one thread of a process calls at a time)
+// and only when the process was started by mpirun; a keel started on its own never loads MPI's
+// transports. Every call is collective: every process makes the same calls in the same order.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "framework/device/collectives.h"
+
+namespace keel {
+
+class ProcessGroup {
+ public:
+  // This job's group: under mpirun the MPI world (initialised on the first call), else one process.
+  static ProcessGroup& world();
+  // True when this process was started by mpirun (or another launcher that sets Open MPI's or
+  // PMIx's rank variables); decided from the environment, without initialising MPI.
+  static bool launched_by_mpirun();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool is_chief() const { return rank_ == 0; }
+
+  // Elementwise tree-ordered sum of every process's `values` (ReductionTree over process ranks:
+  // ((p0 + p1) + (p2 + p3)) + ...), written back to `values` on every process. Bandwidth-optimal:
+  // a reduce-scatter then an all-gather, each moving (P-1)/P of the buffer per process.
+  void all_reduce_tree(std::span<float> values);
+  // The tree-ordered sum of every process's `values` over the elements [ranges[rank].begin,
+  // ranges[rank].end) only, into `out` (that range's size). `ranges` are consecutive and cover
+  // [0, values.size()), one per process, the same on every process.
+  void reduce_scatter_tree(std::span<const float> values, std::span<const ShardRange> ranges, std::span<float> out);
+  // In place: process p has written values[ranges[p]]; afterwards every process holds every range.
+  void all_gather_ranges(std::span<float> values, std::span<const ShardRange> ranges);
+  // `values` on every process become process `root`'s.
+  void broadcast(std::span<float> values, int root);
+  // Every process's `bytes_per_process` bytes at mine, concatenated in rank order into `all`
+  // (size() * bytes_per_process bytes).
+  void all_gather_bytes(const void* mine, int64_t bytes_per_process, void* all);
+  // The string `root` holds, on every process.
+  std::string broadcast_string(const std::string& value, int root);
+  // The smallest of every process's `value`, on every process.
+  int64_t min(int64_t value);
+  // True on every process when `flag` is true on any.
+  bool any(bool flag);
+  void barrier();
+
+  // Bytes this process has sent to / received from the others so far.
+  int64_t sent_bytes() const { return sent_bytes_; }
+  int64_t received_bytes() const { return received_bytes_; }
+
+  // Ends the whole job with `code` (MPI_Abort): the other processes are killed by mpirun. Without
+  // mpirun, std::exit(code).
+  [[noreturn]] void abort(int code);
+  // MPI_Finalize, once, where MPI was initialised (called at the end of main).
+  void finalize();
+
+ private:
+  ProcessGroup();
+  void check_count(int64_t elements, const char* op) const;
+
+  int rank_ = 0;
+  int size_ = 1;
+  bool mpi_ = false;
+  bool finalized_ = false;
+  int64_t sent_bytes_ = 0;
+  int64_t received_bytes_ = 0;
+  std::vector<float> staging_;  // what reduce-scatter receives: one slice from every process
+};
+
+}  // namespace keel
