@@ -309,7 +309,7 @@ int models_command(const std::vector<std::string>& args) {
     std::cout << all.dump() << "\n";
     return kExitOk;
   }
-  std::printf("\nDevice presets (--device; pod slices run in one process, simulated):\n");
+  std::printf("\nDevice presets (--device; a pod slice runs in one process, or in several under mpirun -np P):\n");
   for (const std::string& name : DeviceSpec::preset_names()) {
     const DeviceSpec d = DeviceSpec::preset(name);
     std::printf("%-12s %2d host%s x %3d cores  %s per core\n", name.c_str(), d.hosts, d.hosts == 1 ? " " : "s",

@@ -1,0 +1,163 @@
+// Pod slices over Open MPI (issue 12): `mpirun -np P keel train|resume` runs each process's share of
+// the slice and must give the bits one process simulating the whole slice gives — the same
+// checkpoint, weights, optimizer state and per-core record — under any process count, across
+// resumes that change it, after a rank is killed and after mpirun is told to stop (SIGTERM).
+// Real mpirun, loopback only, shared memory between the processes, more processes than cores.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/checkpoint/h5_file.h"
+#include "tests/support/checkpoint_state.h"
+#include "tests/support/cli_runner.h"
+
+namespace keel::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// mpirun as CI runs it: as root, oversubscribed, shared memory (no single-copy mechanism, which
+// containers forbid) and the loopback interface only.
+std::string mpirun(int processes, const std::string& options = "") {
+  return "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(processes) +
+         " --mca btl self,vader --mca btl_vader_single_copy_mechanism none --mca oob_tcp_if_include lo " + options +
+         KEEL_BINARY " ";
+}
+
+CommandResult mpirun_keel(int processes, const std::string& args) { return run_command(mpirun(processes) + args); }
+
+nlohmann::json train_state(const std::string& checkpoint) {
+  return nlohmann::json::parse(H5File::open_read(checkpoint).read_string("keel/train_state"));
+}
+
+// The step of a run directory's newest checkpoint (`latest` names it).
+int64_t latest_step(const std::string& run) {
+  std::string name = read_file(run + "/latest");
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return train_state(run + "/" + name)["step"].get<int64_t>();
+}
+
+class MpiCli : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = make_temp_dir("keel-mpi"); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Weights, optimizer state and every core's measured figures (runs of the same command and saves),
+  // bit for bit.
+  void expect_same_run(const std::string& a, const std::string& b) {
+    expect_bit_identical(a, b);
+    EXPECT_EQ(train_state(a)["memory"]["per_core"], train_state(b)["memory"]["per_core"]);
+  }
+  std::string dir_;
+};
+
+const std::string kMlp = "train --model mlp --dataset fashion_mnist --device v3-32 --batch-per-core 4 --epochs 1 --seed 5 --quiet ";
+const std::string kMlpLoud = "train --model mlp --dataset fashion_mnist --device v3-32 --batch-per-core 4 --epochs 1 --seed 5 ";
+
+TEST_F(MpiCli, MlpOnTwoAndFourProcessesEqualsOneProcess) {
+  ASSERT_EQ(run_keel(kMlp + "--stop-after-steps 100 --checkpoint-dir " + dir_ + "/one").exit_code, 0);
+  for (int p : {2, 4}) {
+    const std::string run = dir_ + "/np" + std::to_string(p);
+    const CommandResult r = mpirun_keel(p, kMlpLoud + "--stop-after-steps 100 --checkpoint-dir " + run);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    expect_same_run(dir_ + "/one/ckpt-100.h5", run + "/ckpt-100.h5");
+    // Rank 0 alone prints: the run's lines once, then what crossed processes per step.
+    EXPECT_THAT(r.out, HasSubstr("Across " + std::to_string(p) + " processes (MPI), 100 steps"));
+    EXPECT_THAT(r.out, ::testing::ContainsRegex("process " + std::to_string(p - 1) + ": .* / .* \\(.*x the minimum\\)"));
+    EXPECT_EQ(r.out.find("Stopped after"), r.out.rfind("Stopped after")) << r.out;
+  }
+}
+
+// BatchNormalization's moving statistics cross processes too (ReplicaLocalState's all-reduce).
+TEST_F(MpiCli, ResNet18OnTwoProcessesEqualsOneProcess) {
+  const std::string run = "train --model resnet18 --dataset fashion_mnist --device v3-32 --batch-per-core 1 --epochs 1 "
+                          "--seed 2 --quiet --stop-after-steps 20 --checkpoint-dir ";
+  ASSERT_EQ(run_keel(run + dir_ + "/one").exit_code, 0);
+  const CommandResult r = mpirun_keel(2, run + dir_ + "/two");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_run(dir_ + "/one/ckpt-20.h5", dir_ + "/two/ckpt-20.h5");
+}
+
+// Started on 2 processes, resumed on 4, finished on 1: the bits of one uninterrupted process. With
+// --shard gradients, the sharded Adam slots are gathered into each checkpoint.
+TEST_F(MpiCli, ResumesUnderAnyProcessCountBitIdentical) {
+  for (const std::string shard : {"none", "gradients"}) {
+    const std::string d = dir_ + "/" + shard;
+    const std::string train = kMlp + "--shard " + shard + " ";
+    ASSERT_EQ(run_keel(train + "--stop-after-steps 12 --checkpoint-dir " + d + "/straight").exit_code, 0);
+    CommandResult r = mpirun_keel(2, train + "--stop-after-steps 4 --checkpoint-dir " + d + "/split");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = mpirun_keel(4, "resume " + d + "/split --stop-after-steps 4 --quiet");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = run_keel("resume " + d + "/split --stop-after-steps 4 --quiet");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_bit_identical(d + "/straight/ckpt-12.h5", d + "/split/ckpt-12.h5");
+  }
+}
+
+// Once the run has saved, SIGKILLs one rank (signal_target "rank") or SIGTERMs mpirun ("mpirun");
+// returns "rc seconds" of mpirun on stdout, and its stderr.
+CommandResult kill_a_rank(const std::string& run_args, const std::string& run, const std::string& signal_target) {
+  const std::string script =
+      "set -u; " + mpirun(2) + run_args + " --checkpoint-dir " + run + " >" + run + ".out 2>" + run + ".err & m=$!; "
+      "for i in $(seq 1 600); do [ -e " + run + "/latest ] && break; sleep 0.05; done; "
+      "if [ " + signal_target + " = rank ]; then kill -KILL $(pgrep -P $m | tail -n 1); else kill -TERM $m; fi; "
+      "t0=$(date +%s%N); wait $m; rc=$?; t1=$(date +%s%N); "
+      "echo $rc $(( (t1 - t0) / 1000000000 )); cat " + run + ".err >&2";
+  return run_command(script);
+}
+
+TEST_F(MpiCli, AKilledRankEndsEveryRankAndTheRunResumesExactly) {
+  const std::string args = kMlp + "--save-every-steps 10";
+  ASSERT_EQ(run_keel(kMlp + "--stop-after-steps 60 --checkpoint-dir " + dir_ + "/straight").exit_code, 0);
+  const CommandResult r = kill_a_rank(args, dir_ + "/killed", "rank");
+  int rc = -1, seconds = -1;
+  ASSERT_EQ(std::sscanf(r.out.c_str(), "%d %d", &rc, &seconds), 2) << r.out;
+  EXPECT_NE(rc, 0);
+  EXPECT_LT(seconds, 30) << "every rank ends within 30 s";
+  EXPECT_THAT(r.err, ::testing::ContainsRegex("process rank [01] .*exited on signal 9")) << r.err;
+  // The newest checkpoint is whole; resume (one process) reaches step 60 with one process's bits.
+  const int64_t saved = latest_step(dir_ + "/killed");
+  ASSERT_GE(saved, 10);
+  ASSERT_LT(saved, 60) << "the run should still have been training when the rank was killed";
+  const CommandResult resumed = run_keel("resume " + dir_ + "/killed --quiet --stop-after-steps " + std::to_string(60 - saved));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  expect_bit_identical(dir_ + "/straight/ckpt-60.h5", dir_ + "/killed/ckpt-60.h5");
+}
+
+// mpirun passes SIGTERM on to the ranks (SIGCONT, then SIGTERM and SIGKILL odls_base_sigkill_timeout
+// seconds apart, 1 by default): they agree at a step boundary, save once, and the run resumes (on 2
+// processes again) exactly.
+TEST_F(MpiCli, PreemptedBySigtermSavesAgreedStepAndResumesExactly) {
+  ASSERT_EQ(run_keel(kMlp + "--stop-after-steps 80 --checkpoint-dir " + dir_ + "/straight").exit_code, 0);
+  const CommandResult r = kill_a_rank(kMlp + "--save-every-steps 10", dir_ + "/preempted", "mpirun");
+  const std::string out = read_file(dir_ + "/preempted.out");
+  ASSERT_THAT(out, HasSubstr("Interrupted by signal 15: saved step")) << out << r.err;
+  const int64_t saved = latest_step(dir_ + "/preempted");
+  ASSERT_LT(saved, 80);
+  const CommandResult resumed = mpirun_keel(2, "resume " + dir_ + "/preempted --quiet --stop-after-steps " + std::to_string(80 - saved));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  expect_bit_identical(dir_ + "/straight/ckpt-80.h5", dir_ + "/preempted/ckpt-80.h5");
+}
+
+TEST_F(MpiCli, ProcessCountsThatDoNotSplitTheSliceExitTwo) {
+  const CommandResult three = mpirun_keel(3, kMlp + "--stop-after-steps 1 --checkpoint-dir " + dir_ + "/three");
+  EXPECT_EQ(three.exit_code, 2) << three.err;
+  EXPECT_THAT(three.err, HasSubstr("3 processes do not divide v3-32's 4 hosts (process counts that work: 1, 2, 4)"));
+  const CommandResult full = mpirun_keel(2, kMlp + "--shard full --stop-after-steps 1 --checkpoint-dir " + dir_ + "/full");
+  EXPECT_EQ(full.exit_code, 2) << full.err;
+  EXPECT_THAT(full.err, HasSubstr("--shard full is not supported across processes yet"));
+  const CommandResult odd = mpirun_keel(2, "train --model mlp --hosts 2 --cores 12 --hbm-per-core 1GiB --batch-per-core 2 "
+                                           "--epochs 1 --quiet --stop-after-steps 1 --checkpoint-dir " + dir_ + "/odd");
+  EXPECT_EQ(odd.exit_code, 2) << odd.err;
+  EXPECT_THAT(odd.err, HasSubstr("power-of-two number of cores"));
+}
+
+}  // namespace
+}  // namespace keel::testing

@@ -1,0 +1,146 @@
+// Every collective across processes (issue 12): run by ctest under `mpirun -np 2` and `-np 4`
+// (tests/CMakeLists.txt), and alone as the one-process reference. Each process runs its share of an
+// 8-core slice of 4 hosts; every replica's inputs are a function of its global id, so each process
+// can compute what one process running all 8 replicas gives, and the results must be those bits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "framework/device/collectives.h"
+#include "framework/device/process_group.h"
+#include "framework/device/strategy.h"
+
+namespace keel {
+namespace {
+
+constexpr int kReplicas = 8;
+
+// Replica r's i-th input: values whose sums round differently in different orders.
+float input(int replica, int64_t i, int salt) {
+  return std::sin(0.7f * static_cast<float>(i + 1) + 1.3f * static_cast<float>(replica) + static_cast<float>(salt)) *
+         std::pow(10.0f, static_cast<float>((replica * 3 + i) % 7) - 3.0f);
+}
+
+Tensor inputs(int replica, int64_t n, int salt) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = input(replica, i, salt);
+  return Tensor::from_vector({n}, v);
+}
+
+// The one-process result: the tree-ordered sum (or mean) of every replica's inputs.
+std::vector<float> reference_sum(int64_t n, int salt, bool mean) {
+  std::vector<std::vector<float>> all;
+  for (int r = 0; r < kReplicas; ++r) all.push_back(inputs(r, n, salt).to_vector());
+  std::vector<const float*> in;
+  for (const auto& a : all) in.push_back(a.data());
+  std::vector<float> out(static_cast<size_t>(n));
+  tree_sum(in, out.data(), n);
+  if (mean) {
+    for (float& x : out) x /= static_cast<float>(kReplicas);
+  }
+  return out;
+}
+
+class ProcessCollectives : public ::testing::Test {
+ protected:
+  ProcessCollectives() : strategy_(DeviceSpec::custom(kReplicas, 0, /*hosts=*/4), options()) {}
+  static ReplicatedStrategy::Options options() {
+    ReplicatedStrategy::Options o;
+    o.processes = &ProcessGroup::world();
+    return o;
+  }
+  ReplicatedStrategy strategy_;
+};
+
+TEST_F(ProcessCollectives, RunsItsShareOfTheSlice) {
+  const ProcessGroup& world = ProcessGroup::world();
+  EXPECT_EQ(strategy_.local_replicas(), kReplicas / world.size());
+  EXPECT_EQ(strategy_.first_local_replica(), world.rank() * kReplicas / world.size());
+}
+
+TEST_F(ProcessCollectives, AllReduceSumAndMeanAreOneProcessesBits) {
+  for (const bool mean : {false, true}) {
+    // Two tensors in one call (packed into one exchange), one of them ragged.
+    const std::vector<float> a = reference_sum(1001, 1, mean), b = reference_sum(7, 2, mean);
+    strategy_.run_replicas([&](ReplicaContext& ctx) {
+      std::vector<Tensor> values = {inputs(ctx.replica_id(), 1001, 1), Tensor(), inputs(ctx.replica_id(), 7, 2)};
+      ctx.all_reduce(mean ? ReduceOp::Mean : ReduceOp::Sum, values);
+      EXPECT_EQ(values[0].to_vector(), a) << "replica " << ctx.replica_id();
+      EXPECT_EQ(values[2].to_vector(), b) << "replica " << ctx.replica_id();
+    });
+  }
+}
+
+TEST_F(ProcessCollectives, ReduceScatterGivesEachReplicaItsShard) {
+  const int64_t n = 1003;
+  const std::vector<float> sum = reference_sum(n, 3, /*mean=*/true);
+  strategy_.run_replicas([&](ReplicaContext& ctx) {
+    const Tensor shard = ctx.reduce_scatter(ReduceOp::Mean, inputs(ctx.replica_id(), n, 3));
+    const ShardRange range = shard_range(n, kReplicas, ctx.replica_id());
+    EXPECT_EQ(shard.to_vector(), std::vector<float>(sum.begin() + range.begin, sum.begin() + range.end));
+  });
+}
+
+TEST_F(ProcessCollectives, AllGatherConcatenatesEveryReplicasRowsInOrder) {
+  strategy_.run_replicas([&](ReplicaContext& ctx) {
+    const int r = ctx.replica_id();
+    const Tensor mine = Tensor::full({r % 3, 2}, static_cast<float>(r));  // 0, 1 or 2 rows
+    const Tensor all = ctx.all_gather(mine);
+    std::vector<float> expected;
+    for (int q = 0; q < kReplicas; ++q) expected.insert(expected.end(), static_cast<size_t>(2 * (q % 3)), static_cast<float>(q));
+    EXPECT_EQ(all.to_vector(), expected);
+  });
+}
+
+TEST_F(ProcessCollectives, AllGatherShardsFillsEveryShardEverywhere) {
+  const int64_t n = 37;
+  strategy_.run_replicas([&](ReplicaContext& ctx) {
+    std::vector<Tensor> values = {Tensor::zeros({n})};  // each replica its own buffer here
+    const ShardRange mine = shard_range(n, kReplicas, ctx.replica_id());
+    for (int64_t i = mine.begin; i < mine.end; ++i) values[0].data()[i] = static_cast<float>(i * 10 + ctx.replica_id());
+    ctx.all_gather_shards(values);
+    for (int q = 0; q < kReplicas; ++q) {
+      const ShardRange theirs = shard_range(n, kReplicas, q);
+      for (int64_t i = theirs.begin; i < theirs.end; ++i) EXPECT_EQ(values[0].data()[i], static_cast<float>(i * 10 + q));
+    }
+  });
+}
+
+TEST_F(ProcessCollectives, BroadcastFromAReplicaOfAnotherProcess) {
+  for (const int root : {0, 5, 7}) {
+    strategy_.run_replicas([&](ReplicaContext& ctx) {
+      Tensor value = inputs(ctx.replica_id(), 5, 4);
+      ctx.broadcast(value, root);
+      EXPECT_EQ(value.to_vector(), inputs(root, 5, 4).to_vector()) << "root " << root;
+    });
+  }
+}
+
+TEST_F(ProcessCollectives, MinAndBarrierSeeEveryReplica) {
+  strategy_.run_replicas([&](ReplicaContext& ctx) {
+    ctx.barrier();
+    EXPECT_EQ(ctx.all_reduce_min(100 - ctx.replica_id()), 100 - (kReplicas - 1));
+  });
+}
+
+TEST_F(ProcessCollectives, PerReplicaTotalsReachEveryProcess) {
+  std::vector<int64_t> per_replica(kReplicas, -1);
+  for (int r = strategy_.first_local_replica(); r < strategy_.first_local_replica() + strategy_.local_replicas(); ++r) {
+    per_replica[static_cast<size_t>(r)] = 1000 + r;
+  }
+  strategy_.gather_per_replica(per_replica);
+  for (int r = 0; r < kReplicas; ++r) EXPECT_EQ(per_replica[static_cast<size_t>(r)], 1000 + r);
+}
+
+}  // namespace
+}  // namespace keel
+
+// MPI is finalised once every test has run (ProcessGroup::world() initialised it under mpirun).
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  const int status = RUN_ALL_TESTS();
+  keel::ProcessGroup::world().finalize();
+  return status;
+}
