@@ -4,13 +4,16 @@
 # libraries, Open MPI pointed at its carried plugins) first in PATH.
 K=/tmp/keel-carry
 rm -rf "$K" && mkdir -p "$K" && tar -C "$K" -xzf .devcarry/keel.tgz
+# Not $K/lib: mpirun puts $OPAL_PREFIX/lib first in its processes' LD_LIBRARY_PATH, and the carried
+# libc there would be loaded by the machine's own /bin/sh.
+mv "$K/lib" "$K/libs"
 mkdir -p /usr/share/datasets/fashion-mnist && cp .devcarry/*.gz /usr/share/datasets/fashion-mnist/
 # The raw binaries live in real/ (mpirun puts $OPAL_PREFIX/bin first in its processes' PATH).
-loader="$K/lib/ld-linux-x86-64.so.2 --library-path $K/lib"
+loader="$K/libs/ld-linux-x86-64.so.2 --library-path $K/libs"
 printf '#!/bin/sh\nexec %s %s "$@"\n' "$loader" "$K/real/keel" > "$K/keel" && chmod +x "$K/keel"
 printf '#!/bin/sh\nexec %s %s "$@"\n' "$loader" "$K/real/orterun" > "$K/mpirun" && chmod +x "$K/mpirun"
 export PATH="$K:$PATH" KEEL="$K/keel" MPIRUN_BIN="$K/mpirun"
 export OPAL_PREFIX="$K" OPAL_PKGLIBDIR="$K/openmpi3" OPAL_PKGDATADIR="$K/share/openmpi" OPAL_SYSCONFDIR="$K/etc"
 export OMPI_MCA_mca_base_component_path="$K/openmpi3" PMIX_MCA_mca_base_component_path="$K/pmix"
-export OMPI_MCA_mca_base_component_show_load_errors=0 PMIX_INSTALL_PREFIX="$K"
+export OMPI_MCA_mca_base_component_show_load_errors=0 PMIX_INSTALL_PREFIX="$K" PMIX_MCA_pcompress_base_silence_warning=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -51,12 +51,13 @@ using Element = std::vector<Tensor>;
 
 // AUTOTUNE (tf.data.AUTOTUNE) picks, in every op that takes it (constants in dataset_node.h):
 //   prefetch(AUTOTUNE)                       a buffer of 2 elements
-//   map(fn, AUTOTUNE)                        std::thread::hardware_concurrency() threads (and, as for
-//                                            any thread count, 4 elements in flight per thread)
+//   map(fn, AUTOTUNE)                        host_threads() threads: hardware_concurrency(), divided
+//                                            under mpirun among the processes on this machine (and,
+//                                            as for any thread count, 4 elements in flight per thread)
 //   interleave(fn, cycle_length = AUTOTUNE)  hardware_concurrency() open inner iterators; this changes
 //                                            the element order, so it is part of describe() and a
 //                                            state saved on a machine with another core count is refused
-//   interleave(..., num_parallel_calls = AUTOTUNE)  min(cycle_length, hardware_concurrency()) threads
+//   interleave(..., num_parallel_calls = AUTOTUNE)  min(cycle_length, host_threads()) threads
 // Thread counts and buffer sizes never change the elements or their order (but see map's
 // deterministic = false).
 inline constexpr int64_t AUTOTUNE = -1;

@@ -28,7 +28,7 @@ class InterleaveNode final : public DatasetNode {
                  int64_t cycle_length, int64_t block_length, int64_t num_parallel_calls)
       : input_(std::move(input)),
         fn_(std::move(fn)),
-        cycle_length_(cycle_length == AUTOTUNE ? autotune_threads() : cycle_length),
+        cycle_length_(cycle_length == AUTOTUNE ? autotune_cycle_length() : cycle_length),
         block_length_(block_length) {
     if (!fn_) throw std::invalid_argument("interleave: empty function");
     if (cycle_length_ < 1) {

@@ -47,6 +47,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "framework/core/host_threads.h"
 #include "framework/data/data_error.h"
 #include "framework/data/dataset.h"
 #include "framework/core/random.h"
@@ -82,7 +83,11 @@ std::shared_ptr<const DatasetNode> make_parallel_map_node(std::shared_ptr<const 
 // The values AUTOTUNE stands for (the table is at AUTOTUNE in dataset.h). Parallel interleave also
 // runs each open inner iterator up to max(block_length, 2) elements ahead.
 inline constexpr int64_t kAutotunePrefetch = 2;
-inline int64_t autotune_threads() {
+// Threads: this process's share of the machine's (under mpirun, divided among its processes here).
+inline int64_t autotune_threads() { return host_threads(); }
+// interleave's cycle length changes the element order, so it is the machine's core count alone,
+// never the process count: every process of an mpirun job reads the order one process would.
+inline int64_t autotune_cycle_length() {
   const unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int64_t>(n);
 }

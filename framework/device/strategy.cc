@@ -4,6 +4,7 @@
 #include <atomic>
 #include <stdexcept>
 
+#include "framework/core/host_threads.h"
 #include "framework/device/process_group.h"
 
 namespace keel {
@@ -59,7 +60,7 @@ class ReplicatedStrategy::Worker {
 
 ReplicatedStrategy::ReplicatedStrategy(DeviceSpec spec, Options options)
     : options_(options), ledger_(std::move(spec)) {
-  int hw = options_.host_threads > 0 ? options_.host_threads : static_cast<int>(std::thread::hardware_concurrency());
+  int hw = options_.host_threads > 0 ? options_.host_threads : keel::host_threads();
   hw = std::max(hw, 1);
   host_threads_ = hw;
   local_replicas_ = num_replicas();

@@ -47,7 +47,7 @@ class ReplicatedStrategy {
  public:
   struct Options {
     bool abstract = false;  // plan: tensors have shapes and ledger charges, no storage
-    int host_threads = 0;   // 0: std::thread::hardware_concurrency()
+    int host_threads = 0;   // 0: keel::host_threads() (this process's share of the machine's threads)
     // Which training state is partitioned across the cores (framework/device/sharding.h); the
     // optimizer and the training step read it.
     ShardingMode shard = ShardingMode::none;

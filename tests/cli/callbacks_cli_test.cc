@@ -81,10 +81,11 @@ TEST_F(CallbacksCli, AResumedRunWritesTheSameHistoryAndWeightsAsAStraightOne) {
 }
 
 // Every callback at once, on the test split: ReduceLROnPlateau halves the rate after epoch 5;
-// EarlyStopping on val_accuracy stops after epoch 7 and restores epoch 6's weights; ModelCheckpoint
-// keeps epoch 7 (the lowest val_loss) in best.h5; TensorBoard logs every epoch.
+// EarlyStopping on val_accuracy stops after epoch 8 and restores epoch 7's weights, which ModelCheckpoint
+// keeps in best.h5 (the lowest val_loss); ReduceLROnPlateau halves the rate after epoch 8, whose
+// val_loss rose; TensorBoard logs every epoch.
 const std::string kEveryCallback =
-    "--model mlp --dataset fashion_mnist --device cpu --batch-per-core 512 --seed 1 --lr 0.02 --validation-data test "
+    "--model mlp --dataset fashion_mnist --device cpu --batch-per-core 512 --seed 40 --lr 0.02 --validation-data test "
     "--early-stopping-patience 1 --early-stopping-monitor val_accuracy --restore-best-weights --reduce-lr-patience 0 "
     "--reduce-lr-factor 0.5 --save-best-only --tensorboard --metrics top_k_categorical_accuracy --epochs 12 --quiet ";
 
@@ -111,12 +112,12 @@ TEST_F(CallbacksCli, AResumedRunWithEveryCallbackEndsAsAStraightOne) {
   ASSERT_EQ(a.exit_code, 0) << a.err;
   const std::string straight = dir_ + "/straight";
   const std::string history = read_file(straight + "/history.csv");
-  ASSERT_EQ(std::count(history.begin(), history.end(), '\n'), 8) << history;  // header + 7 epochs
+  ASSERT_EQ(std::count(history.begin(), history.end(), '\n'), 9) << history;  // header + 8 epochs
   const std::string run = dir_ + "/resumed";
-  // Stopped inside epoch 4, then inside epoch 7, after the best epoch (6) whose weights must come back.
+  // Stopped inside epoch 4, then inside epoch 8, after the best epoch (7) whose weights must come back.
   CommandResult first = run_keel("train " + kEveryCallback + "--stop-after-steps 400 --checkpoint-dir " + run);
   ASSERT_EQ(first.exit_code, 0) << first.err;
-  CommandResult second = run_keel("resume " + run + " --quiet --stop-after-steps 350");
+  CommandResult second = run_keel("resume " + run + " --quiet --stop-after-steps 450");
   ASSERT_EQ(second.exit_code, 0) << second.err;
   CommandResult rest = run_keel("resume " + run + " --quiet");
   ASSERT_EQ(rest.exit_code, 0) << rest.err;
@@ -126,8 +127,8 @@ TEST_F(CallbacksCli, AResumedRunWithEveryCallbackEndsAsAStraightOne) {
   expect_bit_identical(latest(straight), latest(run));
   expect_bit_identical(straight + "/best.h5", run + "/best.h5");
   EXPECT_EQ(read_train_state(run + "/best.h5").epoch, 7);  // epoch 7's val_loss is the lowest
-  // The final weights are EarlyStopping's best epoch's (6), not the last one's (7).
-  EXPECT_EQ(read_train_state(latest(run)).callbacks["EarlyStopping"]["best_epoch"], 5);
+  // The final weights are EarlyStopping's best epoch's (7), not the last one's (8).
+  EXPECT_EQ(read_train_state(latest(run)).callbacks["EarlyStopping"]["best_epoch"], 6);
 
   // TensorBoard: three files in each directory, every epoch once, the same scalars as the straight run.
   const nlohmann::json straight_events = read_events(straight + "/logs"), resumed_events = read_events(run + "/logs");
@@ -136,7 +137,7 @@ TEST_F(CallbacksCli, AResumedRunWithEveryCallbackEndsAsAStraightOne) {
     for (const auto& e : resumed_events[name]) ++files[e["file"].get<std::string>()];
     EXPECT_EQ(files.size(), 3u) << name;
     const auto a_epochs = scalars_by_epoch(straight_events[name]), b_epochs = scalars_by_epoch(resumed_events[name]);
-    EXPECT_EQ(a_epochs.size(), 7u) << name;
+    EXPECT_EQ(a_epochs.size(), 8u) << name;
     EXPECT_EQ(b_epochs, a_epochs) << name;
   }
 }
@@ -165,7 +166,7 @@ TEST_F(CallbacksCli, TensorBoardEventsReadBackValueForValue) {
   const nlohmann::json& core0 = final_state.memory["per_core"][0];
   for (const char* name : {"train", "validation"}) {
     const nlohmann::json& list = events[name];
-    ASSERT_EQ(list.size(), 8u) << name;  // file_version, then one event per epoch
+    ASSERT_EQ(list.size(), 9u) << name;  // file_version, then one event per epoch
     EXPECT_EQ(list[0]["file_version"], "brain.Event:2");
     EXPECT_EQ(list[0]["step"], 0);
     EXPECT_GT(list[0]["wall_time"].get<double>(), 1.7e9);
@@ -185,8 +186,8 @@ TEST_F(CallbacksCli, TensorBoardEventsReadBackValueForValue) {
         EXPECT_EQ(s.size(), 3u);
         continue;
       }
-      // The rate the next epoch trains with: halved after epoch 5 (index 4) by ReduceLROnPlateau.
-      EXPECT_EQ(s["epoch_learning_rate"].get<double>(), epoch < 4 ? 0.02f : 0.01f) << epoch;
+      // The rate the next epoch trains with: halved after epoch 8 (index 7) by ReduceLROnPlateau.
+      EXPECT_EQ(s["epoch_learning_rate"].get<double>(), epoch < 7 ? 0.02f : 0.01f) << epoch;
       for (const char* category : {"parameters", "gradients", "optimizer", "activations", "inputs", "workspace"}) {
         const std::string tag = std::string("epoch_hbm_peak_bytes/core_0/") + category;
         ASSERT_TRUE(s.contains(tag)) << tag;

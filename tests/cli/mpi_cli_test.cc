@@ -115,35 +115,36 @@ CommandResult kill_a_rank(const std::string& run_args, const std::string& run, c
 
 TEST_F(MpiCli, AKilledRankEndsEveryRankAndTheRunResumesExactly) {
   const std::string args = kMlp + "--save-every-steps 10";
-  ASSERT_EQ(run_keel(kMlp + "--stop-after-steps 60 --checkpoint-dir " + dir_ + "/straight").exit_code, 0);
+  ASSERT_EQ(run_keel(kMlp + "--stop-after-steps 100 --checkpoint-dir " + dir_ + "/straight").exit_code, 0);
   const CommandResult r = kill_a_rank(args, dir_ + "/killed", "rank");
   int rc = -1, seconds = -1;
   ASSERT_EQ(std::sscanf(r.out.c_str(), "%d %d", &rc, &seconds), 2) << r.out;
   EXPECT_NE(rc, 0);
   EXPECT_LT(seconds, 30) << "every rank ends within 30 s";
   EXPECT_THAT(r.err, ::testing::ContainsRegex("process rank [01] .*exited on signal 9")) << r.err;
-  // The newest checkpoint is whole; resume (one process) reaches step 60 with one process's bits.
+  // The newest checkpoint is whole; resume (one process) reaches step 100 with one process's bits.
   const int64_t saved = latest_step(dir_ + "/killed");
   ASSERT_GE(saved, 10);
-  ASSERT_LT(saved, 60) << "the run should still have been training when the rank was killed";
-  const CommandResult resumed = run_keel("resume " + dir_ + "/killed --quiet --stop-after-steps " + std::to_string(60 - saved));
+  ASSERT_LT(saved, 100) << "the run should still have been training when the rank was killed";
+  const CommandResult resumed = run_keel("resume " + dir_ + "/killed --quiet --stop-after-steps " + std::to_string(100 - saved));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  expect_bit_identical(dir_ + "/straight/ckpt-60.h5", dir_ + "/killed/ckpt-60.h5");
+  expect_bit_identical(dir_ + "/straight/ckpt-100.h5", dir_ + "/killed/ckpt-100.h5");
 }
 
 // mpirun passes SIGTERM on to the ranks (SIGCONT, then SIGTERM and SIGKILL odls_base_sigkill_timeout
 // seconds apart, 1 by default): they agree at a step boundary, save once, and the run resumes (on 2
 // processes again) exactly.
 TEST_F(MpiCli, PreemptedBySigtermSavesAgreedStepAndResumesExactly) {
-  ASSERT_EQ(run_keel(kMlp + "--stop-after-steps 80 --checkpoint-dir " + dir_ + "/straight").exit_code, 0);
+  // mpirun sends SIGTERM a second after it gets one: a few hundred steps of the MLP here.
+  ASSERT_EQ(run_keel(kMlp + "--stop-after-steps 400 --checkpoint-dir " + dir_ + "/straight").exit_code, 0);
   const CommandResult r = kill_a_rank(kMlp + "--save-every-steps 10", dir_ + "/preempted", "mpirun");
   const std::string out = read_file(dir_ + "/preempted.out");
   ASSERT_THAT(out, HasSubstr("Interrupted by signal 15: saved step")) << out << r.err;
   const int64_t saved = latest_step(dir_ + "/preempted");
-  ASSERT_LT(saved, 80);
-  const CommandResult resumed = mpirun_keel(2, "resume " + dir_ + "/preempted --quiet --stop-after-steps " + std::to_string(80 - saved));
+  ASSERT_LT(saved, 400);
+  const CommandResult resumed = mpirun_keel(2, "resume " + dir_ + "/preempted --quiet --stop-after-steps " + std::to_string(400 - saved));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  expect_bit_identical(dir_ + "/straight/ckpt-80.h5", dir_ + "/preempted/ckpt-80.h5");
+  expect_bit_identical(dir_ + "/straight/ckpt-400.h5", dir_ + "/preempted/ckpt-400.h5");
 }
 
 TEST_F(MpiCli, ProcessCountsThatDoNotSplitTheSliceExitTwo) {

@@ -10,11 +10,13 @@
 #include <thread>
 #include <vector>
 
+#include "framework/core/host_threads.h"
+
 namespace keel::cli {
 
 template <class Fn>
 void parallel_for(int64_t n, Fn&& fn) {
-  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), n));
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(host_threads(), n));
   // Each chunk stops at its first error; chunks are in index order, so the first error found in
   // chunk order is the lowest index's.
   std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
