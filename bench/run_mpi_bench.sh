@@ -7,7 +7,7 @@
 # gradients' bytes (keel prints both at the end of an mpirun run).
 #
 #   bench/run_mpi_bench.sh                     # MLP (global batch 128) and ResNet18 (global batch 32)
-#   MODELS=mlp SHORT=20 LONG=220 REPEATS=3 bench/run_mpi_bench.sh
+#   MODELS=mlp SHORT=20 LONG=820 REPEATS=3 NP=2 bench/run_mpi_bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEEL="${KEEL:-build/keel}"
@@ -36,11 +36,11 @@ printf '| model | global batch | 1 process x %d cores, ms/step | %d processes x 
 printf '|---|---|---|---|---|---|---|\n'
 for model in $MODELS; do
   case "$model" in
-    mlp) short=${SHORT:-20}; long=${LONG:-220}; batch=$((128 / NP)) ;;
+    mlp) short=${SHORT:-20}; long=${LONG:-820}; batch=$((128 / NP)) ;;
     resnet18) short=${SHORT:-4}; long=${LONG:-24}; batch=$((32 / NP)) ;;
     *) echo "unknown model $model" >&2; exit 2 ;;
   esac
-  ARGS="--model $model --dataset fashion_mnist --hosts $NP --cores $NP --hbm-per-core 4GiB --batch-per-core $batch --epochs 1 --seed 1"
+  ARGS="--model $model --dataset fashion_mnist --hosts $NP --cores $NP --hbm-per-core 4GiB --batch-per-core $batch --epochs 3 --seed 1"
   best_one=1e9; best_mpi=1e9
   for _ in $(seq "$REPEATS"); do
     one=$(calc "($(seconds "$long" env) - $(seconds "$short" env)) / ($long - $short) * 1000")

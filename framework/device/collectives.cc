@@ -175,7 +175,9 @@ void InProcessCollectives::local_sum_range(int64_t begin, int64_t end) {
     offset += size;
     if (hi <= lo || posted_[0].values[i].is_abstract()) continue;
     for (size_t r = 0; r < n; ++r) in[r] = posted_[r].values[i].data() + lo;
-    tree_sum(in, posted_[0].values[i].data() + lo, hi - lo);
+    // Several processes: into the packed buffer the processes exchange; else the sum in place.
+    float* out = several_processes() ? staging_.data() + (offset - size) + lo : posted_[0].values[i].data() + lo;
+    tree_sum(in, out, hi - lo);
   }
 }
 
@@ -186,10 +188,10 @@ void InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t end)
     const int64_t lo = std::max(begin, offset) - offset, hi = std::min(end, offset + size) - offset;
     offset += size;
     if (hi <= lo || posted_[0].values[i].is_abstract()) continue;
-    float* out = posted_[0].values[i].data() + lo;
-    if (op == ReduceOp::Mean) divide(out, hi - lo, num_replicas_);
-    for (size_t r = 1; r < posted_.size(); ++r) {
-      std::memcpy(posted_[r].values[i].data() + lo, out, static_cast<size_t>(hi - lo) * sizeof(float));
+    float* sum = several_processes() ? staging_.data() + (offset - size) + lo : posted_[0].values[i].data() + lo;
+    if (op == ReduceOp::Mean) divide(sum, hi - lo, num_replicas_);
+    for (size_t r = several_processes() ? 0 : 1; r < posted_.size(); ++r) {
+      std::memcpy(posted_[r].values[i].data() + lo, sum, static_cast<size_t>(hi - lo) * sizeof(float));
     }
   }
 }
@@ -204,6 +206,7 @@ void InProcessCollectives::all_reduce(int replica, ReduceOp op, std::span<Tensor
   }
   const std::vector<int> children = ReductionTree::children(replica, num_replicas_);
   WorkspaceCharge receive(ledger_, replica, children.empty() ? 0 : largest, "all_reduce");
+  if (several_processes() && replica == first_) staging_.resize(static_cast<size_t>(elements));
   posted(replica) = Posted{values, nullptr};
   barrier_(replica);
   check_same_shapes(replica, "all_reduce", first_, false);

@@ -134,11 +134,12 @@ class InProcessCollectives final : public Collectives {
   // shape from `reference`'s (beyond dim 0 only, when dim0_may_differ).
   void check_same_shapes(int replica, const char* op, int reference, bool dim0_may_differ) const;
   // Elements [begin, end) of the concatenation of every local replica's values: summed in tree order
-  // into the first local replica's values; then (finish_range) divided for a mean and copied to the
-  // other local replicas' values.
+  // into the first local replica's values (several processes: into staging_, the concatenation the
+  // processes exchange, so nothing is packed or unpacked); then (finish_range) divided for a mean and
+  // copied to the other local replicas' values (several processes: to all of them).
   void local_sum_range(int64_t begin, int64_t end);
   void finish_range(ReduceOp op, int64_t begin, int64_t end);
-  // Leader only, between barriers: the first local replica's values summed across processes.
+  // Leader only, between barriers: staging_ (this process's partial sums) summed across processes.
   void all_reduce_across_processes();
   // Leader only: this process's shards of value's sum across processes (process_ranges) into staging_.
   void reduce_scatter_across_processes(int64_t elements);

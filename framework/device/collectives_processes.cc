@@ -7,28 +7,7 @@
 
 namespace keel {
 
-void InProcessCollectives::all_reduce_across_processes() {
-  // The partial sums of every tensor, packed into one buffer: one exchange per all-reduce.
-  std::span<Tensor> values = posted_[0].values;
-  size_t total = 0;
-  for (const Tensor& t : values) {
-    if (t.defined() && !t.is_abstract()) total += static_cast<size_t>(t.size());
-  }
-  staging_.resize(total);
-  size_t at = 0;
-  for (const Tensor& t : values) {
-    if (!t.defined() || t.is_abstract()) continue;
-    std::memcpy(staging_.data() + at, t.data(), static_cast<size_t>(t.bytes()));
-    at += static_cast<size_t>(t.size());
-  }
-  processes_->all_reduce_tree(staging_);
-  at = 0;
-  for (Tensor& t : values) {
-    if (!t.defined() || t.is_abstract()) continue;
-    std::memcpy(t.data(), staging_.data() + at, static_cast<size_t>(t.bytes()));
-    at += static_cast<size_t>(t.size());
-  }
-}
+void InProcessCollectives::all_reduce_across_processes() { processes_->all_reduce_tree(staging_); }
 
 void InProcessCollectives::reduce_scatter_across_processes(int64_t elements) {
   const std::vector<ShardRange> ranges = process_ranges(elements);
