@@ -165,35 +165,35 @@ void InProcessCollectives::check_same_shapes(int replica, const char* op, int re
                          std::to_string(reference) + " (every replica must pass the same shapes)");
 }
 
-void InProcessCollectives::local_sum_range(int64_t begin, int64_t end) {
-  const size_t n = static_cast<size_t>(local_replicas_);
-  std::vector<const float*> in(n);
+template <class Fn>
+void InProcessCollectives::for_each_slice(int64_t begin, int64_t end, Fn&& fn) const {
   int64_t offset = 0;
   for (size_t i = 0; i < posted_[0].values.size() && offset < end; ++i) {
     const int64_t size = posted_[0].values[i].defined() ? posted_[0].values[i].size() : 0;
     const int64_t lo = std::max(begin, offset) - offset, hi = std::min(end, offset + size) - offset;
     offset += size;
-    if (hi <= lo || posted_[0].values[i].is_abstract()) continue;
-    for (size_t r = 0; r < n; ++r) in[r] = posted_[r].values[i].data() + lo;
-    // Several processes: into the packed buffer the processes exchange; else the sum in place.
-    float* out = several_processes() ? staging_.data() + (offset - size) + lo : posted_[0].values[i].data() + lo;
-    tree_sum(in, out, hi - lo);
+    if (hi > lo && !posted_[0].values[i].is_abstract()) fn(i, offset - size, lo, hi);
   }
 }
 
+void InProcessCollectives::local_sum_range(int64_t begin, int64_t end) {
+  std::vector<const float*> in(static_cast<size_t>(local_replicas_));
+  for_each_slice(begin, end, [&](size_t i, int64_t at, int64_t lo, int64_t hi) {
+    for (size_t r = 0; r < in.size(); ++r) in[r] = posted_[r].values[i].data() + lo;
+    // Several processes: into the packed buffer the processes exchange; else the sum in place.
+    float* out = several_processes() ? staging_.data() + at + lo : posted_[0].values[i].data() + lo;
+    tree_sum(in, out, hi - lo);
+  });
+}
+
 void InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t end) {
-  int64_t offset = 0;
-  for (size_t i = 0; i < posted_[0].values.size() && offset < end; ++i) {
-    const int64_t size = posted_[0].values[i].defined() ? posted_[0].values[i].size() : 0;
-    const int64_t lo = std::max(begin, offset) - offset, hi = std::min(end, offset + size) - offset;
-    offset += size;
-    if (hi <= lo || posted_[0].values[i].is_abstract()) continue;
-    float* sum = several_processes() ? staging_.data() + (offset - size) + lo : posted_[0].values[i].data() + lo;
+  for_each_slice(begin, end, [&](size_t i, int64_t at, int64_t lo, int64_t hi) {
+    float* sum = several_processes() ? staging_.data() + at + lo : posted_[0].values[i].data() + lo;
     if (op == ReduceOp::Mean) divide(sum, hi - lo, num_replicas_);
     for (size_t r = several_processes() ? 0 : 1; r < posted_.size(); ++r) {
       std::memcpy(posted_[r].values[i].data() + lo, sum, static_cast<size_t>(hi - lo) * sizeof(float));
     }
-  }
+  });
 }
 
 void InProcessCollectives::all_reduce(int replica, ReduceOp op, std::span<Tensor> values) {

@@ -138,6 +138,10 @@ class InProcessCollectives final : public Collectives {
   // processes exchange, so nothing is packed or unpacked); then (finish_range) divided for a mean and
   // copied to the other local replicas' values (several processes: to all of them).
   void local_sum_range(int64_t begin, int64_t end);
+  // fn(i, at, lo, hi) for each of the first local replica's tensors (defined, with storage) that
+  // overlaps [begin, end) of the concatenation: its elements [lo, hi); it starts at `at`.
+  template <class Fn>
+  void for_each_slice(int64_t begin, int64_t end, Fn&& fn) const;
   void finish_range(ReduceOp op, int64_t begin, int64_t end);
   // Leader only, between barriers: staging_ (this process's partial sums) summed across processes.
   void all_reduce_across_processes();
