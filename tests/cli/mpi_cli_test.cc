@@ -74,9 +74,10 @@ TEST_F(MpiCli, MlpOnTwoAndFourProcessesEqualsOneProcess) {
   }
 }
 
-// BatchNormalization's moving statistics cross processes too (ReplicaLocalState's all-reduce).
+// BatchNormalization's moving statistics cross processes too (ReplicaLocalState's all-reduce). A v4-32
+// (4 hosts x 4 cores): 2 processes of 8 cores, half the work of a v3-32's 32 replicas.
 TEST_F(MpiCli, ResNet18OnTwoProcessesEqualsOneProcess) {
-  const std::string run = "train --model resnet18 --dataset fashion_mnist --device v3-32 --batch-per-core 1 --epochs 1 "
+  const std::string run = "train --model resnet18 --dataset fashion_mnist --device v4-32 --batch-per-core 1 --epochs 1 "
                           "--seed 2 --quiet --stop-after-steps 20 --checkpoint-dir ";
   ASSERT_EQ(run_keel(run + dir_ + "/one").exit_code, 0);
   const CommandResult r = mpirun_keel(2, run + dir_ + "/two");
