@@ -139,6 +139,7 @@ class CheckpointCallback : public Callback {
   }
   bool stopped_early() const { return stopped_early_; }
   int64_t last_saved_step() const { return last_saved_; }
+  int64_t steps_this_run() const { return steps_this_run_; }
   // "Checkpoint saves: 3, training stalled 2.1 ms per save (asynchronous; snapshot 1.16 MiB; 0.0 ms
   // of it waiting for the save before)": the training thread's time inside save(), per save.
   std::string stall_report() const {

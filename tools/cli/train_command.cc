@@ -179,6 +179,25 @@ void throw_if_diverged(const TerminateOnNaN& terminate_on_nan, const RunDirector
                          "); lower the learning rate (--lr) and start again with `keel train --overwrite`");
 }
 
+// What crossed processes in this invocation, per process and per step, beside the all-reduce's
+// minimum: each process sends and receives 2 (P-1)/P of the gradients' bytes per step.
+void print_process_traffic(ProcessGroup& processes, int64_t steps, Model& model) {
+  const int64_t mine[2] = {processes.sent_bytes(), processes.received_bytes()};
+  std::vector<int64_t> all(2 * static_cast<size_t>(processes.size()));
+  processes.all_gather_bytes(mine, sizeof mine, all.data());
+  int64_t gradient_bytes = 0;
+  for (const Variable* v : model.trainable_variables()) gradient_bytes += v->value().bytes();
+  const int p = processes.size();
+  const double minimum = 2.0 * (p - 1) / p * static_cast<double>(gradient_bytes);
+  std::printf("Across %d processes (MPI), %lld steps: per process and step, sent / received (all-reduce minimum %s):\n", p,
+              static_cast<long long>(steps), format_bytes(static_cast<int64_t>(minimum)).c_str());
+  for (int r = 0; r < p && steps > 0; ++r) {
+    const int64_t sent = all[2 * static_cast<size_t>(r)] / steps, received = all[2 * static_cast<size_t>(r) + 1] / steps;
+    std::printf("  process %d: %s / %s (%.2fx / %.2fx the minimum)\n", r, format_bytes(sent).c_str(),
+                format_bytes(received).c_str(), static_cast<double>(sent) / minimum, static_cast<double>(received) / minimum);
+  }
+}
+
 void print_outcome(const RunConfig& config, const RunDirectory& dir, const CheckpointCallback& checkpoints,
                    Model& model, const RunControl& control, int early_stopped_epoch) {
   const int64_t stop_after_steps = control.stop_after_steps;
@@ -204,6 +223,7 @@ void print_outcome(const RunConfig& config, const RunDirectory& dir, const Check
                 static_cast<long long>(model.optimizer().iterations()), dir.dir().c_str());
   }
   std::printf("%s\n", checkpoints.stall_report().c_str());
+  if (control.processes != nullptr) print_process_traffic(*control.processes, checkpoints.steps_this_run(), model);
 }
 
 // A signal before the first step: this invocation trained and saved nothing. Ends the shell's way
@@ -250,23 +270,11 @@ void build_slots_and_print_device(const RunConfig& config, ReplicatedStrategy& s
   std::fflush(stdout);
 }
 
-// What crossed processes in this invocation, per process and per step, beside the all-reduce's
-// minimum: each process sends and receives 2 (P-1)/P of the gradients' bytes per step.
-void print_process_traffic(ProcessGroup& processes, int64_t steps, Model& model) {
-  const int64_t mine[2] = {processes.sent_bytes(), processes.received_bytes()};
-  std::vector<int64_t> all(2 * static_cast<size_t>(processes.size()));
-  processes.all_gather_bytes(mine, sizeof mine, all.data());
-  int64_t gradient_bytes = 0;
-  for (const Variable* v : model.trainable_variables()) gradient_bytes += v->value().bytes();
-  const int p = processes.size();
-  const double minimum = 2.0 * (p - 1) / p * static_cast<double>(gradient_bytes);
-  std::printf("Across %d processes (MPI), %lld steps: per process and step, sent / received (all-reduce minimum %s):\n", p,
-              static_cast<long long>(steps), format_bytes(static_cast<int64_t>(minimum)).c_str());
-  for (int r = 0; r < p && steps > 0; ++r) {
-    const int64_t sent = all[2 * static_cast<size_t>(r)] / steps, received = all[2 * static_cast<size_t>(r) + 1] / steps;
-    std::printf("  process %d: %s / %s (%.2fx / %.2fx the minimum)\n", r, format_bytes(sent).c_str(),
-                format_bytes(received).c_str(), static_cast<double>(sent) / minimum, static_cast<double>(received) / minimum);
-  }
+// The run's strategy: its savers, and the processes sharing the slice under mpirun.
+ReplicatedStrategy::Options run_strategy_options(const RunConfig& config, const RunControl& control) {
+  ReplicatedStrategy::Options options = strategy_options(config);
+  options.processes = control.processes;
+  return options;
 }
 
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
@@ -275,12 +283,9 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   Dataset train = training_dataset(config);  // data errors before any model work
   set_cosine_decay_steps(config, train);
   if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
-
   clear_session();
   set_random_seed(config.seed);
-  ReplicatedStrategy::Options options = strategy_options(config);
-  options.processes = control.processes;
-  ReplicatedStrategy strategy(config.device, options);
+  ReplicatedStrategy strategy(config.device, run_strategy_options(config, control));
   std::unique_ptr<Model> model;
   {
     auto scope = strategy.scope();
@@ -304,7 +309,6 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   }
   if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
   build_slots_and_print_device(config, strategy, *model);
-
   ProgbarLogger progbar(stdout);
   CheckpointCallback checkpoints(dir, config, control);
   checkpoints.record_memory_after(memory_before);
@@ -324,7 +328,6 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   fit.callbacks.push_back(&checkpoints);
   if (control.json_log) fit.callbacks.push_back(control.json_log);
 
-  const int64_t first_step = model->optimizer().iterations();
   const History history = model->fit(train, fit);
   if (keras_callbacks.restores_best_weights() && !checkpoints.stopped_early() && !terminate_on_nan.terminated()) {
     checkpoints.save_final_weights(*model, fit.initial_epoch + static_cast<int>(history.epochs.size()));
@@ -332,9 +335,6 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   checkpoints.finish();  // the save in flight completes, or its error ends the run
   throw_if_diverged(terminate_on_nan, dir);
   print_outcome(config, dir, checkpoints, *model, control, keras_callbacks.stopped_epoch());
-  if (control.processes != nullptr) {
-    print_process_traffic(*control.processes, model->optimizer().iterations() - first_step, *model);
-  }
   return kExitOk;
 }
 
