@@ -139,6 +139,11 @@ std::vector<ShardRange> InProcessCollectives::process_ranges(int64_t elements) c
   return process_shard_ranges(elements, num_replicas_, local_replicas_);
 }
 
+ShardRange InProcessCollectives::this_process_range(int64_t elements) const {
+  return {shard_range(elements, num_replicas_, first_).begin,
+          shard_range(elements, num_replicas_, first_ + local_replicas_ - 1).end};
+}
+
 // Every replica checks every local replica's arguments against `reference`'s, so all of them reach
 // the same verdict; on a mismatch they meet once more before throwing, so that no replica unwinds
 // (and frees what it published) while another still reads it.
@@ -334,7 +339,7 @@ void InProcessCollectives::all_gather_shards(int replica, std::span<Tensor> valu
       Tensor& mine = values[i];
       const Tensor& leader = posted_[0].values[i];
       if (!mine.defined() || mine.is_abstract() || leader.data() == mine.data()) continue;
-      const ShardRange here = process_ranges(mine.size())[static_cast<size_t>(first_ / local_replicas_)];
+      const ShardRange here = this_process_range(mine.size());
       std::memcpy(mine.data(), leader.data(), static_cast<size_t>(here.begin) * sizeof(float));
       std::memcpy(mine.data() + here.end, leader.data() + here.end, static_cast<size_t>(mine.size() - here.end) * sizeof(float));
     }

@@ -130,6 +130,8 @@ class InProcessCollectives final : public Collectives {
   Posted& posted(int replica) { return posted_[static_cast<size_t>(local(replica))]; }
   // The element ranges of each process's replicas' shards of `elements` (consecutive, covering all).
   std::vector<ShardRange> process_ranges(int64_t elements) const;
+  // This process's entry of process_ranges, without building the others.
+  ShardRange this_process_range(int64_t elements) const;
   // Throws std::logic_error on every replica, after a barrier, when any replica's arguments differ in
   // shape from `reference`'s (beyond dim 0 only, when dim0_may_differ).
   void check_same_shapes(int replica, const char* op, int reference, bool dim0_may_differ) const;
