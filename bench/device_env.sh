@@ -12,6 +12,9 @@ mkdir -p /usr/share/datasets/fashion-mnist && cp .devcarry/*.gz /usr/share/datas
 loader="$K/libs/ld-linux-x86-64.so.2 --library-path $K/libs"
 printf '#!/bin/sh\nexec %s %s "$@"\n' "$loader" "$K/real/keel" > "$K/keel" && chmod +x "$K/keel"
 printf '#!/bin/sh\nexec %s %s "$@"\n' "$loader" "$K/real/orterun" > "$K/mpirun" && chmod +x "$K/mpirun"
+for b in resnet_bench fma_peak mlp_throughput; do
+  if [ -x "$K/real/$b" ]; then printf '#!/bin/sh\nexec %s %s "$@"\n' "$loader" "$K/real/$b" > "$K/$b" && chmod +x "$K/$b"; fi
+done
 export PATH="$K:$PATH" KEEL="$K/keel" MPIRUN_BIN="$K/mpirun"
 export OPAL_PREFIX="$K" OPAL_PKGLIBDIR="$K/openmpi3" OPAL_PKGDATADIR="$K/share/openmpi" OPAL_SYSCONFDIR="$K/etc"
 export OMPI_MCA_mca_base_component_path="$K/openmpi3" PMIX_MCA_mca_base_component_path="$K/pmix"

@@ -15,6 +15,7 @@ stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage"/{lib,real,openmpi3,pmix,share,etc}
 cp build/keel "$stage/real/"
+for b in resnet_bench fma_peak mlp_throughput; do if [[ -x build/bench/$b ]]; then cp build/bench/$b "$stage/real/"; fi; done
 cp "$(readlink -f /usr/bin/orterun)" "$stage/real/orterun"
 plugins=(/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/*.so)
 { ldd build/keel /usr/bin/orterun /usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so.2 "${plugins[@]}" 2>/dev/null || true; } |

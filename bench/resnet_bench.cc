@@ -3,6 +3,7 @@
 //   build/bench/resnet_bench train  --device cpu|custom:N --image 32  --batch 32 [--steps 5]
 //   build/bench/resnet_bench infer  --device cpu|custom:N --image 224 --batch 8  [--steps 3]
 //   build/bench/resnet_bench memory [--image 224] [--batch 8]
+//   ... train|infer [--threads N] (default: every hardware thread; `cpu`'s one replica uses them in its kernels)
 //   ... train|infer [--shard none|optimizer|gradients|full] [--remat none|segments]
 //       [--precision float32|mixed_bfloat16]   (memory savers)
 //
@@ -30,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/host_threads.h"
 #include "framework/autodiff/tape.h"
 #include "framework/device/context.h"
 #include "framework/device/strategy.h"
@@ -76,6 +78,7 @@ Args parse(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--steps")) a.steps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--shard")) a.shard = keel::parse_sharding_mode(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--remat")) a.remat = keel::parse_remat(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--threads")) keel::set_host_threads(keel::parse_thread_count(argv[i + 1], "--threads"));
     else if (!std::strcmp(argv[i], "--precision")) a.precision = keel::mixed_precision::Policy(argv[i + 1]).name();
     else usage(std::string("unknown option ") + argv[i]);
   }

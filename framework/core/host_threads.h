@@ -1,12 +1,28 @@
 // How many hardware threads this process may use: all of the machine's, or under mpirun its share,
 // hardware_concurrency() divided by the processes mpirun started on this machine
 // (OMPI_COMM_WORLD_LOCAL_SIZE), so that P processes on one machine do not each start one thread per
-// core. What AUTOTUNE, the strategy's compute slots and the CLI's parallel loops are sized by.
+// core. KEEL_NUM_THREADS, or set_host_threads() (the CLI's --threads), overrides both. What AUTOTUNE,
+// the strategy's compute slots, the kernels' thread pool (framework/core/thread_pool.h) and the CLI's
+// parallel loops are sized by.
 #pragma once
+
+#include <string>
 
 namespace keel {
 
-// At least 1.
+// The largest thread count keel accepts from a user.
+inline constexpr int kMaxHostThreads = 4096;
+
+// At least 1. Throws std::invalid_argument when KEEL_NUM_THREADS is set to anything but a whole number
+// from 1 to kMaxHostThreads.
 int host_threads();
+
+// Overrides host_threads() for this process from now on (0: back to KEEL_NUM_THREADS or the machine's).
+// Call it before making a strategy; strategies already made keep their threads. Throws
+// std::invalid_argument outside [0, kMaxHostThreads].
+void set_host_threads(int threads);
+
+// `text` as a thread count (1 .. kMaxHostThreads), or std::invalid_argument naming `what`.
+int parse_thread_count(const std::string& text, const std::string& what);
 
 }  // namespace keel

@@ -8,6 +8,7 @@
 
 #include "framework/core/host_allocator.h"
 #include "framework/core/storage_charging.h"
+#include "framework/core/thread_pool.h"
 
 namespace keel {
 
@@ -227,11 +228,18 @@ void Tensor::copy_from(const Tensor& other) {
 
 void Tensor::fill(float value) {
   if (is_abstract() || size() == 0) return;
-  if (dtype() == DType::bfloat16) {
-    std::fill_n(bfloat16_data(), size(), bfloat16_bits(value));
-    return;
-  }
-  array().setConstant(value);
+  // Large tensors (gradient buffers of big activations) on the thread's share of the compute threads.
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  const int64_t n = size();
+  const auto block = [&](int64_t b) {
+    const int64_t begin = b * kBlock, count = std::min(kBlock, n - begin);
+    if (dtype() == DType::bfloat16) {
+      std::fill_n(bfloat16_data() + begin, count, bfloat16_bits(value));
+    } else {
+      std::fill_n(data() + begin, count, value);
+    }
+  };
+  parallel_for((n + kBlock - 1) / kBlock, block, threads_worth(static_cast<double>(n), 2.0 * kBlock));
 }
 
 MatrixMap Tensor::matrix() {

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "framework/core/host_threads.h"
+#include "framework/core/thread_pool.h"
 #include "framework/device/process_group.h"
 
 namespace keel {
@@ -72,6 +73,8 @@ ReplicatedStrategy::ReplicatedStrategy(DeviceSpec spec, Options options)
   }
   const int n = local_replicas_;
   scheduler_ = std::make_unique<ReplicaScheduler>(n, std::min(hw, n));
+  // Each replica computing runs its kernels on its share of the threads (framework/core/thread_pool.h).
+  kernel_threads_ = std::max(1, hw / std::min(hw, n));
   collectives_ = std::make_unique<InProcessCollectives>(ledger_, num_replicas(), first_local_, n, processes_,
                                                         [this](int replica) { barrier_wait(replica); });
   for (int r = 0; r < n; ++r) workers_.push_back(std::make_unique<Worker>(r));
@@ -159,6 +162,7 @@ void ReplicatedStrategy::run_replicas(const std::function<void(ReplicaContext&)>
       ReplicaContext& ctx = *contexts_[static_cast<size_t>(l)];
       ReplicaContextScope in_replica(&ctx);
       ContextScope on_core(core_context(r));
+      KernelThreadsScope share(kernel_threads_);
       scheduler_->acquire(l);
       try {
         body(ctx);
@@ -209,10 +213,12 @@ void ReplicatedStrategy::sync_replica_local_state(ReplicaContext& ctx) {
 void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) {
   const int n = local_replicas_;
   const int threads = std::min(host_threads_, n);
+  const int share = std::max(1, host_threads_ / threads);
   std::atomic<int> next{0};
   std::atomic<bool> failed{false};
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   auto drain = [&] {
+      KernelThreadsScope kernels(share);
       for (int l = next++; l < n && !failed; l = next++) {
         const int r = first_local_ + l;
         ReplicaContext rc(*this, /*collectives=*/nullptr, r, num_replicas(), step_);

@@ -6,7 +6,8 @@
 // exchange goes through the context's collectives (framework/device/collectives.h), and state
 // replicas update on their own (ReplicaLocalState) is combined when the run ends. With more replicas
 // than hardware threads, replicas take turns on compute slots, so throughput stays that of one
-// replica using every thread.
+// replica using every thread; with fewer, each replica's kernels run on its share of the threads
+// (framework/core/thread_pool.h), a one-core device on all of them.
 #pragma once
 
 #include <condition_variable>
@@ -175,6 +176,7 @@ class ReplicatedStrategy {
   Options options_;
   Ledger ledger_;
   int host_threads_ = 1;
+  int kernel_threads_ = 1;  // each replica's share of the threads for its kernels
   ProcessGroup* processes_ = nullptr;  // null: one process
   int first_local_ = 0;
   int local_replicas_ = 0;

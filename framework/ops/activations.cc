@@ -14,12 +14,18 @@ Tensor relu(const Tensor& x) {
   if (dt == DType::bfloat16 && x.dtype() == DType::bfloat16) {  // bfloat16 to bfloat16, through the stack
     y = Tensor::empty(x.shape(), dt);
     if (detail::compute(y, {&x})) {
-      detail::map_bfloat16(x.bfloat16_data(), y.bfloat16_data(), x.size(), [](ArrayMap a) { a = a.max(0.0f); });
+      detail::for_element_blocks(x.size(), [&](int64_t b, int64_t e) {
+        detail::map_bfloat16(x.bfloat16_data() + b, y.bfloat16_data() + b, e - b, [](ArrayMap a) { a = a.max(0.0f); });
+      });
     }
   } else {
     const Tensor xv = detail::operand(x, dt).value;
     y = detail::output_buffer(x.shape(), dt);
-    if (detail::compute(y, {&xv})) y.array() = xv.array().max(0.0f);
+    if (detail::compute(y, {&xv})) {
+      detail::for_element_blocks(x.size(), [&](int64_t b, int64_t e) {
+        y.array().segment(b, e - b) = xv.array().segment(b, e - b).max(0.0f);
+      });
+    }
     y = detail::finish(y, dt);
   }
   if (GradientTape::is_recording({&x})) {
@@ -31,10 +37,13 @@ Tensor relu(const Tensor& x) {
         const uint16_t* yd = y.bfloat16_data();
         const float* g = dy[0].data();
         float* d = dx.data();
-        const int64_t n = y.size();
-        for (int64_t i = 0; i < n; ++i) d[i] = detail::load(yd, i) > 0.0f ? g[i] : 0.0f;
+        detail::for_element_blocks(y.size(), [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) d[i] = detail::load(yd, i) > 0.0f ? g[i] : 0.0f;
+        });
       } else {
-        dx.array() = (y.array() > 0.0f).select(dy[0].array(), 0.0f);
+        detail::for_element_blocks(y.size(), [&](int64_t b, int64_t e) {
+          dx.array().segment(b, e - b) = (y.array().segment(b, e - b) > 0.0f).select(dy[0].array().segment(b, e - b), 0.0f);
+        });
       }
       return std::vector<Tensor>{dx};
     });

@@ -2,10 +2,13 @@
 //
 // Layout: x is viewed as `rows` contiguous rows of C channels (rows = N for (N, C), N*H*W for NHWC).
 // Every loop runs rows outside and channels inside, so the inner loop is contiguous and vectorises;
-// per-channel sums go to double accumulators.
+// per-channel sums go to double accumulators. On the replica's share of the threads: elementwise
+// passes in blocks of rows, per-channel sums as partial sums over at most 16 blocks of rows, added
+// in block order. The blocks follow the shape alone, so the bits do not depend on the threads.
 #include "framework/ops/batch_norm.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <initializer_list>
 #include <stdexcept>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "framework/autodiff/tape.h"
+#include "framework/core/thread_pool.h"
 #include "framework/ops/op_util.h"
 
 namespace keel::ops {
@@ -87,25 +91,57 @@ std::vector<double> inv_std_of(const float* variance, int64_t channels, float ep
   return inv;
 }
 
+// f(r0, r1) over blocks of about 16K elements of whole rows.
+template <class F>
+void for_row_blocks(int64_t rows, int64_t channels, F f) {
+  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(channels, 1));
+  parallel_for(
+      (rows + block - 1) / block, [&](int64_t b) { f(b * block, std::min(rows, (b + 1) * block)); },
+      threads_worth(static_cast<double>(rows) * static_cast<double>(channels), 1 << 15));
+}
+
+// K per-channel sums over rows: add(r0, r1, partial) adds rows [r0, r1)'s terms into partial[k * C + c]
+// (zeroed); blocks of rows (one below 1024 rows, so small batches sum in plain row order) sum on their
+// own, then the partial sums add up in block order into sums[k].
+template <size_t K, class Add>
+void channel_sums_in_blocks(int64_t rows, int64_t channels, const std::array<std::vector<double>*, K>& sums, Add add) {
+  const size_t cs = static_cast<size_t>(channels);
+  const int64_t blocks = std::clamp<int64_t>(rows / 512, 1, 16), block = (rows + blocks - 1) / blocks;
+  std::vector<double> partial(static_cast<size_t>(blocks) * K * cs, 0.0);
+  parallel_for(
+      blocks, [&](int64_t b) { add(b * block, std::min(rows, (b + 1) * block), partial.data() + b * K * cs); },
+      threads_worth(static_cast<double>(rows) * static_cast<double>(channels) * K, 1 << 15));
+  for (size_t k = 0; k < K; ++k) sums[k]->assign(cs, 0.0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const double* p = partial.data() + b * K * cs;
+    for (size_t k = 0; k < K; ++k) {
+      for (size_t c = 0; c < cs; ++c) (*sums[k])[c] += p[k * cs + c];
+    }
+  }
+}
+
 // mean (C,) and biased variance (C,) of x (rows, C), two-pass (the squares are taken around the
 // mean, not as E[x²] - E[x]², which cancels badly when |mean| >> std).
 template <typename T>
 void moments(const T* x, int64_t rows, int64_t channels, float* mean, float* variance) {
   const size_t cs = static_cast<size_t>(channels);
   std::vector<double> sum(cs, 0.0), mean_d(cs, 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* row = x + r * channels;
-    for (int64_t c = 0; c < channels; ++c) sum[c] += static_cast<double>(detail::load(row, c));
-  }
-  for (int64_t c = 0; c < channels; ++c) mean_d[c] = rows > 0 ? sum[c] / static_cast<double>(rows) : 0.0;
-  std::fill(sum.begin(), sum.end(), 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* row = x + r * channels;
-    for (int64_t c = 0; c < channels; ++c) {
-      const double d = static_cast<double>(detail::load(row, c)) - mean_d[c];
-      sum[c] += d * d;
+  channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, double* s) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* row = x + r * channels;
+      for (int64_t c = 0; c < channels; ++c) s[c] += static_cast<double>(detail::load(row, c));
     }
-  }
+  });
+  for (int64_t c = 0; c < channels; ++c) mean_d[c] = rows > 0 ? sum[c] / static_cast<double>(rows) : 0.0;
+  channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, double* s) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* row = x + r * channels;
+      for (int64_t c = 0; c < channels; ++c) {
+        const double d = static_cast<double>(detail::load(row, c)) - mean_d[c];
+        s[c] += d * d;
+      }
+    }
+  });
   for (int64_t c = 0; c < channels; ++c) {
     mean[c] = static_cast<float>(mean_d[c]);
     variance[c] = rows > 0 ? static_cast<float>(sum[c] / static_cast<double>(rows)) : 0.0f;
@@ -119,36 +155,43 @@ void normalize(const T* x, int64_t rows, int64_t channels, const float* mean, co
   const std::vector<double> inv = inv_std_of(variance, channels, epsilon);
   std::vector<float> scale(static_cast<size_t>(channels));
   for (int64_t c = 0; c < channels; ++c) scale[c] = static_cast<float>(static_cast<double>(gamma[c]) * inv[c]);
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * channels;
-    TY* yr = y + r * channels;
-    for (int64_t c = 0; c < channels; ++c) detail::store(yr, c, (detail::load(xr, c) - mean[c]) * scale[c] + beta[c]);
-  }
+  for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * channels;
+      TY* yr = y + r * channels;
+      for (int64_t c = 0; c < channels; ++c) detail::store(yr, c, (detail::load(xr, c) - mean[c]) * scale[c] + beta[c]);
+    }
+  });
 }
 
 // sum(dy) and sum(dy * (x - mean)) per channel, in double.
 template <typename T>
 void channel_sums(const float* dy, const T* x, const float* mean, int64_t rows, int64_t channels,
                   std::vector<double>& sum_dy, std::vector<double>& sum_dy_xc) {
-  sum_dy.assign(static_cast<size_t>(channels), 0.0);
-  sum_dy_xc.assign(static_cast<size_t>(channels), 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* dyr = dy + r * channels;
-    const T* xr = x + r * channels;
-    for (int64_t c = 0; c < channels; ++c) {
-      sum_dy[c] += static_cast<double>(dyr[c]);
-      sum_dy_xc[c] += static_cast<double>(dyr[c] * (detail::load(xr, c) - mean[c]));
+  const size_t cs = static_cast<size_t>(channels);
+  channel_sums_in_blocks<2>(rows, channels, {&sum_dy, &sum_dy_xc}, [&](int64_t r0, int64_t r1, double* s) {
+    double* s_dy = s;
+    double* s_dy_xc = s + cs;
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* dyr = dy + r * channels;
+      const T* xr = x + r * channels;
+      for (int64_t c = 0; c < channels; ++c) {
+        s_dy[c] += static_cast<double>(dyr[c]);
+        s_dy_xc[c] += static_cast<double>(dyr[c] * (detail::load(xr, c) - mean[c]));
+      }
     }
-  }
+  });
 }
 
 void sum_rows(const float* dy, int64_t rows, int64_t channels, float* out) {
-  std::vector<double> sum(static_cast<size_t>(channels), 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* dyr = dy + r * channels;
-    for (int64_t c = 0; c < channels; ++c) sum[c] += static_cast<double>(dyr[c]);
-  }
-  for (int64_t c = 0; c < channels; ++c) out[c] = static_cast<float>(sum[c]);
+  std::vector<double> sum;
+  channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, double* s) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* dyr = dy + r * channels;
+      for (int64_t c = 0; c < channels; ++c) s[c] += static_cast<double>(dyr[c]);
+    }
+  });
+  for (int64_t c = 0; c < channels; ++c) out[c] = static_cast<float>(sum[static_cast<size_t>(c)]);
 }
 
 // dx (rows, C) of batch_norm_training from dy, the saved x, mean and gamma, inv_std and the
@@ -167,12 +210,14 @@ void training_input_grad(const float* dy, const T* x, const float* mean, const f
     b[c] = static_cast<float>(sum_dy[c] / count);
     k[c] = static_cast<float>(inv[c] * inv[c] * sum_dy_xc[c] / count);
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * channels;
-    const float* dyr = dy + r * channels;
-    float* dxr = dx + r * channels;
-    for (int64_t c = 0; c < channels; ++c) dxr[c] = a[c] * (dyr[c] - b[c] - (detail::load(xr, c) - mean[c]) * k[c]);
-  }
+  for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * channels;
+      const float* dyr = dy + r * channels;
+      float* dxr = dx + r * channels;
+      for (int64_t c = 0; c < channels; ++c) dxr[c] = a[c] * (dyr[c] - b[c] - (detail::load(xr, c) - mean[c]) * k[c]);
+    }
+  });
 }
 
 }  // namespace
@@ -270,11 +315,13 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
             for (int64_t c = 0; c < channels; ++c) a[c] = static_cast<float>(static_cast<double>(gamma.data()[c]) * inv[c]);
             const float* dyd = dy[0].data();
             float* dxd = grads[0].data();
-            for (int64_t r = 0; r < rows; ++r) {
-              const float* dyr = dyd + r * channels;
-              float* dxr = dxd + r * channels;
-              for (int64_t c = 0; c < channels; ++c) dxr[c] = dyr[c] * a[c];
-            }
+            for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
+              for (int64_t r = r0; r < r1; ++r) {
+                const float* dyr = dyd + r * channels;
+                float* dxr = dxd + r * channels;
+                for (int64_t c = 0; c < channels; ++c) dxr[c] = dyr[c] * a[c];
+              }
+            });
           }
           if (needs[1]) {
             std::vector<double> sum_dy, sum_dy_xc;

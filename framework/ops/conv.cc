@@ -1,4 +1,7 @@
-// conv2d (im2col + one Eigen GEMM per chunk of output pixels) and zero_pad2d, NHWC.
+// conv2d (im2col + Eigen GEMMs, chunk by chunk of output pixels) and zero_pad2d, NHWC. Inside a
+// chunk, blocks of output pixels (multiples of ops/gemm.h's row block) are im2col'ed and multiplied on
+// the replica's share of the threads; col2im runs one image per task. Bounds follow the shape alone:
+// the same bits with any number of threads, and as one GEMM per chunk.
 #include "framework/ops/conv.h"
 
 #include <algorithm>
@@ -6,7 +9,9 @@
 #include <limits>
 
 #include "framework/autodiff/tape.h"
+#include "framework/core/thread_pool.h"
 #include "framework/device/context.h"
+#include "framework/ops/gemm.h"
 #include "framework/ops/op_util.h"
 
 namespace keel::ops {
@@ -204,20 +209,48 @@ void pad_images(const T* src, int64_t N, int64_t H, int64_t W, int64_t C, int64_
   }
 }
 
+// Runs block(r0, rn) over the output pixel rows [r0, r0 + rn) of a chunk of n rows, in blocks of a
+// whole number of GEMM row blocks, on the replica's share of the threads.
+template <class Block>
+void for_each_pixel_block(const ConvGeometry& g, int64_t n, Block&& block) {
+  const detail::TileAxis blocks(n, detail::gemm_row_block(g.out_channels, g.patch()));
+  const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(g.patch()) * static_cast<double>(g.out_channels);
+  parallel_for(
+      blocks.tiles, [&](int64_t b) { block(blocks.begin(b), blocks.end(b) - blocks.begin(b)); },
+      threads_worth(flops, detail::kGemmGrainFlops));
+}
+
+// out (n, Cout) = im2col(x)[row0, row0 + n) · kernel, through `cols` (n, patch). With many pixel
+// blocks, each block is im2col'ed and multiplied on one thread (its patches still in cache); with few
+// (small images deep in a network), the blocks are im2col'ed, then one tiled product cuts the columns
+// too. Either way, the bits of one product over the chunk.
+template <typename T>
+void forward_chunk(const ConvGeometry& g, const T* x, int64_t row0, int64_t n, const ConstMatrixMap& k, float* cols,
+                   float* out) {
+  const int64_t patch = g.patch(), cout = g.out_channels;
+  if (detail::TileAxis(n, detail::gemm_row_block(cout, patch)).tiles >= detail::kGemmTargetTiles) {
+    for_each_pixel_block(g, n, [&](int64_t r0, int64_t rn) {
+      im2col(x, g, row0 + r0, rn, cols + r0 * patch);
+      MatrixMap(out + r0 * cout, rn, cout).noalias() = ConstMatrixMap(cols + r0 * patch, rn, patch) * k;
+    });
+  } else {
+    for_each_pixel_block(g, n, [&](int64_t r0, int64_t rn) { im2col(x, g, row0 + r0, rn, cols + r0 * patch); });
+    detail::gemm(MatrixMap(out, n, cout), ConstMatrixMap(cols, n, patch), k);
+  }
+}
+
 // Forward in float32: one GEMM for a pointwise convolution, else im2col chunk by chunk.
 void forward_float32(const ConvGeometry& g, const float* x, const float* kernel, float* y) {
   const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
   if (g.pointwise()) {
-    if (x != nullptr) MatrixMap(y, rows, cout).noalias() = ConstMatrixMap(x, rows, patch) * ConstMatrixMap(kernel, patch, cout);
+    if (x != nullptr) detail::gemm(MatrixMap(y, rows, cout), ConstMatrixMap(x, rows, patch), ConstMatrixMap(kernel, patch, cout));
     return;
   }
   Tensor cols = cols_workspace(g);
   if (x == nullptr) return;  // planning: the workspace is charged all the same
   const ConstMatrixMap k(kernel, patch, cout);
   for (int64_t row0 = 0; row0 < rows; row0 += g.chunk_rows()) {
-    const int64_t n = std::min(g.chunk_rows(), rows - row0);
-    im2col(x, g, row0, n, cols.data());
-    MatrixMap(y + row0 * cout, n, cout).noalias() = ConstMatrixMap(cols.data(), n, patch) * k;
+    forward_chunk(g, x, row0, std::min(g.chunk_rows(), rows - row0), k, cols.data(), y + row0 * cout);
   }
 }
 
@@ -235,10 +268,25 @@ void forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* ker
   const ConstMatrixMap k(kernel, patch, cout);
   for (int64_t row0 = 0; row0 < rows; row0 += g.chunk_rows()) {
     const int64_t n = std::min(g.chunk_rows(), rows - row0);
-    im2col(x, g, row0, n, cols.data());
-    MatrixMap(out.data(), n, cout).noalias() = ConstMatrixMap(cols.data(), n, patch) * k;
-    to_bfloat16(out.data(), y + row0 * cout, n * cout);
+    forward_chunk(g, x, row0, n, k, cols.data(), out.data());
+    for_each_pixel_block(g, n, [&](int64_t r0, int64_t rn) {
+      to_bfloat16(out.data() + r0 * cout, y + (row0 + r0) * cout, rn * cout);
+    });
   }
+}
+
+// dx (+=) from the chunk's patch gradients in `cols` (rows [row0, row0 + n)), one image per task:
+// an image's pixels add in their order, as one pass over the chunk would.
+void col2im_by_image(const ConvGeometry& g, const float* cols, int64_t row0, int64_t n, float* dx) {
+  const int64_t per_image = g.h.output * g.w.output, first = row0 / per_image, last = (row0 + n - 1) / per_image;
+  const double bytes = static_cast<double>(n) * static_cast<double>(g.patch()) * sizeof(float);
+  parallel_for(
+      last - first + 1,
+      [&](int64_t i) {
+        const int64_t begin = std::max(row0, (first + i) * per_image), end = std::min(row0 + n, (first + i + 1) * per_image);
+        col2im_add(cols + (begin - row0) * g.patch(), g, begin, end - begin, dx);
+      },
+      threads_worth(bytes, 1 << 20));
 }
 
 // dkernel (+=) and dx (+=, through col2im) chunk by chunk; either may be null. One workspace buffer
@@ -253,12 +301,12 @@ void backward_chunks(const ConvGeometry& g, const T* x, const float* kernel, con
     const ConstMatrixMap dym(dy + row0 * cout, n, cout);
     MatrixMap c(cols, n, patch);
     if (dkernel != nullptr) {
-      im2col(x, g, row0, n, cols);
-      MatrixMap(dkernel, patch, cout).noalias() += c.transpose() * dym;
+      for_each_pixel_block(g, n, [&](int64_t r0, int64_t rn) { im2col(x, g, row0 + r0, rn, cols + r0 * patch); });
+      detail::gemm(MatrixMap(dkernel, patch, cout), c.transpose(), dym, /*accumulate=*/true);
     }
     if (dx != nullptr) {
-      c.noalias() = dym * k.transpose();
-      col2im_add(cols, g, row0, n, dx);
+      detail::gemm(c, dym, k.transpose());
+      col2im_by_image(g, cols, row0, n, dx);
     }
   }
 }
@@ -282,13 +330,13 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
   }
   const bool bf16 = x.dtype() == DType::bfloat16;
   if (g.pointwise() && dx != nullptr) {  // dx = dy · kernelᵀ
-    MatrixMap(dx->data(), rows, patch).noalias() =
-        ConstMatrixMap(dy.data(), rows, cout) * ConstMatrixMap(kernel.data(), patch, cout).transpose();
+    detail::gemm(MatrixMap(dx->data(), rows, patch), ConstMatrixMap(dy.data(), rows, cout),
+                 ConstMatrixMap(kernel.data(), patch, cout).transpose());
     dx = nullptr;
   }
   if (g.pointwise() && !bf16 && dk != nullptr) {  // dkernel = xᵀ · dy with x viewed as (N*H*W, Cin)
-    MatrixMap(dk->data(), patch, cout).noalias() =
-        ConstMatrixMap(x.data(), rows, patch).transpose() * ConstMatrixMap(dy.data(), rows, cout);
+    detail::gemm(MatrixMap(dk->data(), patch, cout), ConstMatrixMap(x.data(), rows, patch).transpose(),
+                 ConstMatrixMap(dy.data(), rows, cout));
     dk = nullptr;
   }
   if (!backward_needs_cols(g, bf16, dx != nullptr, dk != nullptr)) return;

@@ -16,9 +16,14 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
   Tensor y = detail::output_buffer(x.shape(), dt);
   if (detail::compute(y, {&xv, &bv}) && channels > 0) {
     // Rows of C channels: works for (N, C) and NHWC alike.
-    ConstMatrixMap xm(xv.data(), x.size() / channels, channels);
-    MatrixMap ym(y.data(), x.size() / channels, channels);
-    ym.noalias() = xm.rowwise() + Eigen::Map<const Eigen::RowVectorXf>(bv.data(), channels);
+    const int64_t rows = x.size() / channels, rows_per_block = std::max<int64_t>(1, detail::kElementBlock / channels);
+    const Eigen::Map<const Eigen::RowVectorXf> b(bv.data(), channels);
+    detail::for_element_blocks(rows, [&](int64_t r0, int64_t r1) {  // in blocks of rows
+      for (int64_t r = r0; r < r1; r += rows_per_block) {
+        const int64_t n = std::min(rows_per_block, r1 - r);
+        MatrixMap(y.data() + r * channels, n, channels).noalias() = ConstMatrixMap(xv.data() + r * channels, n, channels).rowwise() + b;
+      }
+    });
   }
   y = detail::finish(y, dt);
   if (GradientTape::is_recording({&x, &bias})) {
@@ -53,12 +58,18 @@ Tensor add(const Tensor& a, const Tensor& b) {
       const uint16_t *ad = a.bfloat16_data(), *bd = b.bfloat16_data();
       uint16_t* yd = y.bfloat16_data();
       const int64_t n = a.size();
-      for (int64_t i = 0; i < n; ++i) detail::store(yd, i, detail::load(ad, i) + detail::load(bd, i));
+      detail::for_element_blocks(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) detail::store(yd, i, detail::load(ad, i) + detail::load(bd, i));
+      });
     }
   } else {
     const Tensor av = detail::operand(a, dt).value, bv = detail::operand(b, dt).value;
     y = detail::output_buffer(a.shape(), dt);
-    if (detail::compute(y, {&av, &bv})) y.array() = av.array() + bv.array();
+    if (detail::compute(y, {&av, &bv})) {
+      detail::for_element_blocks(y.size(), [&](int64_t b, int64_t e) {
+        y.array().segment(b, e - b) = av.array().segment(b, e - b) + bv.array().segment(b, e - b);
+      });
+    }
     y = detail::finish(y, dt);
   }
   if (GradientTape::is_recording({&a, &b})) {

@@ -1,5 +1,6 @@
-// matmul: (N, K) x (K, M) -> (N, M) through Eigen's GEMM.
+// matmul: (N, K) x (K, M) -> (N, M) through Eigen's GEMM, on the replica's share of the threads (ops/gemm.h).
 #include "framework/autodiff/tape.h"
+#include "framework/ops/gemm.h"
 #include "framework/ops/op_util.h"
 #include "framework/ops/ops.h"
 
@@ -13,7 +14,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const detail::Operand ao = detail::operand(a, dt), bo = detail::operand(b, dt);
   Tensor y = detail::output_buffer({a.dim(0), b.dim(1)}, dt);
   detail::count_forward_flops(2 * a.dim(0) * a.dim(1) * b.dim(1));
-  if (detail::compute(y, {&ao.value, &bo.value})) y.matrix().noalias() = ao.value.matrix() * bo.value.matrix();
+  if (detail::compute(y, {&ao.value, &bo.value})) detail::gemm(y.matrix(), ao.value.matrix(), bo.value.matrix());
   y = detail::finish(y, dt);
   if (GradientTape::is_recording({&a, &b})) {
     const bool a_is_variable = a.is_trainable_variable(), b_is_variable = b.is_trainable_variable();
@@ -23,12 +24,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       if (needs[0]) {  // da = dy · bᵀ   (N, K)
         grads[0] = detail::grad_buffer(a.shape(), a_is_variable);
         const Tensor bv = detail::compute_values(b, dt);
-        if (detail::compute(grads[0], {&dy[0]})) grads[0].matrix().noalias() = dy[0].matrix() * bv.matrix().transpose();
+        if (detail::compute(grads[0], {&dy[0]})) detail::gemm(grads[0].matrix(), dy[0].matrix(), bv.matrix().transpose());
       }
       if (needs[1]) {  // db = aᵀ · dy   (K, M)
         grads[1] = detail::grad_buffer(b.shape(), b_is_variable);
         const Tensor av = detail::compute_values(a, dt);
-        if (detail::compute(grads[1], {&dy[0]})) grads[1].matrix().noalias() = av.matrix().transpose() * dy[0].matrix();
+        if (detail::compute(grads[1], {&dy[0]})) detail::gemm(grads[1].matrix(), av.matrix().transpose(), dy[0].matrix());
       }
       return grads;
     });

@@ -8,6 +8,7 @@
 
 #include "framework/autodiff/recompute.h"
 #include "framework/core/tensor.h"
+#include "framework/core/thread_pool.h"
 #include "framework/device/context.h"
 #include "framework/device/ledger.h"
 #include "framework/device/strategy.h"
@@ -88,6 +89,17 @@ void map_bfloat16(const uint16_t* in, uint16_t* out, int64_t n, F f) {
     f(ArrayMap(buf, m));
     to_bfloat16(buf, out + i, m);
   }
+}
+
+// f(begin, end) over [0, n) in fixed blocks of kElementBlock elements, on the replica's share of the
+// threads: for elementwise work, where any split gives the same bits.
+inline constexpr int64_t kElementBlock = int64_t{1} << 15;
+template <typename F>
+void for_element_blocks(int64_t n, F&& f) {
+  parallel_for(
+      (n + kElementBlock - 1) / kElementBlock,
+      [&](int64_t b) { f(b * kElementBlock, std::min(n, (b + 1) * kElementBlock)); },
+      threads_worth(static_cast<double>(n), 2.0 * kElementBlock));
 }
 
 [[noreturn]] inline void shape_error(const std::string& op, const std::string& what) {

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "framework/core/limits.h"
+#include "framework/core/thread_pool.h"
 #include "framework/device/context.h"
 #include "framework/device/replica_context.h"
 #include "framework/device/strategy.h"
@@ -69,11 +70,13 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   const int updater = split_in_process ? replica - ctx->strategy().first_local_replica() : replica;
   const int updaters = split_in_process ? ctx->strategy().local_replicas() : replicas;
   std::vector<Tensor> updated(vars.size());
+  std::vector<UpdateSpan> spans;
   for (size_t i = 0; i < vars.size(); ++i) {
     if (!grads[i].defined()) continue;
     updated[i] = vars[i]->value();
-    if (!updated[i].is_abstract()) update(span_of(vars[i], grads[i], shards, updater, updaters), step);
+    if (!updated[i].is_abstract()) spans.push_back(span_of(vars[i], grads[i], shards, updater, updaters));
   }
+  update_in_pieces(spans, step);
   if (ctx == nullptr || ctx->leads_process()) iterations_ = step;
   if (replicas == 1) return GradientUpdate{};
   if (shard == ShardingMode::optimizer || shard == ShardingMode::gradients) {
@@ -124,6 +127,30 @@ bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>&
   }
   ctx->all_reduce(ReduceOp::Mean, defined);
   return false;
+}
+
+// The spans cut into pieces of kUpdatePiece elements, updated on the replica's share of the threads:
+// an element's update does not depend on the span it is in, so neither do the bits.
+void Optimizer::update_in_pieces(const std::vector<UpdateSpan>& spans, int64_t step) {
+  constexpr int64_t kUpdatePiece = int64_t{1} << 16;
+  std::vector<UpdateSpan> pieces;
+  int64_t elements = 0;
+  for (const UpdateSpan& span : spans) {
+    elements += span.size;
+    for (int64_t at = 0; at < span.size; at += kUpdatePiece) {
+      UpdateSpan piece = span;
+      piece.size = std::min(kUpdatePiece, span.size - at);
+      piece.variable += at;
+      piece.gradient += at;
+      for (float*& slot : piece.slots) {
+        if (slot != nullptr) slot += at;
+      }
+      pieces.push_back(piece);
+    }
+  }
+  parallel_for(
+      static_cast<int64_t>(pieces.size()), [&](int64_t p) { update(pieces[static_cast<size_t>(p)], step); },
+      threads_worth(static_cast<double>(elements), static_cast<double>(kUpdatePiece)));
 }
 
 UpdateSpan Optimizer::span_of(Variable* var, const Tensor& grad, bool grad_is_shard, int replica, int replicas) const {

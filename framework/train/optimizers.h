@@ -126,6 +126,8 @@ class Optimizer {
   // Reduces local gradients across replicas: all-reduced in place, or replaced by this replica's
   // reduced shard when the strategy shards gradients. Returns whether they are shards now.
   bool reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form) const;
+  // update() over the spans, in fixed pieces on the replica's share of the threads.
+  void update_in_pieces(const std::vector<UpdateSpan>& spans, int64_t step);
   // This replica's span of variable i (its shard_range), with `grad` whole or already its shard.
   UpdateSpan span_of(Variable* var, const Tensor& grad, bool grad_is_shard, int replica, int replicas) const;
   // The index of the first variable with a non-finite gradient, vars.size() if none: each replica

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -14,12 +15,14 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/autodiff/tape.h"
+#include "framework/core/thread_pool.h"
 #include "framework/device/context.h"
 #include "framework/device/device_spec.h"
 #include "framework/device/ledger.h"
 #include "framework/layers/conv_layers.h"
 #include "framework/ops/conv.h"
 #include "framework/ops/pooling.h"
+#include "framework/ops/precision.h"
 #include "framework/ops/ops.h"
 #include "tests/support/golden.h"
 #include "tests/support/grad_check.h"
@@ -440,6 +443,46 @@ TEST(ConvShapeRuleTest, ALayerRefusesAnInputTheOpRefuses) {
   EXPECT_THROW(Conv2D(4, 5)->compute_output_shape({3, 3, 1}), std::invalid_argument);
   EXPECT_THROW(MaxPooling2D(3)->compute_output_shape({2, 2, 1}), std::invalid_argument);
   EXPECT_EQ(ZeroPadding2D(2)->compute_output_shape({3, 4, 1}), (Shape{7, 8, 1}));
+}
+
+// --- threads ---
+
+// conv2d forward and both gradients on 1 to 4 threads, in float32 and under bfloat16, for a 3x3
+// convolution spread over several im2col chunks and images, a strided one and a pointwise one: the
+// same bits (ops/gemm.h and the pixel blocks follow the shape alone).
+TEST(Conv2dTest, TheSameBitsOnOneToFourThreads) {
+  struct Case {
+    Shape x, kernel;
+    std::array<int, 2> strides;
+  };
+  const Case cases[] = {{{2, 32, 32, 128}, {3, 3, 128, 48}, {1, 1}},
+                        {{3, 17, 17, 24}, {3, 3, 24, 40}, {2, 2}},
+                        {{2, 32, 32, 64}, {1, 1, 64, 256}, {1, 1}}};
+  uint64_t seed = 100;
+  for (const Case& c : cases) {
+    const Tensor x = random_host(c.x, -1, 1, seed++), k = random_host(c.kernel, -1, 1, seed++);
+    const Shape y_shape = ops::conv2d_output_shape(c.x, c.kernel, c.strides, Padding::same, {1, 1});
+    const Tensor dy = random_host(y_shape, -1, 1, seed++);
+    for (DType dt : {DType::float32, DType::bfloat16}) {
+      const ops::ComputeDTypeScope compute(dt);
+      std::vector<std::vector<float>> first;
+      for (int threads : {1, 2, 3, 4}) {
+        const KernelThreadsScope share(threads);
+        std::vector<Tensor> got = conv_grads(x, k, dy, c.strides, Padding::same, {1, 1});
+        got.push_back(ops::conv2d(x, k, c.strides, Padding::same, {1, 1}));
+        std::vector<std::vector<float>> values;
+        for (const Tensor& t : got) values.push_back(t.to_vector());
+        if (first.empty()) {
+          first = values;
+          continue;
+        }
+        for (size_t i = 0; i < values.size(); ++i) {
+          EXPECT_EQ(std::memcmp(values[i].data(), first[i].data(), values[i].size() * sizeof(float)), 0)
+              << shape_string(c.x) << " output " << i << ", " << threads << " threads, " << dtype_name(dt);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

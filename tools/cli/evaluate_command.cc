@@ -226,6 +226,9 @@ po::options_description evaluate_options() {
   add_model_options(model_opts);
   add_device_options(model_opts);
   d.add(model_opts);
+  po::options_description host_opts("Host");
+  add_host_options(host_opts);
+  d.add(host_opts);
   return d;
 }
 
@@ -300,6 +303,7 @@ int evaluate_command(const std::vector<std::string>& args) {
     std::cout << d << "\n";
     return kExitOk;
   }
+  apply_host_options(vm);
   const std::string split = vm["split"].as<std::string>();
   if (split != "train" && split != "test") throw UsageError("--split must be train or test, got '" + quote_untrusted(split) + "'");
   if (vm["json"].as<bool>() && vm["csv"].as<bool>()) throw UsageError("give --json or --csv, not both");

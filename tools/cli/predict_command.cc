@@ -273,6 +273,7 @@ po::options_description predict_options() {
       ("json", po::bool_switch(), "print one JSON object: {\"checkpoint\", \"model\", \"dataset\", \"class_names\", "
                                   "\"top_k\", \"predictions\": [{\"input\", \"record\", \"label\", \"top_k\": [{\"class\", \"name\", "
                                   "\"score\"}]}], \"count\"}");
+  add_host_options(d);
   return d;
 }
 
@@ -287,6 +288,7 @@ int predict_command(const std::vector<std::string>& args) {
     std::cout << d << "\n";
     return kExitOk;
   }
+  apply_host_options(vm);
   if (!vm.count("target")) {
     throw UsageError("keel predict needs a run directory or checkpoint before --input (which takes every path after "
                      "it), e.g. `keel predict checkpoints/mlp --input img.png`");

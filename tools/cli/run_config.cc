@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "datasets/preprocessing.h"
+#include "framework/core/host_threads.h"
 #include "framework/core/limits.h"
 #include "framework/train/losses.h"
 #include "framework/train/optimizers.h"
@@ -290,6 +291,18 @@ void add_device_options(po::options_description& d) {
       ("hosts", po::value<int>(), "custom device: hosts of a pod slice (default 1; must divide --cores)")
       ("hbm-per-core", po::value<std::string>(), "custom device: HBM per core, e.g. 512MiB, 16GiB, or unbounded (no budget)")
       ("batch-per-core", po::value<int64_t>(), "per-core batch; the global batch is this times the cores (default 16)");
+}
+
+void add_host_options(po::options_description& d) {
+  d.add_options()("threads", po::value<std::string>(),
+                  "threads this process computes with: replicas, and the kernels of each replica when there are fewer "
+                  "replicas than threads (default: KEEL_NUM_THREADS, else every hardware thread; under mpirun each "
+                  "process's share). Results are bit-identical with any number");
+}
+
+void apply_host_options(const po::variables_map& vm) {
+  if (vm.count("threads")) set_host_threads(parse_thread_count(vm["threads"].as<std::string>(), "--threads"));
+  (void)host_threads();  // a bad KEEL_NUM_THREADS: a usage error now
 }
 
 void add_training_options(po::options_description& d) {

@@ -102,6 +102,11 @@ struct RunConfig {
 namespace po = boost::program_options;
 void add_model_options(po::options_description& d);
 void add_device_options(po::options_description& d);
+// --threads N: how many threads this process computes with (keel::set_host_threads); applying it also
+// checks KEEL_NUM_THREADS, so a bad value is a usage error before any work starts. Not part of a run:
+// the results are the same with any number of threads.
+void add_host_options(po::options_description& d);
+void apply_host_options(const po::variables_map& vm);
 void add_training_options(po::options_description& d);
 // Reads the groups above from parsed options into `config` (only the flags that were given).
 void apply_model_options(const po::variables_map& vm, RunConfig& config);

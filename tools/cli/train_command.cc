@@ -84,6 +84,7 @@ po::options_description run_control_options() {
       ("log-format", po::value<std::string>()->default_value("text"),
        "text, or jsonl: stdout carries one JSON object per epoch (every history value) and a final one; "
        "everything else goes to stderr");
+  add_host_options(d);
   return d;
 }
 
@@ -439,6 +440,7 @@ int train_command(const std::vector<std::string>& args) {
     std::cout << d << "\n";
     return kExitOk;
   }
+  apply_host_options(vm);
   return with_log_format(vm, "train", [&](JsonlLogger* log) { return start_run(vm, log); });
 }
 
@@ -462,6 +464,7 @@ int resume_command(const std::vector<std::string>& args) {
     std::cout << d << "\n";
     return kExitOk;
   }
+  apply_host_options(vm);
   return with_log_format(vm, "resume", [&](JsonlLogger* log) { return resume_run(vm, log); });
 }
 

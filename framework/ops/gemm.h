@@ -1,0 +1,84 @@
+// Matrix products on a replica's share of the compute threads (framework/core/thread_pool.h).
+//
+// The product is cut into tiles of the output, fixed by its shape alone: row bounds at multiples of
+// kGemmRowBlock, column bounds (where rows alone give few tiles) at multiples of kGemmColBlock, a
+// short remainder joining the tile before it. Each tile is one Eigen product over the whole inner
+// dimension, so its values are the same whichever thread computes it and however many threads there
+// are. The bounds are multiples of Eigen's register panels (3 packets: 48 floats with AVX-512, 24 with
+// AVX2), so each value is also computed by the same micro-kernel as in one product over the whole
+// matrix: the same bits (tests/ops/gemm_test.cc; column bounds at multiples of 32 would change them).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "framework/core/tensor.h"
+#include "framework/core/thread_pool.h"
+
+namespace keel::ops::detail {
+
+inline constexpr int64_t kGemmRowBlock = 96;
+// Work below which another thread does not pay for its hand-off (multiply-adds x 2).
+inline constexpr double kGemmGrainFlops = 2e6;
+
+// [begin, end) of tile `i` of an axis of `n` cut at multiples of `block` (the last tile takes the
+// remainder).
+struct TileAxis {
+  int64_t n = 0, block = 1, tiles = 1;
+  TileAxis(int64_t size, int64_t blk) : n(size), block(std::max<int64_t>(blk, 1)), tiles(std::max<int64_t>(1, size / block)) {}
+  int64_t begin(int64_t i) const { return i * block; }
+  int64_t end(int64_t i) const { return i + 1 == tiles ? n : (i + 1) * block; }
+};
+
+// Rows per tile: kGemmRowBlock, or a multiple of it when a tile of that many rows is little work.
+inline int64_t gemm_row_block(int64_t cols, int64_t inner) {
+  const double per_block = 2.0 * static_cast<double>(kGemmRowBlock) * static_cast<double>(std::max<int64_t>(cols, 1)) *
+                           static_cast<double>(std::max<int64_t>(inner, 1));
+  const int64_t f = per_block >= kGemmGrainFlops ? 1 : static_cast<int64_t>(kGemmGrainFlops / per_block) + 1;
+  return kGemmRowBlock * std::min<int64_t>(f, int64_t{1} << 20);
+}
+
+// The tiles of an (m x n) output over an inner dimension k: rows first; columns cut too (at multiples
+// of kGemmColBlock) when there are fewer than kGemmTargetTiles row tiles and the work allows it, as
+// for a kernel's gradient, a few hundred rows long and reduced over thousands of pixels.
+inline constexpr int64_t kGemmColBlock = 96;
+inline constexpr int64_t kGemmTargetTiles = 16;
+struct GemmTiles {
+  TileAxis rows, cols;
+  int64_t count() const { return rows.tiles * cols.tiles; }
+};
+inline GemmTiles gemm_tiles(int64_t m, int64_t n, int64_t k) {
+  const TileAxis rows(m, gemm_row_block(n, k));
+  int64_t col_block = n;
+  if (rows.tiles < kGemmTargetTiles && n >= 2 * kGemmColBlock) {
+    const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+    const int64_t by_work = static_cast<int64_t>(flops / kGemmGrainFlops) / rows.tiles;
+    const int64_t want = std::min((kGemmTargetTiles + rows.tiles - 1) / rows.tiles, by_work);
+    if (want > 1) col_block = std::max(kGemmColBlock, (n / want + kGemmColBlock - 1) / kGemmColBlock * kGemmColBlock);
+  }
+  return {rows, TileAxis(n, col_block)};
+}
+
+// dst (m x n) = a (m x k) * b (k x n), or += with `accumulate`. dst is a row-major map (MatrixMap);
+// a and b any Eigen expressions with direct access (maps, their transposes).
+template <class Lhs, class Rhs>
+void gemm(MatrixMap dst, const Lhs& a, const Rhs& b, bool accumulate = false) {
+  const int64_t m = dst.rows(), n = dst.cols(), k = a.cols();
+  if (m == 0 || n == 0) return;
+  const GemmTiles tiles = gemm_tiles(m, n, k);
+  const auto tile = [&](int64_t t) {
+    const int64_t r = t / tiles.cols.tiles, c = t % tiles.cols.tiles;
+    const int64_t r0 = tiles.rows.begin(r), rn = tiles.rows.end(r) - r0;
+    const int64_t c0 = tiles.cols.begin(c), cn = tiles.cols.end(c) - c0;
+    auto out = dst.block(r0, c0, rn, cn);
+    if (accumulate) {
+      out.noalias() += a.middleRows(r0, rn) * b.middleCols(c0, cn);
+    } else {
+      out.noalias() = a.middleRows(r0, rn) * b.middleCols(c0, cn);
+    }
+  };
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  parallel_for(tiles.count(), tile, threads_worth(flops, kGemmGrainFlops));
+}
+
+}  // namespace keel::ops::detail

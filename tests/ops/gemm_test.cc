@@ -1,0 +1,82 @@
+// ops/gemm.h: a product cut into tiles gives the bits of one Eigen product over the whole matrix (the
+// tiles' bounds sit on Eigen's register panels), for plain, transposed and accumulating products,
+// on the shapes keel's layers make; and the same bits on 1 to 4 threads.
+#include "framework/ops/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "framework/core/thread_pool.h"
+#include "tests/support/grad_check.h"
+
+namespace keel {
+namespace {
+
+using testing::random_host;
+
+struct Case {
+  int64_t m, k, n;
+};
+
+// Dense layers (the MLP: batch 128, 784 -> 512 -> 10, and their gradients), im2col chunks of
+// convolutions (rows of pixels x 3x3 patches), kernel gradients (patch x channels over pixels), odd
+// sizes and remainders shorter than a tile.
+const Case kCases[] = {{128, 784, 512}, {784, 128, 512}, {128, 512, 10}, {1820, 576, 64}, {576, 1820, 64},
+                       {64, 6272, 256}, {97, 300, 10},   {193, 1000, 1000}, {50, 70, 600}, {4608, 227, 512},
+                       {330, 4608, 64}, {147, 7000, 64}, {1, 500, 300},    {300, 500, 1},  {0, 5, 5}};
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), static_cast<size_t>(a.size()) * sizeof(float)) == 0;
+}
+
+TEST(GemmTest, TilesGiveTheBitsOfOneProduct) {
+  uint64_t seed = 1;
+  for (const Case& c : kCases) {
+    const Tensor a = random_host({c.m, c.k}, -1, 1, seed++), b = random_host({c.k, c.n}, -1, 1, seed++);
+    const Tensor at = random_host({c.k, c.m}, -1, 1, seed++), start = random_host({c.m, c.n}, -1, 1, seed++);
+    Tensor want = Tensor::empty({c.m, c.n}), got = Tensor::empty({c.m, c.n});
+    want.matrix().noalias() = a.matrix() * b.matrix();
+    ops::detail::gemm(got.matrix(), a.matrix(), b.matrix());
+    EXPECT_TRUE(same_bits(want, got)) << c.m << "x" << c.k << "x" << c.n;
+    want.matrix().noalias() = at.matrix().transpose() * b.matrix();
+    ops::detail::gemm(got.matrix(), at.matrix().transpose(), b.matrix());
+    EXPECT_TRUE(same_bits(want, got)) << "transposed " << c.m << "x" << c.k << "x" << c.n;
+    want = start.clone();
+    got = start.clone();
+    want.matrix().noalias() += a.matrix() * b.matrix();
+    ops::detail::gemm(got.matrix(), a.matrix(), b.matrix(), /*accumulate=*/true);
+    EXPECT_TRUE(same_bits(want, got)) << "accumulating " << c.m << "x" << c.k << "x" << c.n;
+  }
+}
+
+TEST(GemmTest, TheSameBitsOnOneToFourThreads) {
+  const Tensor a = random_host({1000, 300}, -1, 1, 7), b = random_host({300, 700}, -1, 1, 8);
+  Tensor one = Tensor::empty({1000, 700});
+  ops::detail::gemm(one.matrix(), a.matrix(), b.matrix());
+  for (int threads : {2, 3, 4}) {
+    const KernelThreadsScope share(threads);
+    Tensor got = Tensor::empty({1000, 700});
+    ops::detail::gemm(got.matrix(), a.matrix(), b.matrix());
+    EXPECT_TRUE(same_bits(one, got)) << threads;
+  }
+}
+
+TEST(GemmTest, TilesFollowTheShapeAlone) {
+  // Rows at multiples of the row block, the remainder joining the last tile.
+  const ops::detail::GemmTiles t = ops::detail::gemm_tiles(1000, 512, 300);
+  EXPECT_EQ(t.rows.tiles, 1000 / ops::detail::kGemmRowBlock);
+  EXPECT_EQ(t.rows.end(t.rows.tiles - 1), 1000);
+  EXPECT_EQ(t.cols.tiles, 1);
+  // Few row tiles: columns are cut too, at multiples of the column block.
+  const ops::detail::GemmTiles k = ops::detail::gemm_tiles(64, 256, 6272);
+  EXPECT_EQ(k.rows.tiles, 1);
+  EXPECT_GT(k.cols.tiles, 1);
+  EXPECT_EQ(k.cols.block % ops::detail::kGemmColBlock, 0);
+  // Little work: one tile.
+  EXPECT_EQ(ops::detail::gemm_tiles(8, 8, 8).count(), 1);
+}
+
+}  // namespace
+}  // namespace keel
