@@ -4,6 +4,7 @@
 #include "framework/ops/batch_norm.h"
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/autodiff/tape.h"
+#include "framework/core/thread_pool.h"
 #include "framework/ops/concat.h"
 #include "framework/ops/ops.h"
 #include "tests/support/golden.h"
@@ -338,6 +340,36 @@ TEST(BatchNormGoldenTest, InferenceWithTheBatchStatisticsEqualsTraining) {
                                        tensor_of(d.at("batch_mean")), tensor_of(d.at("batch_variance_biased")),
                                        d.at("epsilon").get<float>());
   expect_matches(y, d.at("y"), 1e-5, 1.0, "y");
+}
+
+// Training and inference forms, forward and every gradient, on 1 to 4 threads: the same bits (rows
+// enough for several blocks of partial sums, channels not a multiple of the vector width).
+TEST(BatchNormTrainingTest, TheSameBitsOnOneToFourThreads) {
+  const Tensor x = random_host({6, 24, 24, 37}, -2, 3, 21), gamma = random_host({37}, 0.5, 1.5, 22);
+  const Tensor beta = random_host({37}, -1, 1, 23), dy = random_host({6, 24, 24, 37}, -1, 1, 24);
+  const Tensor mm = random_host({37}, -1, 1, 25), mv = random_host({37}, 0.5, 2, 26);
+  std::vector<std::vector<float>> first;
+  for (int threads : {1, 2, 3, 4}) {
+    const KernelThreadsScope share(threads);
+    std::vector<Tensor> got;
+    for (bool training : {true, false}) {
+      GradientTape tape;
+      tape.watch(x);
+      tape.watch(gamma);
+      tape.watch(beta);
+      const Tensor y = training ? ops::batch_norm_training(x, gamma, beta, 1e-3f).y
+                                : ops::batch_norm_inference(x, gamma, beta, mm, mv, 1e-3f);
+      const Tensor target = ops::matmul(ops::reshape(y, {1, y.size()}), ops::reshape(dy, {dy.size(), 1}));
+      for (const Tensor& g : tape.gradient(target, {x, gamma, beta})) got.push_back(g);
+      got.push_back(y);
+    }
+    std::vector<std::vector<float>> values;
+    for (const Tensor& t : got) values.push_back(t.to_vector());
+    if (first.empty()) first = values;
+    for (size_t i = 0; i < values.size(); ++i) {
+      EXPECT_EQ(std::memcmp(values[i].data(), first[i].data(), values[i].size() * sizeof(float)), 0) << i << ", " << threads;
+    }
+  }
 }
 
 }  // namespace

@@ -457,7 +457,8 @@ TEST(Conv2dTest, TheSameBitsOnOneToFourThreads) {
   };
   const Case cases[] = {{{2, 32, 32, 128}, {3, 3, 128, 48}, {1, 1}},
                         {{3, 17, 17, 24}, {3, 3, 24, 40}, {2, 2}},
-                        {{2, 32, 32, 64}, {1, 1, 64, 256}, {1, 1}}};
+                        {{2, 32, 32, 64}, {1, 1, 64, 256}, {1, 1}},
+                        {{2, 6, 6, 256}, {3, 3, 256, 384}, {1, 1}}};  // few pixels: im2col, then tiled columns
   uint64_t seed = 100;
   for (const Case& c : cases) {
     const Tensor x = random_host(c.x, -1, 1, seed++), k = random_host(c.kernel, -1, 1, seed++);
