@@ -3,7 +3,8 @@
 #   bench/run_resnet_bench.sh   (STEPS_32=10 STEPS_224=4 REPEATS=2 BUILD_DIR=build by default; ~7 minutes on 2 cores)
 # keras.applications.ResNet50 (v1, 10 classes), SGD with momentum, synthetic data:
 #   - training step at 32x32x3 batch 32 and at 224x224x3 batch 8, inference at 224x224x3 batch 8;
-#     keel on `cpu` (1 replica, single-threaded kernels) and on `custom:N` (N replicas, one per core),
+#     keel on `cpu` (1 replica) with 1 thread (KEEL_NUM_THREADS=1) and with N (its kernels on the thread
+#     pool), and on `custom:N` (N replicas, one per core),
 #     PyTorch (Debian's python3-torch 1.13, NCHW) with torch.set_num_threads(1) and (N). The ratio
 #     column is against the faster PyTorch configuration of the same workload.
 #   - activation bytes saved for backward at 224x224 batch 8: keel's tape (the ledger's `activations`
@@ -54,6 +55,8 @@ for rep in $(seq "$REPEATS"); do
   for w in "${WORKLOADS[@]}"; do
     read -r name mode image batch steps <<<"$w"
     echo "run_resnet_bench: $name (run $rep of $REPEATS)" >&2
+    KEEL_NUM_THREADS=1 "$BUILD"/bench/resnet_bench "$mode" --device cpu --image "$image" --batch "$batch" \
+      --steps "$steps" >>"$OUT/keel_cpu1_$name.jsonl"
     "$BUILD"/bench/resnet_bench "$mode" --device cpu --image "$image" --batch "$batch" --steps "$steps" \
       >>"$OUT/keel_cpu_$name.jsonl"
     "$BUILD"/bench/resnet_bench "$mode" --device "custom:$CORES" --image "$image" --batch "$batch" --steps "$steps" \
@@ -72,7 +75,9 @@ out, cores, load_before, load_after, repeats = sys.argv[1], int(sys.argv[2]), sy
 load = lambda name: json.load(open(os.path.join(out, name + ".json")))
 peak = load("peak")
 workloads = [("train32", "train 32×32 b32"), ("train224", "train 224×224 b8"), ("infer224", "inference 224×224 b8")]
-rows = [("keel_cpu", "keel `cpu` (1 replica, 1 core)", 1), ("keel_all", f"keel `custom:{cores}` ({cores} replicas)", cores),
+rows = [("keel_cpu1", "keel `cpu`, 1 thread (1 replica)", 1),
+        ("keel_cpu", f"keel `cpu`, {cores} threads (1 replica, its kernels on the thread pool)", cores),
+        ("keel_all", f"keel `custom:{cores}` ({cores} replicas)", cores),
         ("torch_1", "PyTorch, 1 thread", 1), ("torch_all", f"PyTorch, {cores} threads", cores)]
 def best(name):  # the run with the most images/s
     runs = [json.loads(l) for l in open(os.path.join(out, name + ".jsonl")) if l.strip()]

@@ -154,10 +154,11 @@ void im2col(const T* x, const ConvGeometry& g, int64_t row0, int64_t count, floa
 }
 
 // The adjoint of im2col: dx (N, H, W, Cin) += the patches in dcols (count, KH*KW*Cin) for rows
-// [row0, row0 + count); taps in the padding are dropped.
-void col2im_add(const float* dcols, const ConvGeometry& g, int64_t row0, int64_t count, float* dx) {
+// [row0, row0 + count), channels [c0, c1) only; taps in the padding are dropped.
+void col2im_add(const float* dcols, const ConvGeometry& g, int64_t row0, int64_t count, int64_t c0, int64_t c1, float* dx) {
   const int64_t H = g.h.input, W = g.w.input, C = g.in_channels, KH = g.h.kernel, KW = g.w.kernel;
   const int64_t dh = g.h.dilation, dw = g.w.dilation, patch = g.patch(), tap_row = KW * C;
+  const bool all_channels = c0 == 0 && c1 == C;
   PixelCursor p(g, row0);
   for (int64_t r = 0; r < count; ++r, p.next()) {
     const float* src = dcols + r * patch;
@@ -169,7 +170,7 @@ void col2im_add(const float* dcols, const ConvGeometry& g, int64_t row0, int64_t
       if (ih < 0 || ih >= H) continue;
       const float* s = src + a * tap_row;
       float* d = image + ih * W * C;
-      if (dw == 1) {  // one contiguous run of the input row
+      if (dw == 1 && all_channels) {  // one contiguous run of the input row
         float* __restrict__ db = d + (left + b_lo) * C;
         const float* __restrict__ sb = s + b_lo * C;
         for (int64_t i = 0; i < (b_hi - b_lo) * C; ++i) db[i] += sb[i];
@@ -177,7 +178,7 @@ void col2im_add(const float* dcols, const ConvGeometry& g, int64_t row0, int64_t
         for (int64_t b = b_lo; b < b_hi; ++b) {
           float* __restrict__ db = d + (left + b * dw) * C;
           const float* __restrict__ sb = s + b * C;
-          for (int64_t c = 0; c < C; ++c) db[c] += sb[c];
+          for (int64_t c = c0; c < c1; ++c) db[c] += sb[c];
         }
       }
     }
@@ -275,16 +276,21 @@ void forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* ker
   }
 }
 
-// dx (+=) from the chunk's patch gradients in `cols` (rows [row0, row0 + n)), one image per task:
-// an image's pixels add in their order, as one pass over the chunk would.
+// dx (+=) from the chunk's patch gradients in `cols` (rows [row0, row0 + n)), one task per image and
+// block of 16 channels: each element of dx gets its terms in pixel order, as one pass over the chunk
+// gives them.
 void col2im_by_image(const ConvGeometry& g, const float* cols, int64_t row0, int64_t n, float* dx) {
   const int64_t per_image = g.h.output * g.w.output, first = row0 / per_image, last = (row0 + n - 1) / per_image;
+  constexpr int64_t kChannelBlock = 16;
+  const int64_t C = g.in_channels, channel_blocks = (C + kChannelBlock - 1) / kChannelBlock;
   const double bytes = static_cast<double>(n) * static_cast<double>(g.patch()) * sizeof(float);
   parallel_for(
-      last - first + 1,
-      [&](int64_t i) {
+      (last - first + 1) * channel_blocks,
+      [&](int64_t t) {
+        const int64_t i = t / channel_blocks, cb = t % channel_blocks;
         const int64_t begin = std::max(row0, (first + i) * per_image), end = std::min(row0 + n, (first + i + 1) * per_image);
-        col2im_add(cols + (begin - row0) * g.patch(), g, begin, end - begin, dx);
+        col2im_add(cols + (begin - row0) * g.patch(), g, begin, end - begin, cb * kChannelBlock,
+                   std::min(C, (cb + 1) * kChannelBlock), dx);
       },
       threads_worth(bytes, 1 << 20));
 }

@@ -7,10 +7,12 @@
 // are. The bounds are multiples of Eigen's register panels (3 packets: 48 floats with AVX-512, 24 with
 // AVX2), so each value is also computed by the same micro-kernel as in one product over the whole
 // matrix: the same bits (tests/ops/gemm_test.cc; column bounds at multiples of 32 would change them).
+// Only long reductions with few tiles are cut along the inner dimension too (gemm_segments, below).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
@@ -59,12 +61,54 @@ inline GemmTiles gemm_tiles(int64_t m, int64_t n, int64_t k) {
   return {rows, TileAxis(n, col_block)};
 }
 
+// Long reductions with few tiles (a kernel's gradient, (patch x channels) summed over thousands of
+// pixels): the inner dimension is cut into segments, each segment's product computed on its own into
+// a scratch buffer, and the partial products added in segment order. The segments follow the shape
+// alone, so the bits do not depend on the threads (they are not those of one product: the sums are
+// grouped differently). Scratch is host memory of the calling thread, reused, outside the ledger: a
+// TPU core would need no such buffer.
+inline constexpr int64_t kGemmSegment = 512;
+inline int64_t gemm_segments(int64_t m, int64_t n, int64_t k) {
+  const int64_t tiles = gemm_tiles(m, n, k).count();
+  if (tiles >= kGemmTargetTiles) return 1;
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const int64_t by_work = static_cast<int64_t>(flops / (4 * kGemmGrainFlops));
+  return std::max<int64_t>(1, std::min({kGemmTargetTiles / tiles, k / kGemmSegment, by_work}));
+}
+inline float* gemm_scratch(size_t floats) {
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < floats) scratch.resize(floats);
+  return scratch.data();
+}
+
 // dst (m x n) = a (m x k) * b (k x n), or += with `accumulate`. dst is a row-major map (MatrixMap);
 // a and b any Eigen expressions with direct access (maps, their transposes).
 template <class Lhs, class Rhs>
 void gemm(MatrixMap dst, const Lhs& a, const Rhs& b, bool accumulate = false) {
   const int64_t m = dst.rows(), n = dst.cols(), k = a.cols();
   if (m == 0 || n == 0) return;
+  if (const int64_t segments = gemm_segments(m, n, k); segments > 1) {
+    const TileAxis seg(k, (k + segments - 1) / segments);
+    const int64_t mn = m * n;
+    float* partial = gemm_scratch(static_cast<size_t>(seg.tiles * mn));
+    parallel_for(seg.tiles, [&](int64_t s) {
+      MatrixMap(partial + s * mn, m, n).noalias() =
+          a.middleCols(seg.begin(s), seg.end(s) - seg.begin(s)) * b.middleRows(seg.begin(s), seg.end(s) - seg.begin(s));
+    });
+    float* out = dst.data();  // dst is a whole contiguous matrix here
+    const int64_t block = 1 << 14;
+    parallel_for(
+        (mn + block - 1) / block,
+        [&](int64_t i) {
+          for (int64_t e = i * block; e < std::min(mn, (i + 1) * block); ++e) {
+            float v = accumulate ? out[e] + partial[e] : partial[e];
+            for (int64_t s = 1; s < seg.tiles; ++s) v += partial[s * mn + e];
+            out[e] = v;
+          }
+        },
+        threads_worth(static_cast<double>(mn * seg.tiles), 1 << 16));
+    return;
+  }
   const GemmTiles tiles = gemm_tiles(m, n, k);
   const auto tile = [&](int64_t t) {
     const int64_t r = t / tiles.cols.tiles, c = t % tiles.cols.tiles;

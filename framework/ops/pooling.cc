@@ -42,15 +42,23 @@ inline WindowRange window_range(const PoolGeometry& g, int64_t oh, int64_t ow) {
           std::min(left + g.w.kernel, g.w.input)};
 }
 
-// Calls f(window, output pixel index n*OH*OW + oh*OW + ow, image index n) for every output pixel.
+// Calls f(window, output pixel index n*OH*OW + oh*OW + ow, image index n) for every output pixel,
+// image by image on the replica's share of the threads: f must touch only image n's data (each
+// image's windows still run in order, so sums within an image keep their order).
 template <typename F>
 void for_each_window(const PoolGeometry& g, F&& f) {
-  int64_t out = 0;
-  for (int64_t n = 0; n < g.batch; ++n) {
-    for (int64_t oh = 0; oh < g.h.output; ++oh) {
-      for (int64_t ow = 0; ow < g.w.output; ++ow, ++out) f(window_range(g, oh, ow), out, n);
-    }
-  }
+  const int64_t per_image = g.h.output * g.w.output;
+  const double work = static_cast<double>(g.batch * per_image) * static_cast<double>(g.channels) *
+                      static_cast<double>(g.h.kernel * g.w.kernel);
+  parallel_for(
+      g.batch,
+      [&](int64_t n) {
+        int64_t out = n * per_image;
+        for (int64_t oh = 0; oh < g.h.output; ++oh) {
+          for (int64_t ow = 0; ow < g.w.output; ++ow, ++out) f(window_range(g, oh, ow), out, n);
+        }
+      },
+      threads_worth(work, 1 << 16));
 }
 
 // y (N, OH, OW, C) = the maximum of each window of x (N, H, W, C); with `where` (the shape of y),

@@ -1,6 +1,7 @@
 // ops/gemm.h: a product cut into tiles gives the bits of one Eigen product over the whole matrix (the
 // tiles' bounds sit on Eigen's register panels), for plain, transposed and accumulating products,
-// on the shapes keel's layers make; and the same bits on 1 to 4 threads.
+// on the shapes keel's layers make; a long reduction cut into segments is within rounding of it; and
+// both give the same bits on 1 to 4 threads.
 #include "framework/ops/gemm.h"
 
 #include <gtest/gtest.h>
@@ -33,7 +34,10 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 
 TEST(GemmTest, TilesGiveTheBitsOfOneProduct) {
   uint64_t seed = 1;
+  int tiled = 0;
   for (const Case& c : kCases) {
+    if (ops::detail::gemm_segments(c.m, c.n, c.k) > 1) continue;  // below
+    ++tiled;
     const Tensor a = random_host({c.m, c.k}, -1, 1, seed++), b = random_host({c.k, c.n}, -1, 1, seed++);
     const Tensor at = random_host({c.k, c.m}, -1, 1, seed++), start = random_host({c.m, c.n}, -1, 1, seed++);
     Tensor want = Tensor::empty({c.m, c.n}), got = Tensor::empty({c.m, c.n});
@@ -48,6 +52,28 @@ TEST(GemmTest, TilesGiveTheBitsOfOneProduct) {
     want.matrix().noalias() += a.matrix() * b.matrix();
     ops::detail::gemm(got.matrix(), a.matrix(), b.matrix(), /*accumulate=*/true);
     EXPECT_TRUE(same_bits(want, got)) << "accumulating " << c.m << "x" << c.k << "x" << c.n;
+  }
+  EXPECT_GE(tiled, 10);
+}
+
+// Kernel gradients: (patch x channels) reduced over many pixels, as convolutions make them.
+TEST(GemmTest, ALongReductionInSegmentsIsOneProductUpToRoundingOnAnyThreads) {
+  const Case cases[] = {{64, 25088, 256}, {147, 7133, 64}, {576, 1820, 64}};
+  uint64_t seed = 40;
+  for (const Case& c : cases) {
+    ASSERT_GT(ops::detail::gemm_segments(c.m, c.n, c.k), 1) << c.m << "x" << c.k << "x" << c.n;
+    const Tensor at = random_host({c.k, c.m}, -1, 1, seed++), b = random_host({c.k, c.n}, -1, 1, seed++);
+    const Tensor start = random_host({c.m, c.n}, -1, 1, seed++);
+    Tensor want = start.clone(), one = start.clone();
+    want.matrix().noalias() += at.matrix().transpose() * b.matrix();
+    ops::detail::gemm(one.matrix(), at.matrix().transpose(), b.matrix(), /*accumulate=*/true);
+    for (int64_t i = 0; i < want.size(); ++i) ASSERT_NEAR(one.data()[i], want.data()[i], 2e-3) << i;
+    for (int threads : {2, 3, 4}) {
+      const KernelThreadsScope share(threads);
+      Tensor got = start.clone();
+      ops::detail::gemm(got.matrix(), at.matrix().transpose(), b.matrix(), /*accumulate=*/true);
+      EXPECT_TRUE(same_bits(one, got)) << c.m << "x" << c.k << "x" << c.n << ", " << threads << " threads";
+    }
   }
 }
 

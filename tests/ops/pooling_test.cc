@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <numeric>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/autodiff/tape.h"
+#include "framework/core/thread_pool.h"
 #include "framework/core/random.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/pooling.h"
@@ -288,6 +290,30 @@ TEST(PoolingSpeed, PrintsThroughput) {
   std::printf("[ speed    ] 2x2 pools on (32,32,32,64) (%.0f MB): max fwd %.2f ms, fwd+bwd %.2f ms; avg fwd %.2f ms, fwd+bwd %.2f ms\n",
               mb_bytes, mf, mb, af, ab);
   SUCCEED();
+}
+
+// Max and average pooling, forward and backward, image by image on 1 to 4 threads: the same bits.
+TEST(PoolingThreadsTest, TheSameBitsOnOneToFourThreads) {
+  const Tensor x = testing::random_host({9, 14, 14, 20}, -1, 1, 31), dy = testing::random_host({9, 7, 7, 20}, -1, 1, 32);
+  std::vector<std::vector<float>> first;
+  for (int threads : {1, 2, 3, 4}) {
+    const KernelThreadsScope share(threads);
+    std::vector<Tensor> got;
+    for (bool max : {true, false}) {
+      GradientTape tape;
+      tape.watch(x);
+      const Tensor y = max ? ops::max_pool2d(x, {3, 3}, {2, 2}, ops::Padding::same) : ops::avg_pool2d(x, {3, 3}, {2, 2}, ops::Padding::same);
+      const Tensor target = ops::matmul(ops::reshape(y, {1, y.size()}), ops::reshape(dy, {dy.size(), 1}));
+      got.push_back(tape.gradient(target, {x})[0]);
+      got.push_back(y);
+    }
+    std::vector<std::vector<float>> values;
+    for (const Tensor& t : got) values.push_back(t.to_vector());
+    if (first.empty()) first = values;
+    for (size_t i = 0; i < values.size(); ++i) {
+      EXPECT_EQ(std::memcmp(values[i].data(), first[i].data(), values[i].size() * sizeof(float)), 0) << i << ", " << threads;
+    }
+  }
 }
 
 }  // namespace

@@ -42,6 +42,11 @@ EXCLUDE=(
   # runs sanitized in Savers.PlanEqualsARealStepInEveryCombination, tests/ops/precision_test and the
   # planner's ResNet50 steps.
   'Savers\.MixedPrecisionMlpAndResnet18AreBitIdenticalUnderTheOtherSavers'
+  # ResNet18 and the MLP trained through `keel` three times each on 1, 2 and 3 threads (24 s in
+  # Release): the thread pool runs sanitized in tests/core/thread_pool_test and every kernel's
+  # TheSameBitsOnOneToFourThreads test (tests/ops).
+  'ThreadsCli\.ResNet18OnOneCoreIsBitIdenticalOnOneTwoAndThreeThreads'
+  'ThreadsCli\.MlpIsBitIdenticalOnOneTwoAndThreeThreads'
   # Under mpirun: Open MPI keeps its start-up allocations to the end, which LSan would report. The
   # same tests run sanitized in one process (ProcessCollectives.*, the reference they must equal).
   'ProcessCollectives\.UnderMpirun.*'
