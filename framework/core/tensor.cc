@@ -239,7 +239,7 @@ void Tensor::fill(float value) {
       std::fill_n(data() + begin, count, value);
     }
   };
-  parallel_for((n + kBlock - 1) / kBlock, block, threads_worth(static_cast<double>(n), 2.0 * kBlock));
+  parallel_for((n + kBlock - 1) / kBlock, block, threads_worth(static_cast<double>(n), kMinElementsPerThread));
 }
 
 MatrixMap Tensor::matrix() {

@@ -97,7 +97,7 @@ void for_row_blocks(int64_t rows, int64_t channels, F f) {
   const int64_t block = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(channels, 1));
   parallel_for(
       (rows + block - 1) / block, [&](int64_t b) { f(b * block, std::min(rows, (b + 1) * block)); },
-      threads_worth(static_cast<double>(rows) * static_cast<double>(channels), 1 << 15));
+      threads_worth(static_cast<double>(rows) * static_cast<double>(channels), kMinElementsPerThread));
 }
 
 // K per-channel sums over rows: add(r0, r1, partial) adds rows [r0, r1)'s terms into partial[k * C + c]
@@ -110,7 +110,7 @@ void channel_sums_in_blocks(int64_t rows, int64_t channels, const std::array<std
   std::vector<double> partial(static_cast<size_t>(blocks) * K * cs, 0.0);
   parallel_for(
       blocks, [&](int64_t b) { add(b * block, std::min(rows, (b + 1) * block), partial.data() + b * K * cs); },
-      threads_worth(static_cast<double>(rows) * static_cast<double>(channels) * K, 1 << 15));
+      threads_worth(static_cast<double>(rows) * static_cast<double>(channels) * K, kMinElementsPerThread));
   for (size_t k = 0; k < K; ++k) sums[k]->assign(cs, 0.0);
   for (int64_t b = 0; b < blocks; ++b) {
     const double* p = partial.data() + b * K * cs;

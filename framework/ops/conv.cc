@@ -218,7 +218,7 @@ void for_each_pixel_block(const ConvGeometry& g, int64_t n, Block&& block) {
   const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(g.patch()) * static_cast<double>(g.out_channels);
   parallel_for(
       blocks.tiles, [&](int64_t b) { block(blocks.begin(b), blocks.end(b) - blocks.begin(b)); },
-      threads_worth(flops, detail::kGemmGrainFlops));
+      threads_worth(flops, kMinFlopsPerThread));
 }
 
 // out (n, Cout) = im2col(x)[row0, row0 + n) · kernel, through `cols` (n, patch). With many pixel
@@ -292,7 +292,7 @@ void col2im_by_image(const ConvGeometry& g, const float* cols, int64_t row0, int
         col2im_add(cols + (begin - row0) * g.patch(), g, begin, end - begin, cb * kChannelBlock,
                    std::min(C, (cb + 1) * kChannelBlock), dx);
       },
-      threads_worth(bytes, 1 << 20));
+      threads_worth(bytes / sizeof(float), kMinElementsPerThread));
 }
 
 // dkernel (+=) and dx (+=, through col2im) chunk by chunk; either may be null. One workspace buffer

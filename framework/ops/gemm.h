@@ -20,7 +20,7 @@
 namespace keel::ops::detail {
 
 inline constexpr int64_t kGemmRowBlock = 96;
-// Work below which another thread does not pay for its hand-off (multiply-adds x 2).
+// Work per tile (multiply-adds x 2) below which tiles grow: the tile grid, never the thread count.
 inline constexpr double kGemmGrainFlops = 2e6;
 
 // [begin, end) of tile `i` of an axis of `n` cut at multiples of `block` (the last tile takes the
@@ -106,7 +106,7 @@ void gemm(MatrixMap dst, const Lhs& a, const Rhs& b, bool accumulate = false) {
             out[e] = v;
           }
         },
-        threads_worth(static_cast<double>(mn * seg.tiles), 1 << 16));
+        threads_worth(static_cast<double>(mn * seg.tiles), kMinElementsPerThread));
     return;
   }
   const GemmTiles tiles = gemm_tiles(m, n, k);
@@ -122,7 +122,7 @@ void gemm(MatrixMap dst, const Lhs& a, const Rhs& b, bool accumulate = false) {
     }
   };
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  parallel_for(tiles.count(), tile, threads_worth(flops, kGemmGrainFlops));
+  parallel_for(tiles.count(), tile, threads_worth(flops, kMinFlopsPerThread));
 }
 
 }  // namespace keel::ops::detail

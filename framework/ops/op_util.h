@@ -99,7 +99,7 @@ void for_element_blocks(int64_t n, F&& f) {
   parallel_for(
       (n + kElementBlock - 1) / kElementBlock,
       [&](int64_t b) { f(b * kElementBlock, std::min(n, (b + 1) * kElementBlock)); },
-      threads_worth(static_cast<double>(n), 2.0 * kElementBlock));
+      threads_worth(static_cast<double>(n), kMinElementsPerThread));
 }
 
 [[noreturn]] inline void shape_error(const std::string& op, const std::string& what) {

@@ -58,7 +58,7 @@ void for_each_window(const PoolGeometry& g, F&& f) {
           for (int64_t ow = 0; ow < g.w.output; ++ow, ++out) f(window_range(g, oh, ow), out, n);
         }
       },
-      threads_worth(work, 1 << 16));
+      threads_worth(work, kMinElementsPerThread));
 }
 
 // y (N, OH, OW, C) = the maximum of each window of x (N, H, W, C); with `where` (the shape of y),

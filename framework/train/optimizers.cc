@@ -150,7 +150,7 @@ void Optimizer::update_in_pieces(const std::vector<UpdateSpan>& spans, int64_t s
   }
   parallel_for(
       static_cast<int64_t>(pieces.size()), [&](int64_t p) { update(pieces[static_cast<size_t>(p)], step); },
-      threads_worth(static_cast<double>(elements), static_cast<double>(kUpdatePiece)));
+      threads_worth(static_cast<double>(elements), kMinElementsPerThread));
 }
 
 UpdateSpan Optimizer::span_of(Variable* var, const Tensor& grad, bool grad_is_shard, int replica, int replicas) const {
