@@ -23,13 +23,22 @@ struct Case {
 
 // Dense layers (the MLP: batch 128, 784 -> 512 -> 10, and their gradients), im2col chunks of
 // convolutions (rows of pixels x 3x3 patches), kernel gradients (patch x channels over pixels), odd
-// sizes and remainders shorter than a tile.
+// sizes and remainders shorter than a tile. The sanitized build (tests at -O0, no AVX-512) takes the
+// small ones: the same tile bounds, a fraction of the arithmetic.
+#if KEEL_TESTS_SANITIZED
+const Case kCases[] = {{128, 200, 200}, {97, 300, 10}, {193, 120, 300}, {50, 70, 600}, {330, 64, 64},
+                       {1, 500, 300},   {300, 500, 1}, {0, 5, 5},       {200, 96, 200}, {400, 32, 192}};
+const Case kLongReductions[] = {{64, 2048, 256}, {147, 1536, 64}};
+#else
 const Case kCases[] = {{128, 784, 512}, {784, 128, 512}, {128, 512, 10}, {1820, 576, 64}, {576, 1820, 64},
                        {64, 6272, 256}, {97, 300, 10},   {193, 1000, 1000}, {50, 70, 600}, {4608, 227, 512},
                        {330, 4608, 64}, {147, 7000, 64}, {1, 500, 300},    {300, 500, 1},  {0, 5, 5}};
+const Case kLongReductions[] = {{64, 25088, 256}, {147, 7133, 64}, {576, 1820, 64}};
+#endif
 
 bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), static_cast<size_t>(a.size()) * sizeof(float)) == 0;
+  if (a.size() != b.size()) return false;
+  return a.size() == 0 || std::memcmp(a.data(), b.data(), static_cast<size_t>(a.size()) * sizeof(float)) == 0;
 }
 
 TEST(GemmTest, TilesGiveTheBitsOfOneProduct) {
@@ -53,14 +62,13 @@ TEST(GemmTest, TilesGiveTheBitsOfOneProduct) {
     ops::detail::gemm(got.matrix(), a.matrix(), b.matrix(), /*accumulate=*/true);
     EXPECT_TRUE(same_bits(want, got)) << "accumulating " << c.m << "x" << c.k << "x" << c.n;
   }
-  EXPECT_GE(tiled, 10);
+  EXPECT_GE(tiled, 8);
 }
 
 // Kernel gradients: (patch x channels) reduced over many pixels, as convolutions make them.
 TEST(GemmTest, ALongReductionInSegmentsIsOneProductUpToRoundingOnAnyThreads) {
-  const Case cases[] = {{64, 25088, 256}, {147, 7133, 64}, {576, 1820, 64}};
   uint64_t seed = 40;
-  for (const Case& c : cases) {
+  for (const Case& c : kLongReductions) {
     ASSERT_GT(ops::detail::gemm_segments(c.m, c.n, c.k), 1) << c.m << "x" << c.k << "x" << c.n;
     const Tensor at = random_host({c.k, c.m}, -1, 1, seed++), b = random_host({c.k, c.n}, -1, 1, seed++);
     const Tensor start = random_host({c.m, c.n}, -1, 1, seed++);
@@ -78,12 +86,13 @@ TEST(GemmTest, ALongReductionInSegmentsIsOneProductUpToRoundingOnAnyThreads) {
 }
 
 TEST(GemmTest, TheSameBitsOnOneToFourThreads) {
-  const Tensor a = random_host({1000, 300}, -1, 1, 7), b = random_host({300, 700}, -1, 1, 8);
-  Tensor one = Tensor::empty({1000, 700});
+  const int64_t m = KEEL_TESTS_SANITIZED ? 400 : 1000, n = KEEL_TESTS_SANITIZED ? 200 : 700;
+  const Tensor a = random_host({m, 300}, -1, 1, 7), b = random_host({300, n}, -1, 1, 8);
+  Tensor one = Tensor::empty({m, n});
   ops::detail::gemm(one.matrix(), a.matrix(), b.matrix());
   for (int threads : {2, 3, 4}) {
     const KernelThreadsScope share(threads);
-    Tensor got = Tensor::empty({1000, 700});
+    Tensor got = Tensor::empty({m, n});
     ops::detail::gemm(got.matrix(), a.matrix(), b.matrix());
     EXPECT_TRUE(same_bits(one, got)) << threads;
   }
