@@ -4,7 +4,6 @@
 #include "framework/ops/batch_norm.h"
 
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -14,11 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/autodiff/tape.h"
-#include "framework/core/thread_pool.h"
 #include "framework/ops/concat.h"
 #include "framework/ops/ops.h"
 #include "tests/support/golden.h"
 #include "tests/support/grad_check.h"
+#include "tests/support/thread_checks.h"
 
 namespace keel {
 namespace {
@@ -348,9 +347,7 @@ TEST(BatchNormTrainingTest, TheSameBitsOnOneToFourThreads) {
   const Tensor x = random_host({6, 24, 24, 37}, -2, 3, 21), gamma = random_host({37}, 0.5, 1.5, 22);
   const Tensor beta = random_host({37}, -1, 1, 23), dy = random_host({6, 24, 24, 37}, -1, 1, 24);
   const Tensor mm = random_host({37}, -1, 1, 25), mv = random_host({37}, 0.5, 2, 26);
-  std::vector<std::vector<float>> first;
-  for (int threads : {1, 2, 3, 4}) {
-    const KernelThreadsScope share(threads);
+  testing::expect_same_bits_on_threads([&] {
     std::vector<Tensor> got;
     for (bool training : {true, false}) {
       GradientTape tape;
@@ -363,13 +360,8 @@ TEST(BatchNormTrainingTest, TheSameBitsOnOneToFourThreads) {
       for (const Tensor& g : tape.gradient(target, {x, gamma, beta})) got.push_back(g);
       got.push_back(y);
     }
-    std::vector<std::vector<float>> values;
-    for (const Tensor& t : got) values.push_back(t.to_vector());
-    if (first.empty()) first = values;
-    for (size_t i = 0; i < values.size(); ++i) {
-      EXPECT_EQ(std::memcmp(values[i].data(), first[i].data(), values[i].size() * sizeof(float)), 0) << i << ", " << threads;
-    }
-  }
+    return got;
+  });
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -15,7 +14,6 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/autodiff/tape.h"
-#include "framework/core/thread_pool.h"
 #include "framework/device/context.h"
 #include "framework/device/device_spec.h"
 #include "framework/device/ledger.h"
@@ -26,6 +24,7 @@
 #include "framework/ops/ops.h"
 #include "tests/support/golden.h"
 #include "tests/support/grad_check.h"
+#include "tests/support/thread_checks.h"
 
 namespace keel {
 namespace {
@@ -465,23 +464,13 @@ TEST(Conv2dTest, TheSameBitsOnOneToFourThreads) {
     const Shape y_shape = ops::conv2d_output_shape(c.x, c.kernel, c.strides, Padding::same, {1, 1});
     const Tensor dy = random_host(y_shape, -1, 1, seed++);
     for (DType dt : {DType::float32, DType::bfloat16}) {
+      SCOPED_TRACE(shape_string(c.x) + " " + dtype_name(dt));
       const ops::ComputeDTypeScope compute(dt);
-      std::vector<std::vector<float>> first;
-      for (int threads : {1, 2, 3, 4}) {
-        const KernelThreadsScope share(threads);
+      testing::expect_same_bits_on_threads([&] {
         std::vector<Tensor> got = conv_grads(x, k, dy, c.strides, Padding::same, {1, 1});
         got.push_back(ops::conv2d(x, k, c.strides, Padding::same, {1, 1}));
-        std::vector<std::vector<float>> values;
-        for (const Tensor& t : got) values.push_back(t.to_vector());
-        if (first.empty()) {
-          first = values;
-          continue;
-        }
-        for (size_t i = 0; i < values.size(); ++i) {
-          EXPECT_EQ(std::memcmp(values[i].data(), first[i].data(), values[i].size() * sizeof(float)), 0)
-              << shape_string(c.x) << " output " << i << ", " << threads << " threads, " << dtype_name(dt);
-        }
-      }
+        return got;
+      });
     }
   }
 }

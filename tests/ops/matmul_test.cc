@@ -1,13 +1,12 @@
-#include <cstring>
 #include <stdexcept>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "framework/autodiff/tape.h"
-#include "framework/core/thread_pool.h"
 #include "framework/ops/ops.h"
 #include "tests/support/grad_check.h"
+#include "tests/support/thread_checks.h"
 
 namespace keel {
 namespace {
@@ -91,22 +90,15 @@ TEST(MatmulTest, AbstractRunChargesLikeRealRun) {
 // Forward and both gradients of a Dense-sized product on 1 to 4 threads: the same bits.
 TEST(MatmulTest, TheSameBitsOnOneToFourThreads) {
   const Tensor a = testing::random_host({256, 784}, -1, 1, 11), b = testing::random_host({784, 512}, -1, 1, 12);
-  std::vector<std::vector<float>> first;
-  for (int threads : {1, 2, 3, 4}) {
-    const KernelThreadsScope share(threads);
+  testing::expect_same_bits_on_threads([&] {
     GradientTape tape;
     tape.watch(a);
     tape.watch(b);
     const Tensor y = ops::matmul(a, b);
     std::vector<Tensor> got = tape.gradient(ops::reduce_sum(ops::relu(y)), {a, b});
     got.push_back(y);
-    std::vector<std::vector<float>> values;
-    for (const Tensor& t : got) values.push_back(t.to_vector());
-    if (first.empty()) first = values;
-    for (size_t i = 0; i < values.size(); ++i) {
-      EXPECT_EQ(std::memcmp(values[i].data(), first[i].data(), values[i].size() * sizeof(float)), 0) << i << ", " << threads;
-    }
-  }
+    return got;
+  });
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <functional>
 #include <numeric>
@@ -18,12 +17,12 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/autodiff/tape.h"
-#include "framework/core/thread_pool.h"
 #include "framework/core/random.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/pooling.h"
 #include "tests/support/golden.h"
 #include "tests/support/grad_check.h"
+#include "tests/support/thread_checks.h"
 
 namespace keel {
 namespace {
@@ -295,9 +294,7 @@ TEST(PoolingSpeed, PrintsThroughput) {
 // Max and average pooling, forward and backward, image by image on 1 to 4 threads: the same bits.
 TEST(PoolingThreadsTest, TheSameBitsOnOneToFourThreads) {
   const Tensor x = testing::random_host({9, 14, 14, 20}, -1, 1, 31), dy = testing::random_host({9, 7, 7, 20}, -1, 1, 32);
-  std::vector<std::vector<float>> first;
-  for (int threads : {1, 2, 3, 4}) {
-    const KernelThreadsScope share(threads);
+  testing::expect_same_bits_on_threads([&] {
     std::vector<Tensor> got;
     for (bool max : {true, false}) {
       GradientTape tape;
@@ -307,13 +304,8 @@ TEST(PoolingThreadsTest, TheSameBitsOnOneToFourThreads) {
       got.push_back(tape.gradient(target, {x})[0]);
       got.push_back(y);
     }
-    std::vector<std::vector<float>> values;
-    for (const Tensor& t : got) values.push_back(t.to_vector());
-    if (first.empty()) first = values;
-    for (size_t i = 0; i < values.size(); ++i) {
-      EXPECT_EQ(std::memcmp(values[i].data(), first[i].data(), values[i].size() * sizeof(float)), 0) << i << ", " << threads;
-    }
-  }
+    return got;
+  });
 }
 
 }  // namespace
