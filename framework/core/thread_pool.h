@@ -60,13 +60,14 @@ void parallel_for(int64_t tasks, Body&& body, int max_threads = 1 << 30) {
                     const_cast<void*>(static_cast<const void*>(&body)));
 }
 
-// How many threads a parallel_for over `work` (arithmetic operations, or elements touched) is worth:
-// one per `grain` of it, at least 1. What keeps small work on its own thread, where waking a helper
-// (tens of microseconds on a virtual machine) would cost more than it saves.
 // A helper is worth at least this much work: floating-point operations of a product (~0.1-0.2 ms on
 // one core), elements of memory-bound elementwise work (1 MiB of float32).
 inline constexpr double kMinFlopsPerThread = 1.6e7;
 inline constexpr double kMinElementsPerThread = 1 << 18;
+
+// How many threads a parallel_for over `work` (arithmetic operations, or elements touched) is worth:
+// one per `grain` of it, at least 1. What keeps small work on its own thread, where waking a helper
+// (tens of microseconds on a virtual machine) would cost more than it saves.
 inline int threads_worth(double work, double grain) {
   const double t = work / grain;
   return t < 1 ? 1 : t > (1 << 20) ? (1 << 20) : static_cast<int>(t);

@@ -213,12 +213,11 @@ void ReplicatedStrategy::sync_replica_local_state(ReplicaContext& ctx) {
 void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) {
   const int n = local_replicas_;
   const int threads = std::min(host_threads_, n);
-  const int share = std::max(1, host_threads_ / threads);
   std::atomic<int> next{0};
   std::atomic<bool> failed{false};
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   auto drain = [&] {
-      KernelThreadsScope kernels(share);
+      KernelThreadsScope kernels(kernel_threads_);
       for (int l = next++; l < n && !failed; l = next++) {
         const int r = first_local_ + l;
         ReplicaContext rc(*this, /*collectives=*/nullptr, r, num_replicas(), step_);

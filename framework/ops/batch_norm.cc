@@ -91,15 +91,6 @@ std::vector<double> inv_std_of(const float* variance, int64_t channels, float ep
   return inv;
 }
 
-// f(r0, r1) over blocks of about 16K elements of whole rows.
-template <class F>
-void for_row_blocks(int64_t rows, int64_t channels, F f) {
-  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(channels, 1));
-  parallel_for(
-      (rows + block - 1) / block, [&](int64_t b) { f(b * block, std::min(rows, (b + 1) * block)); },
-      threads_worth(static_cast<double>(rows) * static_cast<double>(channels), kMinElementsPerThread));
-}
-
 // K per-channel sums over rows: add(r0, r1, partial) adds rows [r0, r1)'s terms into partial[k * C + c]
 // (zeroed); blocks of rows (one below 1024 rows, so small batches sum in plain row order) sum on their
 // own, then the partial sums add up in block order into sums[k].
@@ -155,7 +146,7 @@ void normalize(const T* x, int64_t rows, int64_t channels, const float* mean, co
   const std::vector<double> inv = inv_std_of(variance, channels, epsilon);
   std::vector<float> scale(static_cast<size_t>(channels));
   for (int64_t c = 0; c < channels; ++c) scale[c] = static_cast<float>(static_cast<double>(gamma[c]) * inv[c]);
-  for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
+  detail::for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * channels;
       TY* yr = y + r * channels;
@@ -210,7 +201,7 @@ void training_input_grad(const float* dy, const T* x, const float* mean, const f
     b[c] = static_cast<float>(sum_dy[c] / count);
     k[c] = static_cast<float>(inv[c] * inv[c] * sum_dy_xc[c] / count);
   }
-  for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
+  detail::for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * channels;
       const float* dyr = dy + r * channels;
@@ -315,7 +306,7 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
             for (int64_t c = 0; c < channels; ++c) a[c] = static_cast<float>(static_cast<double>(gamma.data()[c]) * inv[c]);
             const float* dyd = dy[0].data();
             float* dxd = grads[0].data();
-            for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
+            detail::for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
               for (int64_t r = r0; r < r1; ++r) {
                 const float* dyr = dyd + r * channels;
                 float* dxr = dxd + r * channels;

@@ -1,7 +1,7 @@
 // conv2d (im2col + Eigen GEMMs, chunk by chunk of output pixels) and zero_pad2d, NHWC. Inside a
 // chunk, blocks of output pixels (multiples of ops/gemm.h's row block) are im2col'ed and multiplied on
-// the replica's share of the threads; col2im runs one image per task. Bounds follow the shape alone:
-// the same bits with any number of threads, and as one GEMM per chunk.
+// the replica's share of the threads; col2im runs one image and 16 channels per task. Bounds follow
+// the shape alone: the same bits with any number of threads, and as one GEMM per chunk.
 #include "framework/ops/conv.h"
 
 #include <algorithm>

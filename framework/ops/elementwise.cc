@@ -16,13 +16,10 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
   Tensor y = detail::output_buffer(x.shape(), dt);
   if (detail::compute(y, {&xv, &bv}) && channels > 0) {
     // Rows of C channels: works for (N, C) and NHWC alike.
-    const int64_t rows = x.size() / channels, rows_per_block = std::max<int64_t>(1, detail::kElementBlock / channels);
     const Eigen::Map<const Eigen::RowVectorXf> b(bv.data(), channels);
-    detail::for_element_blocks(rows, [&](int64_t r0, int64_t r1) {  // in blocks of rows
-      for (int64_t r = r0; r < r1; r += rows_per_block) {
-        const int64_t n = std::min(rows_per_block, r1 - r);
-        MatrixMap(y.data() + r * channels, n, channels).noalias() = ConstMatrixMap(xv.data() + r * channels, n, channels).rowwise() + b;
-      }
+    detail::for_row_blocks(x.size() / channels, channels, [&](int64_t r0, int64_t r1) {
+      MatrixMap(y.data() + r0 * channels, r1 - r0, channels).noalias() =
+          ConstMatrixMap(xv.data() + r0 * channels, r1 - r0, channels).rowwise() + b;
     });
   }
   y = detail::finish(y, dt);

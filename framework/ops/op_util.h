@@ -102,6 +102,16 @@ void for_element_blocks(int64_t n, F&& f) {
       threads_worth(static_cast<double>(n), kMinElementsPerThread));
 }
 
+// f(r0, r1) over [0, rows) of `channels`-wide rows, in blocks of whole rows of about kElementBlock
+// elements, on the replica's share of the threads: for elementwise work on (rows, C) views.
+template <typename F>
+void for_row_blocks(int64_t rows, int64_t channels, F&& f) {
+  const int64_t block = std::max<int64_t>(1, kElementBlock / std::max<int64_t>(channels, 1));
+  parallel_for(
+      (rows + block - 1) / block, [&](int64_t b) { f(b * block, std::min(rows, (b + 1) * block)); },
+      threads_worth(static_cast<double>(rows) * static_cast<double>(channels), kMinElementsPerThread));
+}
+
 [[noreturn]] inline void shape_error(const std::string& op, const std::string& what) {
   throw std::invalid_argument(op + ": " + what);
 }
