@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "framework/autodiff/tape.h"
+#include "framework/core/fiber_locals.h"
 
 namespace keel {
 namespace {
@@ -11,6 +12,7 @@ bool& recomputing_flag() {
   thread_local bool on = false;
   return on;
 }
+const FiberLocal<bool, recomputing_flag> kRecomputingFollowsTheReplica;
 
 // Marks this thread as recomputing while it lives (nested segments keep the outer mark).
 class RecomputingScope {

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "framework/core/fiber_locals.h"
 #include "framework/device/context.h"
 
 namespace keel {
@@ -24,6 +25,8 @@ std::vector<GradientTape*>& tape_stack() {
   thread_local std::vector<GradientTape*> stack;
   return stack;
 }
+// Each replica records on its own tapes, whichever host thread runs it (framework/core/fiber_locals.h).
+const FiberLocal<std::vector<GradientTape*>, tape_stack> kTapesFollowTheReplica;
 
 // The result of backward for one input, added to what has accumulated for that tensor.
 void accumulate(std::unordered_map<uint64_t, Tensor>& grads, uint64_t id, Tensor g) {
@@ -173,6 +176,7 @@ BackwardOwnerFn& backward_owner_fn() {
   thread_local BackwardOwnerFn fn;
   return fn;
 }
+const FiberLocal<BackwardOwnerFn, backward_owner_fn> kBackwardOwnerFollowsTheReplica;
 
 }  // namespace
 

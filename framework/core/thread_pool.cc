@@ -8,12 +8,16 @@
 #include <thread>
 #include <vector>
 
+#include "framework/core/fiber_locals.h"
 #include "framework/core/host_threads.h"
 
 namespace keel {
 namespace {
 
 thread_local int tls_kernel_threads = 1;
+int& kernel_threads_of_thread() { return tls_kernel_threads; }
+// A replica's share, whichever host thread runs it.
+const FiberLocal<int, kernel_threads_of_thread> kKernelThreadsFollowTheReplica;
 
 // One parallel_for in flight: its caller claims tasks too, and waits for the helpers that attached.
 struct Job {

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "framework/core/finite.h"
 #include "framework/device/ledger.h"
 #include "framework/device/process_group.h"
 
@@ -121,7 +122,8 @@ InProcessCollectives::InProcessCollectives(Ledger& ledger, int num_replicas, int
                                            ProcessGroup* processes, std::function<void(int)> barrier)
     : ledger_(ledger), num_replicas_(num_replicas), first_(first_replica), local_replicas_(local_replicas),
       processes_(processes != nullptr && processes->size() > 1 ? processes : nullptr), barrier_(std::move(barrier)),
-      posted_(static_cast<size_t>(local_replicas)), votes_(static_cast<size_t>(local_replicas)) {
+      posted_(static_cast<size_t>(local_replicas)), votes_(static_cast<size_t>(local_replicas)),
+      non_finite_votes_(static_cast<size_t>(local_replicas)) {
   if (num_replicas < 1 || local_replicas < 1) throw std::logic_error("InProcessCollectives: at least one replica");
   const int process_count = processes_ ? processes_->size() : 1;
   if (local_replicas * process_count != num_replicas) {
@@ -191,18 +193,36 @@ void InProcessCollectives::local_sum_range(int64_t begin, int64_t end) {
   });
 }
 
-void InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t end) {
+size_t InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite) {
+  size_t first_non_finite = posted_[0].values.size();
   for_each_slice(begin, end, [&](size_t i, int64_t at, int64_t lo, int64_t hi) {
     float* sum = several_processes() ? staging_.data() + at + lo : posted_[0].values[i].data() + lo;
     if (op == ReduceOp::Mean) divide(sum, hi - lo, num_replicas_);
+    if (find_non_finite && i < first_non_finite && !all_finite(sum, hi - lo)) first_non_finite = i;
     for (size_t r = several_processes() ? 0 : 1; r < posted_.size(); ++r) {
       std::memcpy(posted_[r].values[i].data() + lo, sum, static_cast<size_t>(hi - lo) * sizeof(float));
     }
   });
+  return first_non_finite;
 }
 
 void InProcessCollectives::all_reduce(int replica, ReduceOp op, std::span<Tensor> values) {
-  if (num_replicas_ == 1) return;
+  all_reduce_voting(replica, op, values, false);
+}
+
+size_t InProcessCollectives::all_reduce_and_find_non_finite(int replica, ReduceOp op, std::span<Tensor> values) {
+  return all_reduce_voting(replica, op, values, true);
+}
+
+size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite) {
+  if (num_replicas_ == 1) {
+    size_t first = values.size();
+    for (size_t i = 0; i < values.size() && find_non_finite && first == values.size(); ++i) {
+      const Tensor& t = values[i];
+      if (t.defined() && !t.is_abstract() && !all_finite(t.data(), t.size())) first = i;
+    }
+    return first;
+  }
   int64_t elements = 0, largest = 0;
   for (const Tensor& t : values) {
     if (!t.defined()) continue;
@@ -222,10 +242,14 @@ void InProcessCollectives::all_reduce(int replica, ReduceOp op, std::span<Tensor
     if (replica == first_) all_reduce_across_processes();
     barrier_(replica);
   }
-  finish_range(op, mine.begin, mine.end);
+  // Every process's replicas together cover every element of the whole sum, so each process finds
+  // the same first non-finite tensor without asking the others.
+  non_finite_votes_[static_cast<size_t>(local(replica))] = finish_range(op, mine.begin, mine.end, find_non_finite);
   barrier_(replica);  // every range is reduced and copied out; the published spans may go
   const int64_t links = static_cast<int64_t>(children.size()) + (replica == 0 ? 0 : 1);
   ledger_.core(replica).record_collective(links * bytes_of(elements), links * bytes_of(elements));
+  // Written again only after the next all_reduce's first barrier, which this replica must reach first.
+  return *std::min_element(non_finite_votes_.begin(), non_finite_votes_.end());
 }
 
 Tensor InProcessCollectives::reduce_scatter(int replica, ReduceOp op, const Tensor& value) {

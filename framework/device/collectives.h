@@ -66,6 +66,10 @@ class Collectives {
   // Every replica's `values` become the elementwise sum (or mean) over replicas, in place.
   // Undefined tensors are skipped (every replica must leave the same ones undefined).
   virtual void all_reduce(int replica, ReduceOp op, std::span<Tensor> values) = 0;
+  // all_reduce, then the index in `values` of the first tensor whose result holds a NaN or an
+  // infinity (values.size() if none), the same on every replica: the optimizer's vote on applying a
+  // step, at no extra meeting (each replica checks the elements it reduced before the last barrier).
+  virtual size_t all_reduce_and_find_non_finite(int replica, ReduceOp op, std::span<Tensor> values) = 0;
   // Reduces `value` over replicas and returns this replica's shard of the flattened result: the
   // elements shard_range(value.size(), n, replica), as a 1-D tensor.
   virtual Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) = 0;
@@ -112,6 +116,7 @@ class InProcessCollectives final : public Collectives {
 
   int num_replicas() const override { return num_replicas_; }
   void all_reduce(int replica, ReduceOp op, std::span<Tensor> values) override;
+  size_t all_reduce_and_find_non_finite(int replica, ReduceOp op, std::span<Tensor> values) override;
   Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) override;
   Tensor all_gather(int replica, const Tensor& shard) override;
   void all_gather_shards(int replica, std::span<Tensor> values) override;
@@ -144,7 +149,9 @@ class InProcessCollectives final : public Collectives {
   // overlaps [begin, end) of the concatenation: its elements [lo, hi); it starts at `at`.
   template <class Fn>
   void for_each_slice(int64_t begin, int64_t end, Fn&& fn) const;
-  void finish_range(ReduceOp op, int64_t begin, int64_t end);
+  // Then the index of the first tensor with a non-finite element in [begin, end) (size() if none).
+  size_t finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite);
+  size_t all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite);
   // Leader only, between barriers: staging_ (this process's partial sums) summed across processes.
   void all_reduce_across_processes();
   // Leader only: this process's shards of value's sum across processes (process_ranges) into staging_.
@@ -163,6 +170,7 @@ class InProcessCollectives final : public Collectives {
   std::vector<float> staging_;          // the leader's buffer for what crosses processes
   std::vector<int64_t> rows_before_;    // all_gather: rows of the replicas before each
   std::vector<int64_t> votes_;          // all_reduce_min: each local replica's value
+  std::vector<size_t> non_finite_votes_;  // all_reduce_and_find_non_finite: each local replica's
   int64_t vote_result_ = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "framework/device/context.h"
 
+#include "framework/core/fiber_locals.h"
 #include "framework/core/storage_charging.h"
 #include "framework/device/collectives.h"
 #include "framework/device/ledger.h"
@@ -10,6 +11,11 @@ DeviceContext& device_context() {
   thread_local DeviceContext ctx;
   return ctx;
 }
+
+namespace {
+// A replica's context (its core, category, owner), whichever host thread runs it.
+const FiberLocal<DeviceContext, device_context> kContextFollowsTheReplica;
+}  // namespace
 
 namespace device_hooks {
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <stdexcept>
 
+#include "framework/core/fiber_locals.h"
 #include "framework/core/random.h"
 #include "framework/device/strategy.h"
 
@@ -11,6 +12,8 @@ namespace keel {
 namespace {
 
 thread_local ReplicaContext* tls_replica_context = nullptr;
+ReplicaContext*& replica_context_of_thread() { return tls_replica_context; }
+const FiberLocal<ReplicaContext*, replica_context_of_thread> kReplicaContextFollowsTheReplica;
 std::atomic<uint64_t> g_replica_local_states{0};
 
 }  // namespace

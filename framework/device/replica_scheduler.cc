@@ -1,91 +1,217 @@
 #include "framework/device/replica_scheduler.h"
 
-#include <algorithm>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <new>
+#include <string>
+#include <thread>
+
+#include <boost/context/fiber.hpp>
+
+#include "framework/core/fiber_locals.h"
+
+// AddressSanitizer must be told when the stack changes under it (its fake stacks, its record of the
+// stack's bounds), or it reports false errors on a fiber's stack.
+#if defined(__SANITIZE_ADDRESS__)
+#define KEEL_FIBERS_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KEEL_FIBERS_UNDER_ASAN 1
+#endif
+#endif
+#ifdef KEEL_FIBERS_UNDER_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 namespace keel {
+namespace {
 
-ReplicaScheduler::ReplicaScheduler(int replicas, int slots)
-    : replicas_(replicas), free_slots_(slots), granted_(static_cast<size_t>(replicas), 0),
-      wake_(static_cast<size_t>(replicas)) {
+namespace ctx = boost::context;
+
+// A thread's default stack: the replicas ran on threads of their own before.
+constexpr size_t kStackBytes = size_t{8} << 20;
+
+// One replica's stack for the scheduler's lifetime (every run's fiber starts on it again), with an
+// inaccessible page below it so that an overflow faults instead of writing over other memory.
+class FiberStack {
+ public:
+  FiberStack() : page_(static_cast<size_t>(::sysconf(_SC_PAGESIZE))) {
+    base_ = ::mmap(nullptr, kStackBytes + page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base_ == MAP_FAILED) throw std::bad_alloc();
+    ::mprotect(base_, page_, PROT_NONE);
+  }
+  ~FiberStack() { ::munmap(base_, kStackBytes + page_); }
+  FiberStack(const FiberStack&) = delete;
+  FiberStack& operator=(const FiberStack&) = delete;
+
+  const void* bottom() const { return static_cast<char*>(base_) + page_; }
+  size_t size() const { return kStackBytes; }
+  ctx::stack_context context() const {
+    ctx::stack_context s;
+    s.size = kStackBytes;
+    s.sp = static_cast<char*>(base_) + page_ + kStackBytes;
+    return s;
+  }
+
+ private:
+  size_t page_;
+  void* base_ = nullptr;
+};
+
+// Boost.Context's stack allocator interface over a FiberStack: the fiber ends, the stack stays.
+struct ReuseStack {
+  const FiberStack* stack;
+  ctx::stack_context allocate() { return stack->context(); }
+  void deallocate(ctx::stack_context&) noexcept {}
+};
+
+// Fake-stack bookkeeping for AddressSanitizer around each switch (no-ops without it).
+void before_switch(void** save, const void* bottom, size_t size) {
+#ifdef KEEL_FIBERS_UNDER_ASAN
+  __sanitizer_start_switch_fiber(save, bottom, size);
+#else
+  (void)save, (void)bottom, (void)size;
+#endif
+}
+
+void after_switch(void* saved, const void** old_bottom, size_t* old_size) {
+#ifdef KEEL_FIBERS_UNDER_ASAN
+  __sanitizer_finish_switch_fiber(saved, old_bottom, old_size);
+#else
+  (void)saved, (void)old_bottom, (void)old_size;
+#endif
+}
+
+constexpr uint64_t kRunnable = ~uint64_t{0};
+
+}  // namespace
+
+struct ReplicaScheduler::Fiber {
+  FiberStack stack;
+  FiberLocals locals;
+  ctx::fiber context;      // the replica, while parked (empty once it has returned)
+  ctx::fiber slot;         // inside the replica: the slot's loop, to switch back to
+  uint64_t waits_for = kRunnable;  // parked at a barrier: the generation it waits to pass
+  bool done = true;
+  std::exception_ptr error;
+  void* fake_stack = nullptr;           // AddressSanitizer: the replica's, while parked
+  const void* slot_bottom = nullptr;    // AddressSanitizer: the slot thread's stack
+  size_t slot_size = 0;
+};
+
+ReplicaScheduler::ReplicaScheduler(int replicas, int slots) : replicas_(replicas), slots_(slots) {
   if (replicas < 1 || slots < 1) throw std::logic_error("ReplicaScheduler: at least one replica and one slot");
+  for (int l = 0; l < replicas; ++l) fibers_.push_back(std::make_unique<Fiber>());
 }
 
-void ReplicaScheduler::hand_off_locked() {
-  if (queue_.empty()) {
-    ++free_slots_;
-    return;
+ReplicaScheduler::~ReplicaScheduler() = default;
+
+// Runs f until it parks at a barrier or returns; the slot's thread-locals are its own again after.
+void ReplicaScheduler::enter(Fiber& f) {
+  void* slot_fake_stack = nullptr;
+  before_switch(&slot_fake_stack, f.stack.bottom(), f.stack.size());
+  f.locals.swap_with_thread();
+  f.context = std::move(f.context).resume();
+  f.locals.swap_with_thread();
+  after_switch(slot_fake_stack, nullptr, nullptr);
+}
+
+void ReplicaScheduler::run_slot(int slot, const std::function<void(int)>& body) {
+  std::vector<Fiber*> mine;
+  for (int l = slot; l < replicas_; l += slots_) {
+    Fiber& f = *fibers_[static_cast<size_t>(l)];
+    f.done = false;
+    f.error = nullptr;
+    f.waits_for = kRunnable;
+    f.context = ctx::fiber(std::allocator_arg, ReuseStack{&f.stack}, [&f, &body, l](ctx::fiber&& from) {
+      f.slot = std::move(from);
+      after_switch(nullptr, &f.slot_bottom, &f.slot_size);
+      try {
+        body(l);
+      } catch (...) {
+        f.error = std::current_exception();
+      }
+      f.done = true;
+      before_switch(nullptr, f.slot_bottom, f.slot_size);  // this fiber's fake stack goes with it
+      return std::move(f.slot);
+    });
+    mine.push_back(&f);
   }
-  const int next = queue_.front();
-  queue_.pop_front();
-  granted_[static_cast<size_t>(next)] = 1;
-  wake_[static_cast<size_t>(next)].notify_one();
-}
-
-void ReplicaScheduler::wait_for_slot_locked(std::unique_lock<std::mutex>& lock, int replica) {
-  if (free_slots_ > 0 && queue_.empty()) {
-    --free_slots_;
-    return;
+  size_t running = mine.size();
+  while (running > 0) {
+    bool entered = false;
+    uint64_t parked_on = kRunnable;
+    for (Fiber* f : mine) {
+      if (f->done) continue;
+      if (f->waits_for != kRunnable && f->waits_for == generation_.load(std::memory_order_acquire) &&
+          !aborted_.load(std::memory_order_acquire)) {
+        parked_on = f->waits_for;
+        continue;
+      }
+      f->waits_for = kRunnable;
+      enter(*f);
+      entered = true;
+      if (f->done) --running;
+    }
+    if (!entered && running > 0) wait_for_generation_after(parked_on);
   }
-  queue_.push_back(replica);
-  wake_[static_cast<size_t>(replica)].wait(lock, [&] { return granted_[static_cast<size_t>(replica)] != 0; });
-  granted_[static_cast<size_t>(replica)] = 0;
-}
-
-void ReplicaScheduler::acquire(int replica) {
-  std::unique_lock<std::mutex> lock(mu_);
-  wait_for_slot_locked(lock, replica);
-}
-
-void ReplicaScheduler::release(int) {
-  std::lock_guard<std::mutex> lock(mu_);
-  hand_off_locked();
+  for (Fiber* f : mine) {
+    if (f->error) std::rethrow_exception(f->error);
+  }
 }
 
 void ReplicaScheduler::barrier(int replica) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (aborted_) throw ReplicaCancelled();
-  if (++arrived_ == replicas_) {
-    // The last arrival keeps its slot; the others queue for slots in the order they arrived.
-    arrived_ = 0;
-    ++generation_;
-    for (int waiter : at_barrier_) queue_.push_back(waiter);
-    at_barrier_.clear();
-    while (free_slots_ > 0 && !queue_.empty()) {
-      --free_slots_;
-      const int next = queue_.front();
-      queue_.pop_front();
-      granted_[static_cast<size_t>(next)] = 1;
-      wake_[static_cast<size_t>(next)].notify_one();
+  Fiber& f = *fibers_[static_cast<size_t>(replica)];
+  if (aborted_.load(std::memory_order_acquire)) throw ReplicaCancelled();
+  const uint64_t generation = generation_.load(std::memory_order_acquire);
+  if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == replicas_) {
+    // The last arrival: nobody else can arrive until the generation moves on.
+    arrived_.store(0, std::memory_order_relaxed);
+    generation_.store(generation + 1, std::memory_order_release);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (sleepers_ == 0) return;
     }
+    wake_.notify_all();
     return;
   }
-  const uint64_t generation = generation_;
-  at_barrier_.push_back(replica);
-  hand_off_locked();  // give the slot away while waiting
-  wake_[static_cast<size_t>(replica)].wait(
-      lock, [&] { return granted_[static_cast<size_t>(replica)] != 0 || (aborted_ && generation_ == generation); });
-  if (granted_[static_cast<size_t>(replica)] != 0) {
-    granted_[static_cast<size_t>(replica)] = 0;
-    return;  // the barrier completed and a slot was handed over
+  f.waits_for = generation;
+  before_switch(&f.fake_stack, f.slot_bottom, f.slot_size);
+  f.slot = std::move(f.slot).resume();  // park: the slot runs its other replicas
+  after_switch(f.fake_stack, &f.slot_bottom, &f.slot_size);
+  if (generation_.load(std::memory_order_acquire) == generation) throw ReplicaCancelled();  // woken by abort()
+}
+
+// Every replica of this slot is parked at the barrier `generation`: spin a little (the others are
+// usually microseconds away), then sleep until the barrier completes or the run is aborted.
+void ReplicaScheduler::wait_for_generation_after(uint64_t generation) {
+  auto passed = [&] {
+    return generation_.load(std::memory_order_acquire) != generation || aborted_.load(std::memory_order_acquire);
+  };
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+  for (int i = 0; !passed(); ++i) {
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > spin_until) break;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
   }
-  // Aborted before the barrier completed: leave it, take a slot back, report the cancellation.
-  at_barrier_.erase(std::find(at_barrier_.begin(), at_barrier_.end(), replica));
-  --arrived_;
-  wait_for_slot_locked(lock, replica);
-  throw ReplicaCancelled();
+  std::unique_lock<std::mutex> lock(mu_);
+  ++sleepers_;
+  wake_.wait(lock, passed);
+  --sleepers_;
 }
 
 void ReplicaScheduler::abort() {
-  std::lock_guard<std::mutex> lock(mu_);
-  aborted_ = true;
-  for (std::condition_variable& cv : wake_) cv.notify_all();
+  aborted_.store(true, std::memory_order_release);
+  { std::lock_guard<std::mutex> lock(mu_); }
+  wake_.notify_all();
 }
 
 void ReplicaScheduler::reset() {
-  std::lock_guard<std::mutex> lock(mu_);
-  aborted_ = false;
-  arrived_ = 0;
-  at_barrier_.clear();
+  aborted_.store(false);
+  arrived_.store(0);
 }
 
 }  // namespace keel

@@ -10,10 +10,10 @@
 
 namespace keel {
 
-// A persistent thread for one replica: runs one job at a time on its core.
+// A persistent host thread (a slot of the scheduler): runs one job at a time.
 class ReplicatedStrategy::Worker {
  public:
-  explicit Worker(int replica) : thread_([this, replica] { loop(replica); }) {}
+  Worker() : thread_([this] { loop(); }) {}
   ~Worker() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -36,7 +36,7 @@ class ReplicatedStrategy::Worker {
   }
 
  private:
-  void loop(int replica) {
+  void loop() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       cv_.wait(lock, [&] { return stop_ || job_ != nullptr; });
@@ -77,7 +77,7 @@ ReplicatedStrategy::ReplicatedStrategy(DeviceSpec spec, Options options)
   kernel_threads_ = std::max(1, hw / std::min(hw, n));
   collectives_ = std::make_unique<InProcessCollectives>(ledger_, num_replicas(), first_local_, n, processes_,
                                                         [this](int replica) { barrier_wait(replica); });
-  for (int r = 0; r < n; ++r) workers_.push_back(std::make_unique<Worker>(r));
+  for (int s = 0; s < scheduler_->slots(); ++s) workers_.push_back(std::make_unique<Worker>());
 }
 
 ReplicatedStrategy::~ReplicatedStrategy() = default;
@@ -156,28 +156,29 @@ void ReplicatedStrategy::run_replicas(const std::function<void(ReplicaContext&)>
   }
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   std::atomic<bool> failed{false};
-  for (int l = 0; l < n; ++l) {
-    workers_[static_cast<size_t>(l)]->post([&, l] {
-      const int r = first_local_ + l;
-      ReplicaContext& ctx = *contexts_[static_cast<size_t>(l)];
-      ReplicaContextScope in_replica(&ctx);
-      ContextScope on_core(core_context(r));
-      KernelThreadsScope share(kernel_threads_);
-      scheduler_->acquire(l);
-      try {
-        body(ctx);
-        sync_replica_local_state(ctx);
-      } catch (const ReplicaCancelled&) {
-        errors[static_cast<size_t>(l)] = std::current_exception();
-      } catch (...) {
-        errors[static_cast<size_t>(l)] = std::current_exception();
-        failed = true;
-        scheduler_->abort();
-      }
-      scheduler_->release(l);
-    });
-  }
-  for (auto& w : workers_) w->wait();
+  // Each replica on its fiber, on the thread of its slot (ReplicaScheduler).
+  const std::function<void(int)> replica = [&](int l) {
+    const int r = first_local_ + l;
+    ReplicaContext& ctx = *contexts_[static_cast<size_t>(l)];
+    ReplicaContextScope in_replica(&ctx);
+    ContextScope on_core(core_context(r));
+    KernelThreadsScope share(kernel_threads_);
+    try {
+      body(ctx);
+      sync_replica_local_state(ctx);
+    } catch (const ReplicaCancelled&) {
+      errors[static_cast<size_t>(l)] = std::current_exception();
+    } catch (...) {
+      errors[static_cast<size_t>(l)] = std::current_exception();
+      failed = true;
+      scheduler_->abort();
+    }
+  };
+  // Slot 0 on this thread: one hand-off fewer per step.
+  const int slots = scheduler_->slots();
+  for (int s = 1; s < slots; ++s) workers_[static_cast<size_t>(s)]->post([this, &replica, s] { scheduler_->run_slot(s, replica); });
+  scheduler_->run_slot(0, replica);
+  for (int s = 1; s < slots; ++s) workers_[static_cast<size_t>(s)]->wait();
   scheduler_->reset();
   contexts_.clear();
   if (failed) {

@@ -1,13 +1,14 @@
 // ReplicatedStrategy: TPUStrategy's model of data parallelism over the cores of one device.
 //
 // Variables created inside scope() are mirrored: charged on every core (one host buffer serves all
-// replicas, since they hold identical values). run() executes a step once per core, each on its own
-// thread with its own GradientTape, its own ledger and its ReplicaContext; everything replicas
+// replicas, since they hold identical values). run() executes a step once per core, each as if on a
+// thread of its own, with its own GradientTape, its own ledger and its ReplicaContext; everything replicas
 // exchange goes through the context's collectives (framework/device/collectives.h), and state
 // replicas update on their own (ReplicaLocalState) is combined when the run ends. With more replicas
-// than hardware threads, replicas take turns on compute slots, so throughput stays that of one
-// replica using every thread; with fewer, each replica's kernels run on its share of the threads
-// (framework/core/thread_pool.h), a one-core device on all of them.
+// than hardware threads, each thread runs several replicas, each on a fiber of its own that gives
+// the thread to the next at a barrier (framework/device/replica_scheduler.h), so throughput stays
+// that of one replica using every thread; with fewer, each replica's kernels run on its share of the
+// threads (framework/core/thread_pool.h), a one-core device on all of them.
 #pragma once
 
 #include <condition_variable>
@@ -147,7 +148,7 @@ class ReplicatedStrategy {
   // the collectives' tree order.
   Tensor reduce(ReduceOp op, const std::vector<Tensor>& per_replica);
 
-  // What run() is made of: body(ctx) on every replica's thread, with its core's context and its
+  // What run() is made of: body(ctx) on every replica's fiber, with its core's context and its
   // ReplicaContext; then the replica-local states marked during the step are synced; then step()
   // advances. Rethrows the first replica's error (the others are cancelled at their next barrier).
   void run_replicas(const std::function<void(ReplicaContext&)>& body);

@@ -68,7 +68,7 @@ void check_batch_input_shape(const std::string& where, const json& j) {
   }
   std::vector<int64_t> shape;
   for (size_t i = 1; i < j.size(); ++i) {
-    if (!j[i].is_number_integer() || j[i].is_number_unsigned() && j[i].get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    if (!j[i].is_number_integer() || (j[i].is_number_unsigned() && j[i].get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
       fail(where, "batch_input_shape must hold integers");
     }
     shape.push_back(j[i].get<int64_t>());

@@ -66,7 +66,6 @@ namespace {
 char* bytes_of(Tensor& t) {
   return t.dtype() == DType::bfloat16 ? reinterpret_cast<char*>(t.bfloat16_data()) : reinterpret_cast<char*>(t.data());
 }
-const char* bytes_of(const Tensor& t) { return bytes_of(const_cast<Tensor&>(t)); }
 
 }  // namespace
 

@@ -1,12 +1,15 @@
 #include "framework/ops/precision.h"
 
 #include "framework/autodiff/tape.h"
+#include "framework/core/fiber_locals.h"
 #include "framework/ops/op_util.h"
 
 namespace keel::ops {
 namespace {
 
 thread_local DType t_compute_dtype = DType::float32;
+DType& compute_dtype_of_thread() { return t_compute_dtype; }
+const FiberLocal<DType, compute_dtype_of_thread> kComputeDTypeFollowsTheReplica;
 
 }  // namespace
 

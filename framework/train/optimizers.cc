@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "framework/core/finite.h"
 #include "framework/core/limits.h"
 #include "framework/core/thread_pool.h"
 #include "framework/device/context.h"
@@ -60,8 +61,9 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   // Every replica reads the step before the reduction's first barrier; replica 0 advances it before
   // the last barrier below, so a following apply_gradients in the same run reads the new value.
   const int64_t step = iterations_ + 1;
-  const bool shards = reduce(grads, vars, form);
-  if (const size_t bad = first_non_finite(grads, vars, shards, replica, replicas); bad < vars.size()) {
+  std::optional<size_t> voted;  // the first variable whose gradient is not finite, if the reduction said
+  const bool shards = reduce(grads, vars, form, voted);
+  if (const size_t bad = voted ? *voted : first_non_finite(grads, vars, shards, replica, replicas); bad < vars.size()) {
     return GradientUpdate{false, vars[bad]->name()};
   }
   // Each replica updates its shard of every variable; with sharded slots that is all it holds of them.
@@ -91,12 +93,6 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
 
 namespace {
 
-// No NaN and no infinity: x * 0 is (+-)0 for a finite x and NaN otherwise, so the sum is NaN exactly
-// when some element is not finite; Eigen sums in SIMD packets, with no branch per element.
-bool all_finite(const float* values, int64_t count) {
-  return std::isfinite((Eigen::Map<const Eigen::ArrayXf>(values, static_cast<Eigen::Index>(count)) * 0.0f).sum());
-}
-
 Tensor reduce_scatter_gradient(const ReplicaContext& ctx, const Tensor& grad, const std::string& variable) {
   CategoryScope as_gradient(Category::gradients, "gradient:" + variable);
   return ctx.reduce_scatter(ReduceOp::Mean, grad);
@@ -110,7 +106,8 @@ GradientReadyFn reduce_scatter_as_ready(const std::vector<Variable*>& vars) {
   return [ctx, vars](size_t index, Tensor gradient) { return reduce_scatter_gradient(*ctx, gradient, vars.at(index)->name()); };
 }
 
-bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form) const {
+bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form,
+                       std::optional<size_t>& non_finite) const {
   if (form == GradientForm::reduced_shards) return true;
   ReplicaContext* ctx = current_replica_context();
   if (ctx == nullptr) return false;
@@ -122,10 +119,14 @@ bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>&
   }
   if (ctx->num_replicas() == 1) return false;
   std::vector<Tensor> defined;
-  for (const Tensor& g : grads) {
-    if (g.defined()) defined.push_back(g);
+  std::vector<size_t> variable;  // of each defined gradient
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    defined.push_back(grads[i]);
+    variable.push_back(i);
   }
-  ctx->all_reduce(ReduceOp::Mean, defined);
+  const size_t first = ctx->all_reduce_and_find_non_finite(ReduceOp::Mean, defined);
+  non_finite = first < variable.size() ? variable[first] : vars.size();
   return false;
 }
 

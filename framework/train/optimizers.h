@@ -21,6 +21,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -124,8 +125,10 @@ class Optimizer {
   void check(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form, int replica,
              int replicas) const;
   // Reduces local gradients across replicas: all-reduced in place, or replaced by this replica's
-  // reduced shard when the strategy shards gradients. Returns whether they are shards now.
-  bool reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form) const;
+  // reduced shard when the strategy shards gradients. Returns whether they are shards now. An
+  // all-reduce also votes on the first variable whose gradient is not finite (`non_finite`).
+  bool reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form,
+              std::optional<size_t>& non_finite) const;
   // update() over the spans, in fixed pieces on the replica's share of the threads.
   void update_in_pieces(const std::vector<UpdateSpan>& spans, int64_t step);
   // This replica's span of variable i (its shard_range), with `grad` whole or already its shard.

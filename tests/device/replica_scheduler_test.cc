@@ -1,31 +1,44 @@
 #include "framework/device/replica_scheduler.h"
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "framework/core/fiber_locals.h"
+
 namespace keel {
 namespace {
 
-// Runs body(replica) on one thread per replica, each holding a slot while it runs.
-template <class F>
-void on_threads(ReplicaScheduler& s, int replicas, F body) {
+std::string& replica_name() {
+  thread_local std::string name = "host";
+  return name;
+}
+const FiberLocal<std::string, replica_name> kNameFollowsTheReplica;
+
+// run_slot on one thread per slot, as the strategy's workers do; the first error any slot rethrew.
+std::exception_ptr run(ReplicaScheduler& s, const std::function<void(int)>& body) {
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(s.slots()));
   std::vector<std::thread> threads;
-  for (int r = 0; r < replicas; ++r) {
-    threads.emplace_back([&, r] {
-      s.acquire(r);
+  for (int slot = 0; slot < s.slots(); ++slot) {
+    threads.emplace_back([&, slot] {
       try {
-        body(r);
-      } catch (const ReplicaCancelled&) {
+        s.run_slot(slot, body);
+      } catch (...) {
+        errors[static_cast<size_t>(slot)] = std::current_exception();
       }
-      s.release(r);
     });
   }
   for (std::thread& t : threads) t.join();
+  for (std::exception_ptr& e : errors) {
+    if (e) return e;
+  }
+  return nullptr;
 }
 
 TEST(ReplicaSchedulerTest, NoMoreReplicasComputeThanSlotsAndEveryBarrierWaitsForAll) {
@@ -42,49 +55,101 @@ TEST(ReplicaSchedulerTest, NoMoreReplicasComputeThanSlotsAndEveryBarrierWaitsFor
     std::this_thread::sleep_for(std::chrono::microseconds(200));
     --running;
   };
-  on_threads(s, kReplicas, [&](int r) {
+  EXPECT_FALSE(run(s, [&](int r) {
     for (int b = 0; b < kBarriers; ++b) {
       compute();
       ++passed[b];
       s.barrier(r);
       if (passed[b].load() != kReplicas) early = true;  // someone left before everyone arrived
     }
-  });
+  }));
   EXPECT_LE(most.load(), kSlots);
   EXPECT_EQ(most.load(), kSlots) << "both slots were used";
   EXPECT_FALSE(early.load());
 }
 
-TEST(ReplicaSchedulerTest, AbortWakesTheWaitersWithACancellation) {
-  ReplicaScheduler s(4, 2);
-  std::atomic<int> cancelled{0};
+TEST(ReplicaSchedulerTest, EachReplicaStaysOnItsSlotsThreadWithItsOwnThreadLocals) {
+  constexpr int kReplicas = 6, kSlots = 2, kBarriers = 5;
+  ReplicaScheduler s(kReplicas, kSlots);
+  std::vector<std::thread::id> thread_of(kReplicas);
+  std::atomic<int> wrong_thread{0}, wrong_name{0}, started_fresh{0};
+  std::vector<std::string> host_after(kSlots);
   std::vector<std::thread> threads;
-  for (int r = 0; r < 4; ++r) {
-    threads.emplace_back([&, r] {
-      s.acquire(r);
-      if (r == 3) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the others wait at the barrier
-        s.abort();
-      } else {
-        try {
+  for (int slot = 0; slot < kSlots; ++slot) {
+    threads.emplace_back([&, slot] {
+      replica_name() = "slot " + std::to_string(slot);
+      s.run_slot(slot, [&](int r) {
+        if (replica_name() == "host") ++started_fresh;  // a fiber starts at the registered initial value
+        replica_name() = "replica " + std::to_string(r);
+        thread_of[static_cast<size_t>(r)] = std::this_thread::get_id();
+        for (int b = 0; b < kBarriers; ++b) {
           s.barrier(r);
-        } catch (const ReplicaCancelled&) {
-          ++cancelled;
+          if (std::this_thread::get_id() != thread_of[static_cast<size_t>(r)]) ++wrong_thread;
+          if (replica_name() != "replica " + std::to_string(r)) ++wrong_name;
         }
-      }
-      s.release(r);
+      });
+      host_after[static_cast<size_t>(slot)] = replica_name();
     });
   }
   for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong_thread.load(), 0);
+  EXPECT_EQ(wrong_name.load(), 0);
+  EXPECT_EQ(started_fresh.load(), kReplicas);
+  for (int r = 0; r < kReplicas; ++r) EXPECT_EQ(thread_of[static_cast<size_t>(r)], thread_of[static_cast<size_t>(r % kSlots)]);
+  EXPECT_NE(thread_of[0], thread_of[1]);
+  EXPECT_EQ(host_after[0], "slot 0");  // the slot's own value is back once its replicas have run
+  EXPECT_EQ(host_after[1], "slot 1");
+}
+
+TEST(ReplicaSchedulerTest, AbortWakesTheWaitersWithACancellationAndTheSchedulerIsUsableAfterReset) {
+  ReplicaScheduler s(4, 2);
+  std::atomic<int> cancelled{0};
+  EXPECT_FALSE(run(s, [&](int r) {
+    if (r == 3) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the others wait at the barrier
+      s.abort();
+      return;
+    }
+    try {
+      s.barrier(r);
+    } catch (const ReplicaCancelled&) {
+      ++cancelled;
+    }
+  }));
   EXPECT_EQ(cancelled.load(), 3);
   s.reset();
-  // Usable again: a full barrier with every replica.
   std::atomic<int> through{0};
-  on_threads(s, 4, [&](int r) {
+  EXPECT_FALSE(run(s, [&](int r) {
+    s.barrier(r);
     s.barrier(r);
     ++through;
-  });
+  }));
   EXPECT_EQ(through.load(), 4);
+}
+
+TEST(ReplicaSchedulerTest, AnErrorThatEscapesABodyIsRethrownAfterTheSlotsOtherReplicasFinished) {
+  ReplicaScheduler s(4, 1);
+  std::atomic<int> finished{0};
+  std::exception_ptr error = run(s, [&](int r) {
+    if (r == 1) throw std::runtime_error("replica 1 failed");
+    ++finished;
+  });
+  ASSERT_TRUE(error);
+  EXPECT_THROW(std::rethrow_exception(error), std::runtime_error);
+  EXPECT_EQ(finished.load(), 3);
+}
+
+TEST(ReplicaSchedulerTest, ManyRunsReuseTheFibersStacks) {
+  ReplicaScheduler s(8, 3);
+  std::atomic<int> total{0};
+  for (int step = 0; step < 200; ++step) {
+    EXPECT_FALSE(run(s, [&](int r) {
+      s.barrier(r);
+      ++total;
+    }));
+    s.reset();
+  }
+  EXPECT_EQ(total.load(), 200 * 8);
 }
 
 }  // namespace

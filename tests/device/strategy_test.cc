@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -100,8 +99,10 @@ TEST(StrategyDistributeTest, ImagesWithoutLabels) {
   EXPECT_EQ(s.ledger().core(0).transfers().host_to_core_count, 1);
 }
 
-TEST(StrategyRunTest, RunsEachReplicaOnItsOwnThreadAndCore) {
-  ReplicatedStrategy s(DeviceSpec::custom(4, 0));
+// Replica r runs on the thread of slot r mod 2 (slot 0: the caller's), each with its own replica
+// and device context, and the caller's context is its own again afterwards.
+TEST(StrategyRunTest, RunsEachReplicaOnItsSlotsThreadWithItsOwnContextAndCore) {
+  ReplicatedStrategy s(DeviceSpec::custom(4, 0), ReplicatedStrategy::Options{.host_threads = 2});
   std::vector<Batch> shards = s.distribute(Batch{iota({4, 1}), Tensor()});
   struct Seen {
     std::thread::id thread;
@@ -111,6 +112,8 @@ TEST(StrategyRunTest, RunsEachReplicaOnItsOwnThreadAndCore) {
     Tensor t;
   };
   std::vector<Seen> seen;
+  int core_after = 0;
+  const ReplicaContext* replica_after = nullptr;
   within_seconds(60, [&] {
     seen = s.run(
         [&](const Batch& b) {
@@ -122,13 +125,13 @@ TEST(StrategyRunTest, RunsEachReplicaOnItsOwnThreadAndCore) {
           return out;
         },
         shards);
+    core_after = device_context().core;
+    replica_after = current_replica_context();
   });
   ASSERT_EQ(seen.size(), 4u);
-  std::set<std::thread::id> threads;
   for (int r = 0; r < 4; ++r) {
     const Seen& x = seen[static_cast<size_t>(r)];
-    threads.insert(x.thread);
-    EXPECT_NE(x.thread, std::this_thread::get_id());
+    EXPECT_EQ(x.thread, seen[static_cast<size_t>(r % 2)].thread) << r;
     EXPECT_EQ(x.replica, r);
     EXPECT_EQ(x.num_replicas, 4);
     EXPECT_EQ(x.context_core, r);
@@ -136,8 +139,9 @@ TEST(StrategyRunTest, RunsEachReplicaOnItsOwnThreadAndCore) {
     EXPECT_EQ(x.t.storage().charges()[0].ledger.lock().get(), &s.ledger().core(r));
     EXPECT_EQ(s.ledger().core(r).stat(Category::activations).current, (r + 1) * 10 * 4) << r;
   }
-  EXPECT_EQ(threads.size(), 4u);
-  EXPECT_EQ(current_replica_context(), nullptr) << "no replica context outside run";
+  EXPECT_NE(seen[0].thread, seen[1].thread);
+  EXPECT_EQ(replica_after, nullptr) << "no replica context outside run";
+  EXPECT_EQ(core_after, -1) << "the caller's device context is its own again";
 }
 
 TEST(StrategyRunTest, RunDistributedFeedsEachReplicaItsShardOnItsCore) {
