@@ -185,12 +185,14 @@ void ReplicaScheduler::barrier(int replica) {
 }
 
 // Every replica of this slot is parked at the barrier `generation`: spin a little (the others are
-// usually microseconds away), then sleep until the barrier completes or the run is aborted.
+// usually microseconds away), then sleep until the barrier completes or the run is aborted. Longer
+// spins measured slower on 2 cores (bench/run_mlp_bench.sh, v3-8: 50 us 8% slower than 10), where a
+// spinning thread takes the core from the input pipeline's.
 void ReplicaScheduler::wait_for_generation_after(uint64_t generation) {
   auto passed = [&] {
     return generation_.load(std::memory_order_acquire) != generation || aborted_.load(std::memory_order_acquire);
   };
-  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(10);
   for (int i = 0; !passed(); ++i) {
     if ((i & 63) == 63 && std::chrono::steady_clock::now() > spin_until) break;
 #if defined(__x86_64__) || defined(__i386__)

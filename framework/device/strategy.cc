@@ -232,8 +232,11 @@ void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) 
         }
       }
   };
-  if (threads == 1 && current_replica_context() == nullptr) {
-    drain();  // one thread's worth of work: no hand-off to a worker
+  if (current_replica_context() == nullptr) {
+    // This thread drains too: one hand-off fewer (none for one thread's worth of work).
+    for (int t = 1; t < threads; ++t) workers_[static_cast<size_t>(t)]->post(drain);
+    drain();
+    for (int t = 1; t < threads; ++t) workers_[static_cast<size_t>(t)]->wait();
   } else {
     for (int t = 0; t < threads; ++t) workers_[static_cast<size_t>(t)]->post(drain);
     for (int t = 0; t < threads; ++t) workers_[static_cast<size_t>(t)]->wait();
