@@ -6,9 +6,10 @@
 //   ... train|infer [--threads N] (default: every hardware thread; `cpu`'s one replica uses them in its kernels)
 //   ... train|infer [--shard none|optimizer|gradients|full] [--remat none|segments]
 //       [--precision float32|mixed_bfloat16]   (memory savers)
+//   ... train [--optimizer sgd|adam]
 //
 // The model is zoo "resnet50" (keras.applications.ResNet50 v1) with 10 classes, SGD(0.01, momentum
-// 0.9) and sparse categorical cross-entropy on synthetic images and labels; --batch is the global
+// 0.9) or Adam (Keras's defaults) and sparse categorical cross-entropy on synthetic images and labels; --batch is the global
 // batch, split over the replicas (`cpu`: one replica; `custom:N`: N replicas, one per host thread).
 //
 // train: one warm-up step, then --steps timed calls of Model::train_step on one resident batch.
@@ -53,6 +54,7 @@ struct Args {
   keel::ShardingMode shard = keel::ShardingMode::none;
   keel::Remat remat = keel::Remat::none;
   std::string precision = "float32";
+  std::string optimizer = "sgd";
 };
 
 constexpr int64_t kClasses = 10;
@@ -80,9 +82,11 @@ Args parse(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--remat")) a.remat = keel::parse_remat(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--threads")) keel::set_host_threads(keel::parse_thread_count(argv[i + 1], "--threads"));
     else if (!std::strcmp(argv[i], "--precision")) a.precision = keel::mixed_precision::Policy(argv[i + 1]).name();
+    else if (!std::strcmp(argv[i], "--optimizer")) a.optimizer = argv[i + 1];
     else usage(std::string("unknown option ") + argv[i]);
   }
   if (a.image < 32 || a.batch < 1 || a.steps < 1) usage("--image >= 32, --batch >= 1, --steps >= 1");
+  if (a.optimizer != "sgd" && a.optimizer != "adam") usage("--optimizer sgd|adam");
   return a;
 }
 
@@ -92,7 +96,7 @@ keel::DeviceSpec device_spec(const std::string& name) {
   return keel::DeviceSpec::preset(name);
 }
 
-std::unique_ptr<keel::Model> build_resnet50(int64_t image) {
+std::unique_ptr<keel::Model> build_resnet50(int64_t image, const std::string& optimizer = "sgd") {
   keel::zoo::ModelOptions options;
   options.input_shape = {image, image, 3};
   options.classes = kClasses;
@@ -100,7 +104,9 @@ std::unique_ptr<keel::Model> build_resnet50(int64_t image) {
   keel::SGD::Options sgd;
   sgd.learning_rate = 0.01f;
   sgd.momentum = 0.9f;
-  model->compile(std::make_shared<keel::SGD>(sgd), std::make_shared<keel::SparseCategoricalCrossentropy>());
+  std::shared_ptr<keel::Optimizer> opt = std::make_shared<keel::SGD>(sgd);
+  if (optimizer == "adam") opt = std::make_shared<keel::Adam>();  // Keras's defaults: 1e-3, eps 1e-7
+  model->compile(opt, std::make_shared<keel::SparseCategoricalCrossentropy>());
   return model;
 }
 
@@ -144,7 +150,7 @@ int run_timed(const Args& a) {
   {
     auto scope = strategy.scope();
     const keel::mixed_precision::GlobalPolicyScope policy(keel::mixed_precision::Policy(a.precision));
-    model = build_resnet50(a.image);
+    model = build_resnet50(a.image, a.optimizer);
     model->set_remat(a.remat);
   }
   const keel::Batch batch = synthetic_batch(strategy, a.batch, a.image);
@@ -168,11 +174,11 @@ int run_timed(const Args& a) {
   const double images_per_sec = static_cast<double>(a.batch) * a.steps / total;
   const double flops_per_image = forward_flops_per_image(*model) * (train ? 3 : 1);
   std::printf("{\"framework\": \"keel\", \"mode\": \"%s\", \"device\": \"%s\", \"shard\": \"%s\", \"remat\": \"%s\", "
-              "\"precision\": \"%s\", \"replicas\": %d, \"image\": %lld, "
+              "\"precision\": \"%s\", \"optimizer\": \"%s\", \"replicas\": %d, \"image\": %lld, "
               "\"batch\": %lld, \"steps\": %d, \"images_per_sec\": %.3f, \"mean_step_seconds\": %.4f, "
               "\"best_step_seconds\": %.4f, \"gflop_per_image\": %.4f, \"gflops\": %.2f}\n",
               a.mode.c_str(), a.device.c_str(), keel::sharding_mode_name(a.shard), keel::remat_name(a.remat).c_str(),
-              a.precision.c_str(), strategy.num_replicas(), static_cast<long long>(a.image),
+              a.precision.c_str(), a.optimizer.c_str(), strategy.num_replicas(), static_cast<long long>(a.image),
               static_cast<long long>(a.batch), a.steps, images_per_sec, total / a.steps,
               *std::min_element(seconds.begin(), seconds.end()), flops_per_image * 1e-9,
               flops_per_image * images_per_sec * 1e-9);

@@ -16,7 +16,7 @@ is the convolution's and the pool's own (padding=3, padding=1: the same function
 ZeroPadding2D + VALID, since the pool's input is a ReLU output >= 0); --explicit-pad uses separate
 ZeroPad2d layers as Keras does.
 
-train: SGD(lr=0.01, momentum=0.9), cross-entropy on the logits (Keras: softmax + sparse
+train: SGD(lr=0.01, momentum=0.9), or with --optimizer adam Adam(lr=1e-3, eps=1e-7), cross-entropy on the logits (Keras: softmax + sparse
 cross-entropy; the same function), synthetic data; one warm-up step, then --steps timed steps.
 infer: model.eval() under torch.no_grad(); one warm-up, then --steps timed forward passes.
 memory: one training-mode forward + loss under torch.autograd.graph.saved_tensors_hooks; the pack
@@ -167,7 +167,10 @@ def run_timed(args):
     flops = forward_flops_per_image(model, args.image) * (3 if args.mode == "train" else 1)
     if args.mode == "train":
         model.train()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        if args.optimizer == "adam":  # Keras's defaults; torch 1.13 picks its per-tensor loop on CPU
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+        else:
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
         def step():
             optimizer.zero_grad(set_to_none=True)
@@ -188,7 +191,8 @@ def run_timed(args):
     total = sum(seconds)
     images_per_sec = args.batch * args.steps / total
     print(json.dumps({
-        "framework": "pytorch", "mode": args.mode, "threads": args.threads, "image": args.image,
+        "framework": "pytorch", "mode": args.mode, "optimizer": args.optimizer, "threads": args.threads,
+        "image": args.image,
         "batch": args.batch, "steps": args.steps, "images_per_sec": round(images_per_sec, 3),
         "mean_step_seconds": round(total / args.steps, 4), "best_step_seconds": round(min(seconds), 4),
         "gflop_per_image": round(flops * 1e-9, 4), "gflops": round(flops * images_per_sec * 1e-9, 2),
@@ -204,6 +208,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--explicit-pad", action="store_true")
+    ap.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# keel beside PyTorch on this machine, in one run, each side in its best configuration (issue 13):
+#   bench/run_all.sh                     every workload on 1 thread and on all of them
+#   bench/run_all.sh --threads 1,2,4,8   thread scaling: every workload on each of these thread counts
+# Workloads: the seed's MLP on Fashion-MNIST (global batch 128, Adam; samples/s over the epochs after
+# the first), keel on `cpu` (1 core x 128) and on `v3-8` (8 cores x 16); ResNet50 (keras.applications
+# v1, 10 classes, synthetic data, Adam on both sides) training at 32x32 batch 32 and 224x224 batch 8
+# and inference at 224x224 batch 8, keel on `cpu` (one replica, its kernels on the thread pool) and on
+# `custom:T` (T replicas, one per thread). PyTorch is Debian's python3-torch with OpenBLAS
+# (installed here if missing), OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset for its commands, on
+# torch.set_num_threads(T). Repeats are interleaved (every configuration once, then again), the best
+# of them counts, and each side's best thread count is what its ratio uses.
+# Writes a Markdown report to stdout and the numbers to $JSON: per run the throughput, the achieved
+# GFLOP/s (analytic FLOPs: 2 x multiply-adds, x3 for a training step) and the fraction of this
+# machine's fp32 FMA peak (bench/fma_peak, best of 3, per core x the threads the run used).
+# Environment: REPEATS (2), EPOCHS (MLP, 3), STEPS_32 (10), STEPS_224 (4), BUILD_DIR (build),
+#   JSON (bench_results.json in the current directory). About 8 minutes on 2 cores.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+JSON="$(realpath -m "${JSON:-bench_results.json}")"
+cd "$ROOT"
+REPEATS="${REPEATS:-2}"
+EPOCHS="${EPOCHS:-3}"
+STEPS_32="${STEPS_32:-10}"
+STEPS_224="${STEPS_224:-4}"
+BUILD="${BUILD_DIR:-build}"
+CORES="$(nproc)"
+THREADS="1,$CORES"
+[[ $CORES -eq 1 ]] && THREADS="1"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --threads) THREADS="${2:?--threads needs a list such as 1,2,4}"; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "run_all: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ $THREADS =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "run_all: --threads takes counts such as 1,2,4" >&2; exit 2; }
+IFS=',' read -r -a THREAD_COUNTS <<<"$THREADS"
+
+./tools/install_deps.sh
+if ! dpkg-query -W -f='${Status}' libopenblas0-pthread 2>/dev/null | grep -q "install ok installed"; then
+  echo "run_all: installing libopenblas0-pthread so PyTorch uses an optimised BLAS" >&2
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo -n"; else SUDO=""; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends libopenblas0-pthread </dev/null >/dev/null
+fi
+if [[ ! -f "$BUILD/build.ninja" ]]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+fi
+cmake --build "$BUILD" -j"$CORES" --target mlp_throughput resnet_bench fma_peak >/dev/null
+
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+torch() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 "$@"; }
+LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
+for _ in 1 2 3; do "$BUILD"/bench/fma_peak >>"$OUT/peak.jsonl"; done
+
+# One line per run: workload side config threads, then the command; its JSON line goes to a file
+# named after the first four fields.
+runs=()
+for t in "${THREAD_COUNTS[@]}"; do
+  runs+=("mlp keel cpu $t|KEEL_NUM_THREADS=$t $BUILD/bench/mlp_throughput --device cpu --batch-per-core 128 --epochs $EPOCHS")
+  runs+=("mlp keel v3-8 $t|KEEL_NUM_THREADS=$t $BUILD/bench/mlp_throughput --device v3-8 --batch-per-core 16 --epochs $EPOCHS")
+  runs+=("mlp pytorch - $t|torch bench/torch_mlp_bench.py --batch 128 --epochs $EPOCHS --threads $t")
+  for w in "train32 train 32 32 $STEPS_32" "train224 train 224 8 $STEPS_224" "infer224 infer 224 8 $STEPS_224"; do
+    read -r name mode image batch steps <<<"$w"
+    common="--image $image --batch $batch --steps $steps"
+    [[ $mode == train ]] && common+=" --optimizer adam"
+    runs+=("$name keel cpu $t|$BUILD/bench/resnet_bench $mode --device cpu --threads $t $common")
+    [[ $t -gt 1 ]] && runs+=("$name keel custom:$t $t|$BUILD/bench/resnet_bench $mode --device custom:$t --threads $t $common")
+    runs+=("$name pytorch - $t|torch bench/torch_resnet_bench.py $mode --threads $t $common")
+  done
+done
+for rep in $(seq "$REPEATS"); do
+  for run in "${runs[@]}"; do
+    key="${run%%|*}"
+    echo "run_all: $key (repeat $rep of $REPEATS)" >&2
+    (eval "${run#*|}") >>"$OUT/${key// /_}.jsonl"
+  done
+done
+LOAD_AFTER="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+/usr/bin/python3 bench/run_all_report.py "$OUT" "$JSON" "$CORES" "$REPEATS" "$EPOCHS" "$LOAD_BEFORE" "$LOAD_AFTER"
+echo "run_all: numbers in $JSON" >&2
