@@ -37,13 +37,8 @@ done
 [[ $THREADS =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "run_all: --threads takes counts such as 1,2,4" >&2; exit 2; }
 IFS=',' read -r -a THREAD_COUNTS <<<"$THREADS"
 
-./tools/install_deps.sh
-if ! dpkg-query -W -f='${Status}' libopenblas0-pthread 2>/dev/null | grep -q "install ok installed"; then
-  echo "run_all: installing libopenblas0-pthread so PyTorch uses an optimised BLAS" >&2
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo -n"; else SUDO=""; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends libopenblas0-pthread </dev/null >/dev/null
-fi
+# shellcheck source=bench/torch_deps.sh
+source bench/torch_deps.sh
 if [[ ! -f "$BUILD/build.ninja" ]]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
 fi
@@ -51,7 +46,6 @@ cmake --build "$BUILD" -j"$CORES" --target mlp_throughput resnet_bench fma_peak 
 
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
-torch() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 "$@"; }
 LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 for _ in 1 2 3; do "$BUILD"/bench/fma_peak >>"$OUT/peak.jsonl"; done
 
@@ -61,14 +55,14 @@ runs=()
 for t in "${THREAD_COUNTS[@]}"; do
   runs+=("mlp keel cpu $t|KEEL_NUM_THREADS=$t $BUILD/bench/mlp_throughput --device cpu --batch-per-core 128 --epochs $EPOCHS")
   runs+=("mlp keel v3-8 $t|KEEL_NUM_THREADS=$t $BUILD/bench/mlp_throughput --device v3-8 --batch-per-core 16 --epochs $EPOCHS")
-  runs+=("mlp pytorch - $t|torch bench/torch_mlp_bench.py --batch 128 --epochs $EPOCHS --threads $t")
+  runs+=("mlp pytorch - $t|torch_at_its_best bench/torch_mlp_bench.py --batch 128 --epochs $EPOCHS --threads $t")
   for w in "train32 train 32 32 $STEPS_32" "train224 train 224 8 $STEPS_224" "infer224 infer 224 8 $STEPS_224"; do
     read -r name mode image batch steps <<<"$w"
     common="--image $image --batch $batch --steps $steps"
     [[ $mode == train ]] && common+=" --optimizer adam"
     runs+=("$name keel cpu $t|$BUILD/bench/resnet_bench $mode --device cpu --threads $t $common")
     [[ $t -gt 1 ]] && runs+=("$name keel custom:$t $t|$BUILD/bench/resnet_bench $mode --device custom:$t --threads $t $common")
-    runs+=("$name pytorch - $t|torch bench/torch_resnet_bench.py $mode --threads $t $common")
+    runs+=("$name pytorch - $t|torch_at_its_best bench/torch_resnet_bench.py $mode --threads $t $common")
   done
 done
 for rep in $(seq "$REPEATS"); do

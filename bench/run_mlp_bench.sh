@@ -13,13 +13,8 @@ cd "$ROOT"
 EPOCHS="${EPOCHS:-1}"
 REPEATS="${REPEATS:-3}"
 
-./tools/install_deps.sh
-if ! dpkg-query -W -f='${Status}' libopenblas0-pthread 2>/dev/null | grep -q "install ok installed"; then
-  echo "run_mlp_bench: installing libopenblas0-pthread so PyTorch uses an optimised BLAS" >&2
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo -n"; else SUDO=""; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends libopenblas0-pthread </dev/null >/dev/null
-fi
+# shellcheck source=bench/torch_deps.sh
+source bench/torch_deps.sh
 if [[ ! -f build/build.ninja ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 fi
@@ -32,8 +27,8 @@ for _ in $(seq "$REPEATS"); do
   keel_cpu+="$(./build/bench/mlp_throughput --device cpu --batch-per-core 128 --epochs "$EPOCHS")"$'\n'
   keel_cpu1+="$(KEEL_NUM_THREADS=1 ./build/bench/mlp_throughput --device cpu --batch-per-core 128 --epochs "$EPOCHS")"$'\n'
   keel_v3+="$(./build/bench/mlp_throughput --device v3-8 --batch-per-core 16 --epochs "$EPOCHS")"$'\n'
-  torch+="$(/usr/bin/python3 bench/torch_mlp_bench.py --batch 128 --epochs "$EPOCHS")"$'\n'
-  torch1+="$(/usr/bin/python3 bench/torch_mlp_bench.py --batch 128 --epochs "$EPOCHS" --threads 1)"$'\n'
+  torch+="$(torch_at_its_best bench/torch_mlp_bench.py --batch 128 --epochs "$EPOCHS")"$'\n'
+  torch1+="$(torch_at_its_best bench/torch_mlp_bench.py --batch 128 --epochs "$EPOCHS" --threads 1)"$'\n'
 done
 kc=$(printf '%s' "$keel_cpu" | best); kc1=$(printf '%s' "$keel_cpu1" | best); kv=$(printf '%s' "$keel_v3" | best); tp=$(printf '%s' "$torch" | best); t1=$(printf '%s' "$torch1" | best)
 threads=$(nproc)

@@ -26,13 +26,8 @@ REPEATS="${REPEATS:-2}"
 BUILD="${BUILD_DIR:-build}"  # a Release build directory
 CORES="$(nproc)"
 
-./tools/install_deps.sh
-if ! dpkg-query -W -f='${Status}' libopenblas0-pthread 2>/dev/null | grep -q "install ok installed"; then
-  echo "run_resnet_bench: installing libopenblas0-pthread so PyTorch uses an optimised BLAS" >&2
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo -n"; else SUDO=""; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends libopenblas0-pthread </dev/null >/dev/null
-fi
+# shellcheck source=bench/torch_deps.sh
+source bench/torch_deps.sh
 if [[ ! -f "$BUILD/build.ninja" ]]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
 fi
@@ -44,8 +39,8 @@ LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 "$BUILD"/bench/fma_peak >"$OUT/peak.json"
 "$BUILD"/bench/resnet_bench memory --image 224 --batch 8 >"$OUT/keel_memory.json"
-/usr/bin/python3 bench/torch_resnet_bench.py memory --image 224 --batch 8 --threads "$CORES" >"$OUT/torch_memory.json"
-/usr/bin/python3 bench/torch_resnet_bench.py memory --image 224 --batch 8 --threads "$CORES" --explicit-pad \
+torch_at_its_best bench/torch_resnet_bench.py memory --image 224 --batch 8 --threads "$CORES" >"$OUT/torch_memory.json"
+torch_at_its_best bench/torch_resnet_bench.py memory --image 224 --batch 8 --threads "$CORES" --explicit-pad \
   >"$OUT/torch_memory_pad.json"
 
 # workload name, mode, image, batch, steps. Best of REPEATS runs for each, interleaved, so a passing
@@ -61,9 +56,9 @@ for rep in $(seq "$REPEATS"); do
       >>"$OUT/keel_cpu_$name.jsonl"
     "$BUILD"/bench/resnet_bench "$mode" --device "custom:$CORES" --image "$image" --batch "$batch" --steps "$steps" \
       >>"$OUT/keel_all_$name.jsonl"
-    /usr/bin/python3 bench/torch_resnet_bench.py "$mode" --threads 1 --image "$image" --batch "$batch" \
+    torch_at_its_best bench/torch_resnet_bench.py "$mode" --threads 1 --image "$image" --batch "$batch" \
       --steps "$steps" >>"$OUT/torch_1_$name.jsonl"
-    /usr/bin/python3 bench/torch_resnet_bench.py "$mode" --threads "$CORES" --image "$image" --batch "$batch" \
+    torch_at_its_best bench/torch_resnet_bench.py "$mode" --threads "$CORES" --image "$image" --batch "$batch" \
       --steps "$steps" >>"$OUT/torch_all_$name.jsonl"
   done
 done
