@@ -9,6 +9,7 @@
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/run_directory.h"
 #include "framework/core/dtype.h"
+#include "framework/core/fiber_locals.h"
 #include "framework/core/host_threads.h"
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
