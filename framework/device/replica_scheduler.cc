@@ -22,6 +22,7 @@
 #endif
 #endif
 #ifdef KEEL_FIBERS_UNDER_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -47,6 +48,15 @@ class FiberStack {
   FiberStack& operator=(const FiberStack&) = delete;
 
   const void* bottom() const { return static_cast<char*>(base_) + page_; }
+  // AddressSanitizer: clean shadow for the stack before a fiber starts on it. Instrumented frames
+  // poison only their redzones on entry, trusting the stack below them to be clean, as a thread's
+  // is; this memory may hold the poison of a previous fiber's frames that never returned (the
+  // entry frames), or of an earlier mapping at the same address (munmap leaves shadow as it was).
+  void clean_for_a_new_fiber() const {
+#ifdef KEEL_FIBERS_UNDER_ASAN
+    __asan_unpoison_memory_region(bottom(), kStackBytes);
+#endif
+  }
   size_t size() const { return kStackBytes; }
   ctx::stack_context context() const {
     ctx::stack_context s;
@@ -125,6 +135,7 @@ void ReplicaScheduler::run_slot(int slot, const std::function<void(int)>& body) 
     f.done = false;
     f.error = nullptr;
     f.waits_for = kRunnable;
+    f.stack.clean_for_a_new_fiber();
     f.context = ctx::fiber(std::allocator_arg, ReuseStack{&f.stack}, [&f, &body, l](ctx::fiber&& from) {
       f.slot = std::move(from);
       after_switch(nullptr, &f.slot_bottom, &f.slot_size);
