@@ -5,8 +5,6 @@
 
 #include <chrono>
 #include <new>
-#include <string>
-#include <thread>
 
 #include <boost/context/fiber.hpp>
 
@@ -41,7 +39,10 @@ class FiberStack {
   FiberStack() : page_(static_cast<size_t>(::sysconf(_SC_PAGESIZE))) {
     base_ = ::mmap(nullptr, kStackBytes + page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base_ == MAP_FAILED) throw std::bad_alloc();
-    ::mprotect(base_, page_, PROT_NONE);
+    if (::mprotect(base_, page_, PROT_NONE) != 0) {
+      ::munmap(base_, kStackBytes + page_);
+      throw std::bad_alloc();
+    }
   }
   ~FiberStack() { ::munmap(base_, kStackBytes + page_); }
   FiberStack(const FiberStack&) = delete;
@@ -129,7 +130,7 @@ void ReplicaScheduler::enter(Fiber& f) {
 }
 
 void ReplicaScheduler::run_slot(int slot, const std::function<void(int)>& body) {
-  std::vector<Fiber*> mine;
+  size_t running = 0;
   for (int l = slot; l < replicas_; l += slots_) {
     Fiber& f = *fibers_[static_cast<size_t>(l)];
     f.done = false;
@@ -148,13 +149,13 @@ void ReplicaScheduler::run_slot(int slot, const std::function<void(int)>& body) 
       before_switch(nullptr, f.slot_bottom, f.slot_size);  // this fiber's fake stack goes with it
       return std::move(f.slot);
     });
-    mine.push_back(&f);
+    ++running;
   }
-  size_t running = mine.size();
   while (running > 0) {
     bool entered = false;
     uint64_t parked_on = kRunnable;
-    for (Fiber* f : mine) {
+    for (int l = slot; l < replicas_; l += slots_) {
+      Fiber* f = fibers_[static_cast<size_t>(l)].get();
       if (f->done) continue;
       if (f->waits_for != kRunnable && f->waits_for == generation_.load(std::memory_order_acquire) &&
           !aborted_.load(std::memory_order_acquire)) {
@@ -168,8 +169,8 @@ void ReplicaScheduler::run_slot(int slot, const std::function<void(int)>& body) 
     }
     if (!entered && running > 0) wait_for_generation_after(parked_on);
   }
-  for (Fiber* f : mine) {
-    if (f->error) std::rethrow_exception(f->error);
+  for (int l = slot; l < replicas_; l += slots_) {
+    if (fibers_[static_cast<size_t>(l)]->error) std::rethrow_exception(fibers_[static_cast<size_t>(l)]->error);
   }
 }
 
@@ -197,8 +198,9 @@ void ReplicaScheduler::barrier(int replica) {
 
 // Every replica of this slot is parked at the barrier `generation`: spin a little (the others are
 // usually microseconds away), then sleep until the barrier completes or the run is aborted. Longer
-// spins measured slower on 2 cores (bench/run_mlp_bench.sh, v3-8: 50 us 8% slower than 10), where a
-// spinning thread takes the core from the input pipeline's.
+// spins measured slower on 2 cores (bench/mlp_throughput --device v3-8 --batch-per-core 16, 3 rounds
+// with the spin made a parameter for the purpose: 50 us about 8% slower than 10), where a spinning
+// thread takes the core from the input pipeline's.
 void ReplicaScheduler::wait_for_generation_after(uint64_t generation) {
   auto passed = [&] {
     return generation_.load(std::memory_order_acquire) != generation || aborted_.load(std::memory_order_acquire);
