@@ -16,6 +16,7 @@ LR="${LR:-0.001}"
 DEVICE="${DEVICE:-v3-8}"
 BATCH_PER_CORE="${BATCH_PER_CORE:-32}"
 SEED="${SEED:-1}"
+INPUT_SHAPE="${INPUT_SHAPE:-32x32x1}"
 RUN="${RUN_DIR:-checkpoints/resnet18-augment}"
 BUILD="${BUILD_DIR:-build}"
 STOP=()
@@ -28,7 +29,7 @@ cmake --build "$BUILD" -j"${BUILD_JOBS:-$(nproc)}" --target keel_cli >/dev/null
 KEEL="$BUILD/keel"
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-TRAIN=("$KEEL" train --model resnet18 --input-shape 32x32x1 --dataset fashion_mnist --device "$DEVICE"
+TRAIN=("$KEEL" train --model resnet18 --input-shape "$INPUT_SHAPE" --dataset fashion_mnist --device "$DEVICE"
        --batch-per-core "$BATCH_PER_CORE" --epochs "$EPOCHS" --lr "$LR" --lr-schedule cosine --augment "$AUGMENT"
        --seed "$SEED" --checkpoint-dir "$RUN" --overwrite "${STOP[@]}")
 echo "${TRAIN[*]}"

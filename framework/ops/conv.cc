@@ -1,16 +1,24 @@
-// conv2d (im2col + Eigen GEMMs, chunk by chunk of output pixels) and zero_pad2d, NHWC. Inside a
-// chunk, blocks of output pixels (multiples of ops/gemm.h's row block) are im2col'ed and multiplied on
-// the replica's share of the threads; col2im runs one image and 16 channels per task. Bounds follow
-// the shape alone: the same bits with any number of threads, and as one GEMM per chunk.
+// conv2d and zero_pad2d, NHWC. float32 convolutions run on oneDNN (conv_onednn.cc) unless
+// set_conv_backend(im2col) says otherwise; bfloat16 ones, and the im2col backend, here: im2col + Eigen
+// GEMMs, chunk by chunk of output pixels. Inside a chunk, blocks of output pixels (multiples of
+// ops/gemm.h's row block) are im2col'ed and multiplied on the replica's share of the threads; col2im
+// runs one image and 16 channels per task. Bounds follow the shape alone: the same bits with any
+// number of threads, and as one GEMM per chunk.
 #include "framework/ops/conv.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "framework/autodiff/tape.h"
 #include "framework/core/thread_pool.h"
 #include "framework/device/context.h"
+#include "framework/ops/conv_geometry.h"
+#include "framework/ops/conv_onednn.h"
 #include "framework/ops/gemm.h"
 #include "framework/ops/op_util.h"
 
@@ -49,24 +57,7 @@ WindowAxis window_axis(const std::string& op, int64_t input, int64_t kernel, int
 
 namespace {
 
-// Largest im2col chunk, in floats (4 MB). Small enough that a chunk written by im2col is still in
-// cache when the GEMM reads it, and that the workspace stays small next to the activations; large
-// enough (thousands of rows for typical patches) that each GEMM runs at full speed. Measured on 3x3
-// convs of 32-64 channels: 2^18 and 2^20 run at the same speed, 2^23 is 25-30% slower.
-constexpr int64_t kChunkFloats = int64_t{1} << 20;
-
-struct ConvGeometry {
-  int64_t batch = 0, in_channels = 0, out_channels = 0;
-  WindowAxis h, w;
-
-  int64_t rows() const { return batch * h.output * w.output; }           // output pixels
-  int64_t patch() const { return h.kernel * w.kernel * in_channels; }  // im2col columns
-  // A 1x1 stride-1 convolution is a GEMM on x viewed as (N*H*W, Cin): no padding, no im2col.
-  bool pointwise() const { return h.kernel == 1 && w.kernel == 1 && h.stride == 1 && w.stride == 1; }
-  int64_t chunk_rows() const {
-    return std::clamp<int64_t>(kChunkFloats / std::max<int64_t>(patch(), 1), 1, std::max<int64_t>(rows(), 1));
-  }
-};
+using detail::ConvGeometry;
 
 ConvGeometry conv_geometry(const Shape& x, const Shape& kernel, std::array<int, 2> strides, Padding padding,
                            std::array<int, 2> dilation) {
@@ -327,12 +318,21 @@ bool backward_needs_cols(const ConvGeometry& g, bool bf16, bool dx, bool dk) {
 // The gradients of conv2d given dy: dx (N, H, W, Cin) and dkernel, where `real_*` (planning charges
 // the same buffers and skips the arithmetic). x is the kept input, float32 or bfloat16; kernel the
 // float32 values forward computed with.
-void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel, const Tensor& dy, Tensor* dx, Tensor* dk) {
+void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel, const Tensor& dy, Tensor* dx, Tensor* dk,
+                   bool onednn) {
   const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
   if (rows == 0 || cout == 0 || patch == 0) {  // nothing flows: zero gradients
     if (dx != nullptr) dx->fill(0.0f);
     if (dk != nullptr) dk->fill(0.0f);
     return;
+  }
+  if (onednn) {  // dkernel, and dx where oneDNN computes it; else dx below
+    const bool onednn_dx = dx != nullptr && detail::onednn_runs_dx(g);
+    detail::onednn_conv_backward(g, x.data(), kernel.data(), dy.data(), onednn_dx ? dx->data() : nullptr,
+                                 dk != nullptr ? dk->data() : nullptr, onednn_dx, dk != nullptr, /*real=*/true);
+    if (onednn_dx) dx = nullptr;
+    dk = nullptr;
+    if (dx == nullptr) return;
   }
   const bool bf16 = x.dtype() == DType::bfloat16;
   if (g.pointwise() && dx != nullptr) {  // dx = dy · kernelᵀ
@@ -360,6 +360,22 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
 
 }  // namespace
 
+namespace {
+std::atomic<ConvBackend>& backend_setting() {
+  static std::atomic<ConvBackend> backend{[] {
+    const char* env = std::getenv("KEEL_CONV_BACKEND");
+    if (env == nullptr || *env == '\0' || std::strcmp(env, "onednn") == 0) return ConvBackend::onednn;
+    if (std::strcmp(env, "im2col") == 0) return ConvBackend::im2col;
+    throw std::invalid_argument("KEEL_CONV_BACKEND must be onednn or im2col, got '" + std::string(env).substr(0, 40) +
+                                "': unset it or give one of those");
+  }()};
+  return backend;
+}
+}  // namespace
+
+void set_conv_backend(ConvBackend backend) { backend_setting().store(backend); }
+ConvBackend conv_backend() { return backend_setting().load(std::memory_order_relaxed); }
+
 Shape conv2d_output_shape(const Shape& x, const Shape& kernel, std::array<int, 2> strides, Padding padding,
                           std::array<int, 2> dilation) {
   const ConvGeometry g = conv_geometry(x, kernel, strides, padding, dilation);
@@ -380,7 +396,10 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   detail::count_forward_flops(2 * rows * patch * cout);
   const bool empty = rows == 0 || cout == 0 || patch == 0;
   Tensor y;
-  if (x_kept.dtype() == DType::bfloat16 && dt == DType::bfloat16) {
+  // float32 operands go to oneDNN unless the im2col kernels were asked for; bfloat16 ones to im2col.
+  const bool onednn = conv_backend() == ConvBackend::onednn && !(x_kept.dtype() == DType::bfloat16 && dt == DType::bfloat16) &&
+                      detail::onednn_runs(g);
+  if (!onednn && x_kept.dtype() == DType::bfloat16 && dt == DType::bfloat16) {
     y = Tensor::empty(y_shape, dt);
     const bool real = detail::compute(y, {&x_kept, &ko.value});
     if (real && empty) y.fill(0.0f);
@@ -390,14 +409,18 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
     Tensor out = detail::output_buffer(y_shape, dt);
     const bool real = detail::compute(out, {&xv, &ko.value});
     if (real && empty) out.fill(0.0f);
-    if (!empty) forward_float32(g, real ? xv.data() : nullptr, ko.value.data(), real ? out.data() : nullptr);
+    if (!empty && onednn) {
+      detail::onednn_conv_forward(g, real ? xv.data() : nullptr, ko.value.data(), real ? out.data() : nullptr);
+    } else if (!empty) {
+      forward_float32(g, real ? xv.data() : nullptr, ko.value.data(), real ? out.data() : nullptr);
+    }
     y = detail::finish(out, dt);
   }
   ko.value = Tensor();
   if (GradientTape::is_recording({&x, &kernel})) {
     const bool x_is_variable = x.is_trainable_variable(), kernel_is_variable = kernel.is_trainable_variable();
-    GradientTape::record({x, kernel}, {y}, [x_kept, kernel_kept = ko.kept, g, dt, x_is_variable,
-                                            kernel_is_variable](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
+    GradientTape::record({x, kernel}, {y}, [x_kept, kernel_kept = ko.kept, g, dt, x_is_variable, kernel_is_variable,
+                                            onednn](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
       std::vector<Tensor> grads(2);
       if (needs[0]) grads[0] = detail::grad_buffer(x_kept.shape(), x_is_variable);            // dx (N, H, W, Cin)
       if (needs[1]) grads[1] = detail::grad_buffer(kernel_kept.shape(), kernel_is_variable);  // dkernel
@@ -408,7 +431,11 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
       const bool real_dx = needs[0] && detail::compute(grads[0], {&dy[0], &x, &kernel});
       const bool real_dk = needs[1] && detail::compute(grads[1], {&dy[0], &x, &kernel});
       if (real_dx || real_dk) {
-        conv_backward(g, x, kernel, dy[0], real_dx ? &grads[0] : nullptr, real_dk ? &grads[1] : nullptr);
+        conv_backward(g, x, kernel, dy[0], real_dx ? &grads[0] : nullptr, real_dk ? &grads[1] : nullptr, onednn);
+      } else if (onednn) {  // planning charges what a real backward does, in its order
+        const bool onednn_dx = needs[0] && detail::onednn_runs_dx(g);
+        detail::onednn_conv_backward(g, nullptr, nullptr, nullptr, nullptr, nullptr, onednn_dx, needs[1], /*real=*/false);
+        if (needs[0] && !onednn_dx && backward_needs_cols(g, false, true, false)) const Tensor cols = cols_workspace(g);
       } else if (backward_needs_cols(g, x.dtype() == DType::bfloat16, needs[0], needs[1])) {
         const Tensor cols = cols_workspace(g);  // planning charges what a real backward does
       }

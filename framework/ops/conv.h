@@ -59,6 +59,14 @@ Shape conv2d_output_shape(const Shape& x, const Shape& kernel, std::array<int, 2
 Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides, Padding padding,
               std::array<int, 2> dilation = {1, 1});
 
+// The kernels of float32 convolutions: oneDNN's (the default; framework/ops/conv_onednn.h), or keel's
+// own im2col + Eigen GEMMs, which bfloat16 inputs always use. Process-wide; the environment variable
+// KEEL_CONV_BACKEND=onednn|im2col sets it at start-up. Both are exact to float32 rounding, not to
+// each other's bits: choose one for a run (a checkpoint resumes exactly under the same one).
+enum class ConvBackend { onednn, im2col };
+void set_conv_backend(ConvBackend backend);
+ConvBackend conv_backend();
+
 // Shape rule of zero_pad2d: (N, H, W, C) -> (N, H + top + bottom, W + left + right, C) (-1 stays -1).
 Shape zero_pad2d_output_shape(const Shape& x, std::array<int, 4> pads);
 

@@ -65,6 +65,10 @@ TEST_F(ThreadsCli, BadThreadCountsExit2NamingTheSetting) {
   r = run_command("KEEL_NUM_THREADS=2 " KEEL_BINARY " evaluate --threads 99999 " + dir_ + "/a");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--threads '99999'"));
+  r = run_command("KEEL_CONV_BACKEND=fast " KEEL_BINARY " train --model mlp --device cpu --checkpoint-dir " + dir_ + "/c");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("KEEL_CONV_BACKEND must be onednn or im2col, got 'fast'"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/c/latest"));
 }
 
 }  // namespace

@@ -35,6 +35,18 @@ using testing::expect_gradients_match;
 using testing::host;
 using testing::random_host;
 
+// Runs conv2d's float32 convolutions on one backend for the scope's lifetime.
+class BackendScope {
+ public:
+  explicit BackendScope(ops::ConvBackend backend) : saved_(ops::conv_backend()) { ops::set_conv_backend(backend); }
+  ~BackendScope() { ops::set_conv_backend(saved_); }
+
+ private:
+  ops::ConvBackend saved_;
+};
+constexpr ops::ConvBackend kBackends[] = {ops::ConvBackend::onednn, ops::ConvBackend::im2col};
+const char* backend_name(ops::ConvBackend b) { return b == ops::ConvBackend::onednn ? "onednn" : "im2col"; }
+
 // conv2d is bilinear: central differences are exact up to float rounding.
 const testing::GradCheckOptions kConvTol = testing::tolerances("conv2d", 1e-2, 1e-4, 1e-3);
 
@@ -185,18 +197,26 @@ void expect_near_reference(const Tensor& got, const std::vector<double>& want, d
                     << g[static_cast<size_t>(worst)] << ", want " << want[static_cast<size_t>(worst)];
 }
 
-void check_against_direct(const ConvConfig& c, uint64_t seed, const std::string& what) {
+void check_against_direct_on(const ConvConfig& c, uint64_t seed, const std::string& what, double tol) {
   Tensor x = random_host(c.x, -1, 1, seed), k = random_host(c.kernel, -1, 1, seed + 1);
   const Shape out = ops::conv2d_output_shape(c.x, c.kernel, c.strides, c.padding, c.dilation);
   Tensor dy = random_host(out, -1, 1, seed + 2);
   const Reference r = direct_conv(x.to_vector(), k.to_vector(), dy.to_vector(), c);
   Tensor y = ops::conv2d(x, k, c.strides, c.padding, c.dilation);
   ASSERT_EQ(y.shape(), out) << what;
-  expect_near_reference(y, r.y, 1e-5, what + " y");
+  expect_near_reference(y, r.y, tol, what + " y");
   std::vector<Tensor> g = conv_grads(x, k, dy, c.strides, c.padding, c.dilation);
-  expect_near_reference(g[0], r.dx, 1e-5, what + " dx");
+  expect_near_reference(g[0], r.dx, tol, what + " dx");
   // dkernel sums over every output pixel (thousands of terms): float accumulation error grows.
-  expect_near_reference(g[1], r.dk, 1e-4, what + " dkernel");
+  expect_near_reference(g[1], r.dk, 10 * tol, what + " dkernel");
+}
+
+// ... on each backend. `tol` for y and dx, relative to 1 + |value|; dkernel gets 10x.
+void check_against_direct(const ConvConfig& c, uint64_t seed, const std::string& what, double tol = 1e-5) {
+  for (ops::ConvBackend b : kBackends) {
+    const BackendScope backend(b);
+    check_against_direct_on(c, seed, what + " (" + backend_name(b) + ")", tol);
+  }
 }
 
 TEST(Conv2dTest, MatchesDirectLoopsOnSmallConfigs) {
@@ -213,6 +233,22 @@ TEST(Conv2dTest, MatchesDirectLoopsOnSmallConfigs) {
   for (size_t i = 0; i < configs.size(); ++i) check_against_direct(configs[i], 100 + 10 * i, "config " + std::to_string(i));
 }
 
+// Convolutions large enough for oneDNN (ops/conv_onednn.h: 256 output pixels or more): strided,
+// dilated, pointwise, a 3-channel stem (dx on im2col, dkernel on oneDNN), and one whose batch is cut
+// into two tasks (the kernel gradient summed from two partials).
+TEST(Conv2dTest, MatchesDirectLoopsWhereOneDnnRuns) {
+  const std::vector<ConvConfig> configs = {
+      {{2, 16, 16, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}},
+      {{2, 33, 31, 16}, {3, 3, 16, 24}, {2, 2}, Padding::same, {1, 1}},
+      {{1, 24, 24, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {2, 2}},
+      {{2, 20, 20, 32}, {1, 1, 32, 16}, {1, 1}, Padding::valid, {1, 1}},
+      {{2, 40, 40, 3}, {7, 7, 3, 16}, {2, 2}, Padding::valid, {1, 1}},
+  };
+  for (size_t i = 0; i < configs.size(); ++i) check_against_direct(configs[i], 300 + 10 * i, "onednn config " + std::to_string(i));
+  // Sums of 1,152 terms of either sign: float32 rounding reaches a few 1e-5 of values near 0.1.
+  check_against_direct({{4, 16, 16, 128}, {3, 3, 128, 128}, {1, 1}, Padding::same, {1, 1}}, 400, "onednn two tasks", 1e-4);
+}
+
 TEST(Conv2dTest, MatchesDirectLoopsAcrossIm2colChunks) {
   // 8 * 40 * 40 output pixels x 144-wide patches = 1.8M floats: several chunks, the last one partial.
   check_against_direct({{8, 40, 40, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}}, 200, "chunked");
@@ -222,7 +258,11 @@ TEST(Conv2dTest, MatchesDirectLoopsAcrossIm2colChunks) {
 
 void check_conv_gradients(const ConvConfig& c, uint64_t seed) {
   auto f = [c](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], c.strides, c.padding, c.dilation); };
-  expect_gradients_match(f, {random_host(c.x, -1, 1, seed), random_host(c.kernel, -1, 1, seed + 1)}, kConvTol);
+  for (ops::ConvBackend b : kBackends) {
+    SCOPED_TRACE(backend_name(b));
+    const BackendScope backend(b);
+    expect_gradients_match(f, {random_host(c.x, -1, 1, seed), random_host(c.kernel, -1, 1, seed + 1)}, kConvTol);
+  }
 }
 
 TEST(Conv2dTest, GradientValidStride1) { check_conv_gradients({{2, 5, 5, 3}, {3, 3, 3, 2}, {1, 1}, Padding::valid, {1, 1}}, 1); }
@@ -260,6 +300,7 @@ TEST(Conv2dTest, GradientThroughBiasAndAChain) {
 }
 
 TEST(Conv2dTest, KernelGradientOfATrainableVariableIsChargedAsGradients) {
+  const BackendScope backend(ops::ConvBackend::im2col);  // whose im2col buffers are always there
   Ledger ledger(DeviceSpec::custom(1, 0));
   DeviceContext ctx;
   ctx.ledger = &ledger;
@@ -291,9 +332,13 @@ TEST(Conv2dTest, AbstractRunChargesLikeRealRun) {
       {{8, 40, 40, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}},  // several chunks
   };
   for (const ConvConfig& c : configs) {
-    expect_abstract_matches_real(
+    for (ops::ConvBackend b : kBackends) {
+      SCOPED_TRACE(backend_name(b));
+      const BackendScope backend(b);
+      expect_abstract_matches_real(
         [c](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], c.strides, c.padding, c.dilation); },
-        {random_host(c.x, -1, 1, 30), random_host(c.kernel, -1, 1, 31)});
+          {random_host(c.x, -1, 1, 30), random_host(c.kernel, -1, 1, 31)});
+    }
   }
 }
 
@@ -446,7 +491,8 @@ TEST(ConvShapeRuleTest, ALayerRefusesAnInputTheOpRefuses) {
 
 // --- threads ---
 
-// conv2d forward and both gradients on 1 to 4 threads, in float32 and under bfloat16, for a 3x3
+// conv2d forward and both gradients on 1 to 4 threads, in float32 on both backends and under
+// bfloat16, for a 3x3
 // convolution spread over several im2col chunks and images, a strided one and a pointwise one: the
 // same bits (ops/gemm.h and the pixel blocks follow the shape alone).
 TEST(Conv2dTest, TheSameBitsOnOneToFourThreads) {
@@ -457,20 +503,25 @@ TEST(Conv2dTest, TheSameBitsOnOneToFourThreads) {
   const Case cases[] = {{{2, 32, 32, 128}, {3, 3, 128, 48}, {1, 1}},
                         {{3, 17, 17, 24}, {3, 3, 24, 40}, {2, 2}},
                         {{2, 32, 32, 64}, {1, 1, 64, 256}, {1, 1}},
-                        {{2, 6, 6, 256}, {3, 3, 256, 384}, {1, 1}}};  // few pixels: im2col, then tiled columns
+                        {{2, 6, 6, 256}, {3, 3, 256, 384}, {1, 1}},  // few pixels: im2col, then tiled columns
+                        {{4, 16, 16, 128}, {3, 3, 128, 128}, {1, 1}}};  // oneDNN: two tasks, two partial kernels
   uint64_t seed = 100;
   for (const Case& c : cases) {
     const Tensor x = random_host(c.x, -1, 1, seed++), k = random_host(c.kernel, -1, 1, seed++);
     const Shape y_shape = ops::conv2d_output_shape(c.x, c.kernel, c.strides, Padding::same, {1, 1});
     const Tensor dy = random_host(y_shape, -1, 1, seed++);
     for (DType dt : {DType::float32, DType::bfloat16}) {
-      SCOPED_TRACE(shape_string(c.x) + " " + dtype_name(dt));
-      const ops::ComputeDTypeScope compute(dt);
-      testing::expect_same_bits_on_threads([&] {
-        std::vector<Tensor> got = conv_grads(x, k, dy, c.strides, Padding::same, {1, 1});
-        got.push_back(ops::conv2d(x, k, c.strides, Padding::same, {1, 1}));
-        return got;
-      });
+      for (ops::ConvBackend b : kBackends) {
+        if (dt == DType::bfloat16 && b == ops::ConvBackend::onednn) continue;  // bfloat16 is im2col's alone
+        SCOPED_TRACE(shape_string(c.x) + " " + dtype_name(dt) + " " + backend_name(b));
+        const BackendScope backend(b);
+        const ops::ComputeDTypeScope compute(dt);
+        testing::expect_same_bits_on_threads([&] {
+          std::vector<Tensor> got = conv_grads(x, k, dy, c.strides, Padding::same, {1, 1});
+          got.push_back(ops::conv2d(x, k, c.strides, Padding::same, {1, 1}));
+          return got;
+        });
+      }
     }
   }
 }

@@ -6,6 +6,7 @@
 #include "datasets/preprocessing.h"
 #include "framework/core/host_threads.h"
 #include "framework/core/limits.h"
+#include "framework/ops/conv.h"
 #include "framework/train/losses.h"
 #include "framework/train/optimizers.h"
 #include "models/zoo.h"
@@ -302,7 +303,8 @@ void add_host_options(po::options_description& d) {
 
 void apply_host_options(const po::variables_map& vm) {
   if (vm.count("threads")) set_host_threads(parse_thread_count(vm["threads"].as<std::string>(), "--threads"));
-  (void)host_threads();  // a bad KEEL_NUM_THREADS: a usage error now
+  (void)host_threads();        // a bad KEEL_NUM_THREADS: a usage error now
+  (void)ops::conv_backend();   // the same for a bad KEEL_CONV_BACKEND
 }
 
 void add_training_options(po::options_description& d) {

@@ -1,0 +1,305 @@
+// oneDNN's convolutions for conv2d's float32 path: primitives cached per shape, tasks of whole images.
+#include "framework/ops/conv_onednn.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "framework/core/tensor.h"
+#include "framework/core/thread_pool.h"
+#include "framework/device/context.h"
+
+namespace keel::ops::detail {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using DataType = memory::data_type;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// This thread's stream, and oneDNN's OpenMP threads held at 1 here: parallelism is keel's tasks.
+dnnl::stream& thread_stream() {
+  thread_local bool single = (omp_set_num_threads(1), true);
+  thread_local dnnl::stream stream(cpu_engine());
+  (void)single;
+  return stream;
+}
+
+enum class Pass { forward, backward_data, backward_weights };
+
+// One cached primitive: what it computes on `images` images of a geometry, and the kernel layout it
+// reads (forward, backward_data) or writes (backward_weights), with the reorder from or to HWIO.
+struct ConvPrimitive {
+  dnnl::primitive conv;
+  memory::desc kernel_layout;
+  bool reorder_needed = false;
+  dnnl::primitive reorder;  // HWIO -> kernel_layout, or kernel_layout -> HWIO for backward_weights
+  memory::desc scratch;          // oneDNN's scratchpad for one execution
+  memory::desc reorder_scratch;
+};
+
+using Key = std::array<int64_t, 16>;
+
+Key key_of(const ConvGeometry& g, int64_t images, Pass pass) {
+  return {images, g.h.input, g.w.input, g.in_channels, g.out_channels, g.h.kernel, g.w.kernel, g.h.stride,
+          g.w.stride, g.h.dilation, g.w.dilation, g.h.pad_before, g.h.pad_after, g.w.pad_before, g.w.pad_after,
+          static_cast<int64_t>(pass)};
+}
+
+memory::desc images_desc(int64_t n, int64_t h, int64_t w, int64_t c) { return memory::desc({n, c, h, w}, DataType::f32, Tag::nhwc); }
+memory::desc kernel_desc(const ConvGeometry& g, Tag tag) {
+  return memory::desc({g.out_channels, g.in_channels, g.h.kernel, g.w.kernel}, DataType::f32, tag);
+}
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// The forward primitive descriptor of `images` images (backward passes are built against it).
+dnnl::convolution_forward::primitive_desc forward_desc(const ConvGeometry& g, int64_t images) {
+  const memory::dims strides{g.h.stride, g.w.stride}, dilates{g.h.dilation - 1, g.w.dilation - 1};
+  const memory::dims pad_l{g.h.pad_before, g.w.pad_before}, pad_r{g.h.pad_after, g.w.pad_after};
+  const dnnl::convolution_forward::desc d(
+      dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, images_desc(images, g.h.input, g.w.input, g.in_channels),
+      kernel_desc(g, Tag::any), images_desc(images, g.h.output, g.w.output, g.out_channels), strides, dilates, pad_l, pad_r);
+  return dnnl::convolution_forward::primitive_desc(d, user_scratchpad(), cpu_engine());
+}
+
+void set_reorder(ConvPrimitive& p, const memory::desc& from, const memory::desc& to) {
+  p.reorder_needed = !(from == to);
+  if (!p.reorder_needed) return;
+  const dnnl::reorder::primitive_desc pd(cpu_engine(), from, cpu_engine(), to, user_scratchpad());
+  p.reorder = dnnl::reorder(pd);
+  p.reorder_scratch = pd.scratchpad_desc();
+}
+
+std::unique_ptr<ConvPrimitive> build(const ConvGeometry& g, int64_t images, Pass pass) {
+  auto p = std::make_unique<ConvPrimitive>();
+  const dnnl::convolution_forward::primitive_desc fwd = forward_desc(g, images);
+  const memory::desc hwio = kernel_desc(g, Tag::hwio);
+  const memory::dims strides{g.h.stride, g.w.stride}, dilates{g.h.dilation - 1, g.w.dilation - 1};
+  const memory::dims pad_l{g.h.pad_before, g.w.pad_before}, pad_r{g.h.pad_after, g.w.pad_after};
+  const memory::desc src = images_desc(images, g.h.input, g.w.input, g.in_channels);
+  const memory::desc dst = images_desc(images, g.h.output, g.w.output, g.out_channels);
+  if (pass == Pass::forward) {
+    p->conv = dnnl::convolution_forward(fwd);
+    p->kernel_layout = fwd.weights_desc();
+    p->scratch = fwd.scratchpad_desc();
+    set_reorder(*p, hwio, p->kernel_layout);
+  } else if (pass == Pass::backward_data) {
+    const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src, kernel_desc(g, Tag::any), dst,
+                                                  strides, dilates, pad_l, pad_r);
+    const dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad(), cpu_engine(), fwd);
+    p->conv = dnnl::convolution_backward_data(pd);
+    p->kernel_layout = pd.weights_desc();
+    p->scratch = pd.scratchpad_desc();
+    set_reorder(*p, hwio, p->kernel_layout);
+  } else {
+    const dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src, kernel_desc(g, Tag::any),
+                                                     dst, strides, dilates, pad_l, pad_r);
+    const dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad(), cpu_engine(), fwd);
+    p->conv = dnnl::convolution_backward_weights(pd);
+    p->kernel_layout = pd.diff_weights_desc();
+    p->scratch = pd.scratchpad_desc();
+    set_reorder(*p, p->kernel_layout, hwio);
+  }
+  return p;
+}
+
+// The primitive for (geometry, images, pass), built once per process (JIT-compiled by oneDNN) and
+// shared by every replica and thread: executing one is thread-safe with a scratchpad per call.
+const ConvPrimitive& primitive(const ConvGeometry& g, int64_t images, Pass pass) {
+  static std::mutex mutex;
+  static std::map<Key, std::unique_ptr<ConvPrimitive>> cache;
+  const Key key = key_of(g, images, pass);
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<ConvPrimitive>& slot = cache[key];
+  if (!slot) slot = build(g, images, pass);
+  return *slot;
+}
+
+// A workspace buffer of at least `bytes`, on the current core (float32 elements; none for 0 bytes).
+Tensor workspace_bytes(size_t bytes) {
+  if (bytes == 0) return Tensor();
+  CategoryScope workspace(Category::workspace);
+  return Tensor::empty({static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float))});
+}
+
+float* address(Tensor& t) { return t.defined() ? t.data() : nullptr; }
+
+// Tasks over the batch: a divisor of it (equal tasks, one primitive), as many as the work is worth
+// (at least 8 x kMinFlopsPerThread each: each task is a call with its own overheads, and fewer
+// images per call run slower), at most kMaxTasks. The shape alone decides.
+constexpr int64_t kMaxTasks = 16;
+int64_t image_tasks(const ConvGeometry& g) {
+  const double flops = 2.0 * static_cast<double>(g.rows()) * static_cast<double>(g.patch()) * static_cast<double>(g.out_channels);
+  const int64_t want = std::clamp<int64_t>(static_cast<int64_t>(flops / (8 * kMinFlopsPerThread)), 1, kMaxTasks);
+  int64_t tasks = 1;
+  for (int64_t t = 1; t <= std::min(want, g.batch); ++t) {
+    if (g.batch % t == 0) tasks = t;
+  }
+  return tasks;
+}
+
+// The kernel gradient's tasks: image_tasks, fewer where their partial kernels would exceed twice
+// the kernel or 4 MiB, whichever is larger.
+int64_t kernel_gradient_tasks(const ConvGeometry& g) {
+  const size_t kernel_bytes = static_cast<size_t>(g.patch() * g.out_channels) * sizeof(float);
+  const size_t cap = std::max(2 * kernel_bytes, size_t{4} << 20);
+  const int64_t by_memory = std::max<int64_t>(1, static_cast<int64_t>(cap / std::max<size_t>(kernel_bytes, 1)));
+  const int64_t want = std::min(image_tasks(g), by_memory);
+  int64_t tasks = 1;
+  for (int64_t t = 1; t <= want; ++t) {
+    if (g.batch % t == 0) tasks = t;
+  }
+  return tasks;
+}
+
+memory wrap(const memory::desc& d, const void* p) { return memory(d, cpu_engine(), const_cast<void*>(p)); }
+
+// Per-task scratchpads start at multiples of this (oneDNN aligns inside a scratchpad from its start).
+constexpr size_t kScratchAlign = 4096;
+size_t scratch_stride(const ConvPrimitive& p) { return (p.scratch.get_size() + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
+
+// The workspace of one pass: the kernel in the primitive's layout (when it is not HWIO), the
+// reorder's scratchpad, and one scratchpad per task.
+struct PassWorkspace {
+  Tensor layout, reorder_scratch, scratch;
+  PassWorkspace(const ConvPrimitive& p, int64_t tasks)
+      : layout(p.reorder_needed ? workspace_bytes(p.kernel_layout.get_size()) : Tensor()),
+        reorder_scratch(p.reorder_needed ? workspace_bytes(p.reorder_scratch.get_size()) : Tensor()),
+        scratch(workspace_bytes(scratch_stride(p) * static_cast<size_t>(tasks) + (p.scratch.get_size() > 0 ? kScratchAlign : 0))) {}
+  // Task t's scratchpad, aligned.
+  void* task_scratch(const ConvPrimitive& p, int64_t t) {
+    if (p.scratch.get_size() == 0) return nullptr;
+    const auto base = reinterpret_cast<uintptr_t>(address(scratch));
+    const uintptr_t aligned = (base + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+    return reinterpret_cast<void*>(aligned + scratch_stride(p) * static_cast<size_t>(t));
+  }
+};
+
+void run_reorder(const ConvPrimitive& p, const memory::desc& from, const void* src, const memory::desc& to, void* dst,
+                 PassWorkspace& w) {
+  dnnl::stream& s = thread_stream();
+  p.reorder.execute(s, {{DNNL_ARG_FROM, wrap(from, src)},
+                        {DNNL_ARG_TO, wrap(to, dst)},
+                        {DNNL_ARG_SCRATCHPAD, wrap(p.reorder_scratch, address(w.reorder_scratch))}});
+  s.wait();
+}
+
+// The kernel as `p` reads it: the HWIO kernel itself, or its reorder into the workspace.
+const void* kernel_for(const ConvPrimitive& p, const ConvGeometry& g, const float* kernel, PassWorkspace& w) {
+  if (!p.reorder_needed) return kernel;
+  run_reorder(p, kernel_desc(g, Tag::hwio), kernel, p.kernel_layout, address(w.layout), w);
+  return address(w.layout);
+}
+
+void execute(const ConvPrimitive& p, const std::unordered_map<int, memory>& args) {
+  dnnl::stream& s = thread_stream();
+  p.conv.execute(s, args);
+  s.wait();
+}
+
+}  // namespace
+
+bool onednn_runs(const ConvGeometry& g) { return g.rows() >= 256; }
+bool onednn_runs_dx(const ConvGeometry& g) { return g.in_channels >= 16; }
+
+void onednn_conv_forward(const ConvGeometry& g, const float* x, const float* kernel, float* y) {
+  const int64_t tasks = image_tasks(g), images = g.batch / tasks;
+  const ConvPrimitive& p = primitive(g, images, Pass::forward);
+  PassWorkspace w(p, tasks);
+  if (x == nullptr) return;
+  const void* k = kernel_for(p, g, kernel, w);
+  const memory::desc src = images_desc(images, g.h.input, g.w.input, g.in_channels);
+  const memory::desc dst = images_desc(images, g.h.output, g.w.output, g.out_channels);
+  const int64_t x_step = images * g.h.input * g.w.input * g.in_channels, y_step = images * g.h.output * g.w.output * g.out_channels;
+  parallel_for(tasks, [&](int64_t t) {
+    execute(p, {{DNNL_ARG_SRC, wrap(src, x + t * x_step)},
+                {DNNL_ARG_WEIGHTS, wrap(p.kernel_layout, k)},
+                {DNNL_ARG_DST, wrap(dst, y + t * y_step)},
+                {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}});
+  });
+}
+
+namespace {
+
+void backward_data(const ConvGeometry& g, const float* kernel, const float* dy, float* dx, bool real) {
+  const int64_t tasks = image_tasks(g), images = g.batch / tasks;
+  const ConvPrimitive& p = primitive(g, images, Pass::backward_data);
+  PassWorkspace w(p, tasks);
+  if (!real) return;
+  const void* k = kernel_for(p, g, kernel, w);
+  const memory::desc src = images_desc(images, g.h.input, g.w.input, g.in_channels);
+  const memory::desc dst = images_desc(images, g.h.output, g.w.output, g.out_channels);
+  const int64_t x_step = images * g.h.input * g.w.input * g.in_channels, y_step = images * g.h.output * g.w.output * g.out_channels;
+  parallel_for(tasks, [&](int64_t t) {
+    execute(p, {{DNNL_ARG_DIFF_DST, wrap(dst, dy + t * y_step)},
+                {DNNL_ARG_WEIGHTS, wrap(p.kernel_layout, k)},
+                {DNNL_ARG_DIFF_SRC, wrap(src, dx + t * x_step)},
+                {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}});
+  });
+}
+
+// dkernel = the sum over tasks of each task's partial gradient, added in task order.
+void backward_weights(const ConvGeometry& g, const float* x, const float* dy, float* dkernel, bool real) {
+  const int64_t tasks = kernel_gradient_tasks(g), images = g.batch / tasks;
+  const ConvPrimitive& p = primitive(g, images, Pass::backward_weights);
+  PassWorkspace w(p, tasks);
+  const int64_t partial_floats = static_cast<int64_t>(p.kernel_layout.get_size() / sizeof(float));
+  Tensor partials = workspace_bytes(p.kernel_layout.get_size() * static_cast<size_t>(tasks));
+  if (!real) return;
+  float* part = address(partials);
+  const memory::desc src = images_desc(images, g.h.input, g.w.input, g.in_channels);
+  const memory::desc dst = images_desc(images, g.h.output, g.w.output, g.out_channels);
+  const int64_t x_step = images * g.h.input * g.w.input * g.in_channels, y_step = images * g.h.output * g.w.output * g.out_channels;
+  parallel_for(tasks, [&](int64_t t) {
+    execute(p, {{DNNL_ARG_SRC, wrap(src, x + t * x_step)},
+                {DNNL_ARG_DIFF_DST, wrap(dst, dy + t * y_step)},
+                {DNNL_ARG_DIFF_WEIGHTS, wrap(p.kernel_layout, part + t * partial_floats)},
+                {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}});
+  });
+  if (tasks > 1) {
+    constexpr int64_t kBlock = 1 << 14;
+    parallel_for(
+        (partial_floats + kBlock - 1) / kBlock,
+        [&](int64_t b) {
+          const int64_t lo = b * kBlock, hi = std::min(partial_floats, lo + kBlock);
+          for (int64_t t = 1; t < tasks; ++t) {
+            const float* __restrict__ src_t = part + t * partial_floats;
+            float* __restrict__ sum = part;
+            for (int64_t i = lo; i < hi; ++i) sum[i] += src_t[i];
+          }
+        },
+        threads_worth(static_cast<double>(partial_floats * tasks), kMinElementsPerThread));
+  }
+  if (p.reorder_needed) {
+    run_reorder(p, p.kernel_layout, part, kernel_desc(g, Tag::hwio), dkernel, w);
+  } else {
+    std::memcpy(dkernel, part, p.kernel_layout.get_size());
+  }
+}
+
+}  // namespace
+
+void onednn_conv_backward(const ConvGeometry& g, const float* x, const float* kernel, const float* dy, float* dx,
+                          float* dkernel, bool want_dx, bool want_dk, bool real) {
+  if (want_dx) backward_data(g, kernel, dy, dx, real);
+  if (want_dk) backward_weights(g, x, dy, dkernel, real);
+}
+
+}  // namespace keel::ops::detail

@@ -1,0 +1,37 @@
+// conv2d's float32 kernels on oneDNN (Debian's libdnnl, the library PyTorch's CPU convolutions use):
+// its JIT convolutions for this CPU (brgconv/jit, AVX-512 where the CPU has it) read NHWC activations
+// in place; the HWIO kernel is reordered into the layout each primitive wants, in a workspace buffer.
+//
+// Threads: the images of the batch are cut into equal tasks fixed by the shape alone, each run on
+// one thread of the replica's share (oneDNN's own OpenMP threading is held at 1 in keel's threads).
+// Forward and the input's gradient compute each image the same way in any task; the kernel's
+// gradient is summed per task into its own partial buffer and the partials are added in task order.
+// So results are the same bits whatever the number of threads.
+//
+// Memory: the reordered kernel, one scratchpad per task (oneDNN's, in user mode) and the kernel
+// gradient's partials are `workspace` tensors of the current core, allocated on planning runs too
+// (x == nullptr / real == false), so the plan equals the run.
+#pragma once
+
+#include "framework/ops/conv_geometry.h"
+
+namespace keel::ops::detail {
+
+// Whether oneDNN computes a float32 convolution of this geometry: when it has at least 256 output
+// pixels. Below that (ResNet18's last stages at 32x32 inputs: 32 to 128 pixels per replica) the
+// kernel's reorder into oneDNN's layout, once per call, costs more than the faster product saves
+// (measured on ResNet18 training, bench/conv_bench and ONEDNN_VERBOSE=1).
+bool onednn_runs(const ConvGeometry& g);
+// Whether it computes the input's gradient too: for inputs of 16 channels or more. oneDNN pads
+// channels to blocks of 16, and its dx on the 1- and 3-channel stems ran 2.5-5x slower than im2col.
+bool onednn_runs_dx(const ConvGeometry& g);
+
+// y (N, OH, OW, Cout) = conv(x, kernel); x == nullptr plans (charges the workspace only).
+void onednn_conv_forward(const ConvGeometry& g, const float* x, const float* kernel, float* y);
+
+// The gradients given dy: dx (N, H, W, Cin) when want_dx, dkernel (KH, KW, Cin, Cout) when want_dk,
+// both overwritten. real == false plans (charges the workspace only; the pointers are unused).
+void onednn_conv_backward(const ConvGeometry& g, const float* x, const float* kernel, const float* dy, float* dx,
+                          float* dkernel, bool want_dx, bool want_dk, bool real);
+
+}  // namespace keel::ops::detail
