@@ -1,7 +1,8 @@
 // conv2d's two float32 backends side by side, layer by layer: oneDNN's convolutions (the default) and
 // keel's im2col + Eigen GEMMs (ops::set_conv_backend): forward, each gradient alone (the time of
 // forward and that backward, less forward's), forward + both gradients, best of `repeats` each, on a
-// share of `threads` threads.
+// share of `threads` threads. The oneDNN column is the default backend, which keeps im2col where
+// oneDNN measured slower (ops/conv_onednn.h: under 256 output pixels; dx of inputs under 16 channels).
 //   build/bench/conv_bench [threads] [repeats]
 #include <algorithm>
 #include <chrono>
@@ -112,7 +113,9 @@ int main(int argc, char** argv) {
       {"ResNet18 32 b32: 7x7/2 1->64", 32, 38, 38, 1, 64, 7, 2},
       {"ResNet18 32 b32: 3x3 64 @8", 32, 8, 8, 64, 64, 3, 1},
       {"ResNet18 32 b32: 3x3 128 @4", 32, 4, 4, 128, 128, 3, 1},
-      {"ResNet18 32 b32: 3x3 512 @1", 32, 1, 1, 512, 512, 3, 1},
+      {"ResNet18 32 b32: 3x3 512 @1 (im2col)", 32, 1, 1, 512, 512, 3, 1},
+      {"ResNet18 56 b32: 3x3 64 @14", 32, 14, 14, 64, 64, 3, 1},
+      {"ResNet18 56 b32: 3x3 256 @4", 32, 4, 4, 256, 256, 3, 1},
   };
   std::printf("conv2d on %d thread(s), best of %d: milliseconds (GFLOP/s)\n\n", threads, repeats);
   std::printf("| layer | im2col forward | oneDNN forward | dx im2col / oneDNN | dkernel im2col / oneDNN | fwd+bwd im2col / oneDNN | fwd+bwd speed-up | max rel. difference |\n");

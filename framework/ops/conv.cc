@@ -358,9 +358,17 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
   }
 }
 
-}  // namespace
+// Planning: charges what conv_backward would, in its order (oneDNN's buffers, then im2col's).
+void plan_backward(const ConvGeometry& g, bool bf16, bool onednn, bool dx, bool dk) {
+  if (onednn) {
+    const bool onednn_dx = dx && detail::onednn_runs_dx(g);
+    detail::onednn_conv_backward(g, nullptr, nullptr, nullptr, nullptr, nullptr, onednn_dx, dk, /*real=*/false);
+    if (dx && !onednn_dx && backward_needs_cols(g, false, true, false)) const Tensor cols = cols_workspace(g);
+  } else if (backward_needs_cols(g, bf16, dx, dk)) {
+    const Tensor cols = cols_workspace(g);
+  }
+}
 
-namespace {
 std::atomic<ConvBackend>& backend_setting() {
   static std::atomic<ConvBackend> backend{[] {
     const char* env = std::getenv("KEEL_CONV_BACKEND");
@@ -432,12 +440,8 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
       const bool real_dk = needs[1] && detail::compute(grads[1], {&dy[0], &x, &kernel});
       if (real_dx || real_dk) {
         conv_backward(g, x, kernel, dy[0], real_dx ? &grads[0] : nullptr, real_dk ? &grads[1] : nullptr, onednn);
-      } else if (onednn) {  // planning charges what a real backward does, in its order
-        const bool onednn_dx = needs[0] && detail::onednn_runs_dx(g);
-        detail::onednn_conv_backward(g, nullptr, nullptr, nullptr, nullptr, nullptr, onednn_dx, needs[1], /*real=*/false);
-        if (needs[0] && !onednn_dx && backward_needs_cols(g, false, true, false)) const Tensor cols = cols_workspace(g);
-      } else if (backward_needs_cols(g, x.dtype() == DType::bfloat16, needs[0], needs[1])) {
-        const Tensor cols = cols_workspace(g);  // planning charges what a real backward does
+      } else {
+        plan_backward(g, x.dtype() == DType::bfloat16, onednn, needs[0], needs[1]);
       }
       return grads;
     });

@@ -126,6 +126,7 @@ const ConvPrimitive& primitive(const ConvGeometry& g, int64_t images, Pass pass)
   static std::mutex mutex;
   static std::map<Key, std::unique_ptr<ConvPrimitive>> cache;
   const Key key = key_of(g, images, pass);
+  (void)thread_stream();  // building runs oneDNN code too: on one thread, as executing does
   std::lock_guard<std::mutex> lock(mutex);
   std::unique_ptr<ConvPrimitive>& slot = cache[key];
   if (!slot) slot = build(g, images, pass);
@@ -214,62 +215,64 @@ void execute(const ConvPrimitive& p, const std::unordered_map<int, memory>& args
   s.wait();
 }
 
+// One task's images as oneDNN sees them (x and y), and the distance between two tasks' first elements.
+struct TaskImages {
+  int64_t images;
+  memory::desc x, y;
+  int64_t x_step, y_step;
+  TaskImages(const ConvGeometry& g, int64_t n)
+      : images(n),
+        x(images_desc(n, g.h.input, g.w.input, g.in_channels)),
+        y(images_desc(n, g.h.output, g.w.output, g.out_channels)),
+        x_step(n * g.h.input * g.w.input * g.in_channels),
+        y_step(n * g.h.output * g.w.output * g.out_channels) {}
+};
+
+// Forward (x -> y) or backward_data (dy -> dx): the kernel into the primitive's layout, then one
+// call per task. real == false charges the workspace only.
+void kernel_pass(const ConvGeometry& g, Pass pass, const float* kernel, const float* in, float* out, bool real) {
+  const int64_t tasks = image_tasks(g);
+  const TaskImages ti(g, g.batch / tasks);
+  const ConvPrimitive& p = primitive(g, ti.images, pass);
+  PassWorkspace w(p, tasks);
+  if (!real) return;
+  const void* k = kernel_for(p, g, kernel, w);
+  const bool fwd = pass == Pass::forward;
+  const memory::desc& in_desc = fwd ? ti.x : ti.y;
+  const memory::desc& out_desc = fwd ? ti.y : ti.x;
+  const int64_t in_step = fwd ? ti.x_step : ti.y_step, out_step = fwd ? ti.y_step : ti.x_step;
+  parallel_for(tasks, [&](int64_t t) {
+    execute(p, {{fwd ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST, wrap(in_desc, in + t * in_step)},
+                {DNNL_ARG_WEIGHTS, wrap(p.kernel_layout, k)},
+                {fwd ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC, wrap(out_desc, out + t * out_step)},
+                {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}});
+  });
+}
+
 }  // namespace
 
 bool onednn_runs(const ConvGeometry& g) { return g.rows() >= 256; }
 bool onednn_runs_dx(const ConvGeometry& g) { return g.in_channels >= 16; }
 
 void onednn_conv_forward(const ConvGeometry& g, const float* x, const float* kernel, float* y) {
-  const int64_t tasks = image_tasks(g), images = g.batch / tasks;
-  const ConvPrimitive& p = primitive(g, images, Pass::forward);
-  PassWorkspace w(p, tasks);
-  if (x == nullptr) return;
-  const void* k = kernel_for(p, g, kernel, w);
-  const memory::desc src = images_desc(images, g.h.input, g.w.input, g.in_channels);
-  const memory::desc dst = images_desc(images, g.h.output, g.w.output, g.out_channels);
-  const int64_t x_step = images * g.h.input * g.w.input * g.in_channels, y_step = images * g.h.output * g.w.output * g.out_channels;
-  parallel_for(tasks, [&](int64_t t) {
-    execute(p, {{DNNL_ARG_SRC, wrap(src, x + t * x_step)},
-                {DNNL_ARG_WEIGHTS, wrap(p.kernel_layout, k)},
-                {DNNL_ARG_DST, wrap(dst, y + t * y_step)},
-                {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}});
-  });
+  kernel_pass(g, Pass::forward, kernel, x, y, x != nullptr);
 }
 
 namespace {
 
-void backward_data(const ConvGeometry& g, const float* kernel, const float* dy, float* dx, bool real) {
-  const int64_t tasks = image_tasks(g), images = g.batch / tasks;
-  const ConvPrimitive& p = primitive(g, images, Pass::backward_data);
-  PassWorkspace w(p, tasks);
-  if (!real) return;
-  const void* k = kernel_for(p, g, kernel, w);
-  const memory::desc src = images_desc(images, g.h.input, g.w.input, g.in_channels);
-  const memory::desc dst = images_desc(images, g.h.output, g.w.output, g.out_channels);
-  const int64_t x_step = images * g.h.input * g.w.input * g.in_channels, y_step = images * g.h.output * g.w.output * g.out_channels;
-  parallel_for(tasks, [&](int64_t t) {
-    execute(p, {{DNNL_ARG_DIFF_DST, wrap(dst, dy + t * y_step)},
-                {DNNL_ARG_WEIGHTS, wrap(p.kernel_layout, k)},
-                {DNNL_ARG_DIFF_SRC, wrap(src, dx + t * x_step)},
-                {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}});
-  });
-}
-
 // dkernel = the sum over tasks of each task's partial gradient, added in task order.
 void backward_weights(const ConvGeometry& g, const float* x, const float* dy, float* dkernel, bool real) {
-  const int64_t tasks = kernel_gradient_tasks(g), images = g.batch / tasks;
-  const ConvPrimitive& p = primitive(g, images, Pass::backward_weights);
+  const int64_t tasks = kernel_gradient_tasks(g);
+  const TaskImages ti(g, g.batch / tasks);
+  const ConvPrimitive& p = primitive(g, ti.images, Pass::backward_weights);
   PassWorkspace w(p, tasks);
   const int64_t partial_floats = static_cast<int64_t>(p.kernel_layout.get_size() / sizeof(float));
   Tensor partials = workspace_bytes(p.kernel_layout.get_size() * static_cast<size_t>(tasks));
   if (!real) return;
   float* part = address(partials);
-  const memory::desc src = images_desc(images, g.h.input, g.w.input, g.in_channels);
-  const memory::desc dst = images_desc(images, g.h.output, g.w.output, g.out_channels);
-  const int64_t x_step = images * g.h.input * g.w.input * g.in_channels, y_step = images * g.h.output * g.w.output * g.out_channels;
   parallel_for(tasks, [&](int64_t t) {
-    execute(p, {{DNNL_ARG_SRC, wrap(src, x + t * x_step)},
-                {DNNL_ARG_DIFF_DST, wrap(dst, dy + t * y_step)},
+    execute(p, {{DNNL_ARG_SRC, wrap(ti.x, x + t * ti.x_step)},
+                {DNNL_ARG_DIFF_DST, wrap(ti.y, dy + t * ti.y_step)},
                 {DNNL_ARG_DIFF_WEIGHTS, wrap(p.kernel_layout, part + t * partial_floats)},
                 {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}});
   });
@@ -298,7 +301,7 @@ void backward_weights(const ConvGeometry& g, const float* x, const float* dy, fl
 
 void onednn_conv_backward(const ConvGeometry& g, const float* x, const float* kernel, const float* dy, float* dx,
                           float* dkernel, bool want_dx, bool want_dk, bool real) {
-  if (want_dx) backward_data(g, kernel, dy, dx, real);
+  if (want_dx) kernel_pass(g, Pass::backward_data, kernel, dy, dx, real);
   if (want_dk) backward_weights(g, x, dy, dkernel, real);
 }
 
