@@ -405,9 +405,9 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   const bool empty = rows == 0 || cout == 0 || patch == 0;
   Tensor y;
   // float32 operands go to oneDNN unless the im2col kernels were asked for; bfloat16 ones to im2col.
-  const bool onednn = conv_backend() == ConvBackend::onednn && !(x_kept.dtype() == DType::bfloat16 && dt == DType::bfloat16) &&
-                      detail::onednn_runs(g);
-  if (!onednn && x_kept.dtype() == DType::bfloat16 && dt == DType::bfloat16) {
+  const bool bf16 = x_kept.dtype() == DType::bfloat16 && dt == DType::bfloat16;
+  const bool onednn = !bf16 && conv_backend() == ConvBackend::onednn && detail::onednn_runs(g);
+  if (bf16) {
     y = Tensor::empty(y_shape, dt);
     const bool real = detail::compute(y, {&x_kept, &ko.value});
     if (real && empty) y.fill(0.0f);

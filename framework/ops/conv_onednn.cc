@@ -69,13 +69,22 @@ dnnl::primitive_attr user_scratchpad() {
   return attr;
 }
 
+// The window of every pass, as oneDNN spells it (dilation 0 is none).
+struct Window {
+  memory::dims strides, dilates, pad_l, pad_r;
+  explicit Window(const ConvGeometry& g)
+      : strides{g.h.stride, g.w.stride},
+        dilates{g.h.dilation - 1, g.w.dilation - 1},
+        pad_l{g.h.pad_before, g.w.pad_before},
+        pad_r{g.h.pad_after, g.w.pad_after} {}
+};
+
 // The forward primitive descriptor of `images` images (backward passes are built against it).
 dnnl::convolution_forward::primitive_desc forward_desc(const ConvGeometry& g, int64_t images) {
-  const memory::dims strides{g.h.stride, g.w.stride}, dilates{g.h.dilation - 1, g.w.dilation - 1};
-  const memory::dims pad_l{g.h.pad_before, g.w.pad_before}, pad_r{g.h.pad_after, g.w.pad_after};
+  const Window w(g);
   const dnnl::convolution_forward::desc d(
       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, images_desc(images, g.h.input, g.w.input, g.in_channels),
-      kernel_desc(g, Tag::any), images_desc(images, g.h.output, g.w.output, g.out_channels), strides, dilates, pad_l, pad_r);
+      kernel_desc(g, Tag::any), images_desc(images, g.h.output, g.w.output, g.out_channels), w.strides, w.dilates, w.pad_l, w.pad_r);
   return dnnl::convolution_forward::primitive_desc(d, user_scratchpad(), cpu_engine());
 }
 
@@ -91,8 +100,7 @@ std::unique_ptr<ConvPrimitive> build(const ConvGeometry& g, int64_t images, Pass
   auto p = std::make_unique<ConvPrimitive>();
   const dnnl::convolution_forward::primitive_desc fwd = forward_desc(g, images);
   const memory::desc hwio = kernel_desc(g, Tag::hwio);
-  const memory::dims strides{g.h.stride, g.w.stride}, dilates{g.h.dilation - 1, g.w.dilation - 1};
-  const memory::dims pad_l{g.h.pad_before, g.w.pad_before}, pad_r{g.h.pad_after, g.w.pad_after};
+  const Window w(g);
   const memory::desc src = images_desc(images, g.h.input, g.w.input, g.in_channels);
   const memory::desc dst = images_desc(images, g.h.output, g.w.output, g.out_channels);
   if (pass == Pass::forward) {
@@ -102,7 +110,7 @@ std::unique_ptr<ConvPrimitive> build(const ConvGeometry& g, int64_t images, Pass
     set_reorder(*p, hwio, p->kernel_layout);
   } else if (pass == Pass::backward_data) {
     const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src, kernel_desc(g, Tag::any), dst,
-                                                  strides, dilates, pad_l, pad_r);
+                                                  w.strides, w.dilates, w.pad_l, w.pad_r);
     const dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad(), cpu_engine(), fwd);
     p->conv = dnnl::convolution_backward_data(pd);
     p->kernel_layout = pd.weights_desc();
@@ -110,7 +118,7 @@ std::unique_ptr<ConvPrimitive> build(const ConvGeometry& g, int64_t images, Pass
     set_reorder(*p, hwio, p->kernel_layout);
   } else {
     const dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src, kernel_desc(g, Tag::any),
-                                                     dst, strides, dilates, pad_l, pad_r);
+                                                     dst, w.strides, w.dilates, w.pad_l, w.pad_r);
     const dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad(), cpu_engine(), fwd);
     p->conv = dnnl::convolution_backward_weights(pd);
     p->kernel_layout = pd.diff_weights_desc();
@@ -142,6 +150,15 @@ Tensor workspace_bytes(size_t bytes) {
 
 float* address(Tensor& t) { return t.defined() ? t.data() : nullptr; }
 
+// The largest divisor of n that is at most limit (at least 1).
+int64_t largest_divisor_up_to(int64_t n, int64_t limit) {
+  int64_t best = 1;
+  for (int64_t t = 1; t <= std::min(limit, n); ++t) {
+    if (n % t == 0) best = t;
+  }
+  return best;
+}
+
 // Tasks over the batch: a divisor of it (equal tasks, one primitive), as many as the work is worth
 // (at least 8 x kMinFlopsPerThread each: each task is a call with its own overheads, and fewer
 // images per call run slower), at most kMaxTasks. The shape alone decides.
@@ -149,11 +166,7 @@ constexpr int64_t kMaxTasks = 16;
 int64_t image_tasks(const ConvGeometry& g) {
   const double flops = 2.0 * static_cast<double>(g.rows()) * static_cast<double>(g.patch()) * static_cast<double>(g.out_channels);
   const int64_t want = std::clamp<int64_t>(static_cast<int64_t>(flops / (8 * kMinFlopsPerThread)), 1, kMaxTasks);
-  int64_t tasks = 1;
-  for (int64_t t = 1; t <= std::min(want, g.batch); ++t) {
-    if (g.batch % t == 0) tasks = t;
-  }
-  return tasks;
+  return largest_divisor_up_to(g.batch, want);
 }
 
 // The kernel gradient's tasks: image_tasks, fewer where their partial kernels would exceed twice
@@ -162,12 +175,7 @@ int64_t kernel_gradient_tasks(const ConvGeometry& g) {
   const size_t kernel_bytes = static_cast<size_t>(g.patch() * g.out_channels) * sizeof(float);
   const size_t cap = std::max(2 * kernel_bytes, size_t{4} << 20);
   const int64_t by_memory = std::max<int64_t>(1, static_cast<int64_t>(cap / std::max<size_t>(kernel_bytes, 1)));
-  const int64_t want = std::min(image_tasks(g), by_memory);
-  int64_t tasks = 1;
-  for (int64_t t = 1; t <= want; ++t) {
-    if (g.batch % t == 0) tasks = t;
-  }
-  return tasks;
+  return largest_divisor_up_to(g.batch, std::min(image_tasks(g), by_memory));
 }
 
 memory wrap(const memory::desc& d, const void* p) { return memory(d, cpu_engine(), const_cast<void*>(p)); }
