@@ -3,7 +3,8 @@
 # keel looks for it, and puts `keel` and `mpirun` wrappers (started through the carried loader and
 # libraries, Open MPI pointed at its carried plugins) first in PATH.
 K=/tmp/keel-carry
-rm -rf "$K" && mkdir -p "$K" && tar -C "$K" -xzf .devcarry/keel.tgz
+rm -rf "$K" && mkdir -p "$K" && { tar -C "$K" -xJf .devcarry/keel.txz 2>/dev/null ||
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' .devcarry/keel.txz "$K"; }
 # Not $K/lib: mpirun puts $OPAL_PREFIX/lib first in its processes' LD_LIBRARY_PATH, and the carried
 # libc there would be loaded by the machine's own /bin/sh.
 mv "$K/lib" "$K/libs"
@@ -12,7 +13,7 @@ mkdir -p /usr/share/datasets/fashion-mnist && cp .devcarry/*.gz /usr/share/datas
 loader="$K/libs/ld-linux-x86-64.so.2 --library-path $K/libs"
 printf '#!/bin/sh\nexec %s %s "$@"\n' "$loader" "$K/real/keel" > "$K/keel" && chmod +x "$K/keel"
 printf '#!/bin/sh\nexec %s %s "$@"\n' "$loader" "$K/real/orterun" > "$K/mpirun" && chmod +x "$K/mpirun"
-for b in resnet_bench fma_peak mlp_throughput; do
+for b in resnet_bench fma_peak mlp_throughput conv_bench; do
   if [ -x "$K/real/$b" ]; then printf '#!/bin/sh\nexec %s %s "$@"\n' "$loader" "$K/real/$b" > "$K/$b" && chmod +x "$K/$b"; fi
 done
 export PATH="$K:$PATH" KEEL="$K/keel" MPIRUN_BIN="$K/mpirun"

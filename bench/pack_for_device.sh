@@ -15,7 +15,7 @@ stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage"/{lib,real,openmpi3,pmix,share,etc}
 cp build/keel "$stage/real/"
-for b in resnet_bench fma_peak mlp_throughput; do if [[ -x build/bench/$b ]]; then cp build/bench/$b "$stage/real/"; fi; done
+for b in resnet_bench fma_peak mlp_throughput conv_bench; do if [[ -x build/bench/$b ]]; then cp build/bench/$b "$stage/real/"; fi; done
 cp "$(readlink -f /usr/bin/orterun)" "$stage/real/orterun"
 plugins=(/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/*.so)
 { ldd build/keel /usr/bin/orterun /usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so.2 "${plugins[@]}" 2>/dev/null || true; } |
@@ -26,6 +26,6 @@ cp /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/*.so "$stage/pmix/"
 cp -r /usr/share/openmpi "$stage/share/openmpi"
 cp -r /usr/share/pmix "$stage/share/pmix" 2>/dev/null || true
 cp -r /etc/openmpi/. "$stage/etc/"
-tar -C "$stage" -czf "$out/keel.tgz" .
+XZ_OPT="-T0 -6" tar -C "$stage" -cJf "$out/keel.txz" .
 cp /usr/share/datasets/fashion-mnist/*.gz "$out/"
 du -sh "$out"
