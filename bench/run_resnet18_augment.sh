@@ -15,6 +15,8 @@ EPOCHS="${EPOCHS:-16}"
 AUGMENT="${AUGMENT:-flip,crop:4}"
 LR="${LR:-0.001}"
 DEVICE="${DEVICE:-v3-8}"
+# DEVICE_ARGS replaces --device DEVICE, e.g. "--cores 2 --hbm-per-core 16GiB" (a custom device).
+read -r -a DEVICE_ARGS <<<"${DEVICE_ARGS:---device $DEVICE}"
 BATCH_PER_CORE="${BATCH_PER_CORE:-32}"
 SEED="${SEED:-1}"
 INPUT_SHAPE="${INPUT_SHAPE:-56x56x1}"
@@ -30,7 +32,7 @@ cmake --build "$BUILD" -j"${BUILD_JOBS:-$(nproc)}" --target keel_cli >/dev/null
 KEEL="$BUILD/keel"
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-TRAIN=("$KEEL" train --model resnet18 --input-shape "$INPUT_SHAPE" --dataset fashion_mnist --device "$DEVICE"
+TRAIN=("$KEEL" train --model resnet18 --input-shape "$INPUT_SHAPE" --dataset fashion_mnist "${DEVICE_ARGS[@]}"
        --batch-per-core "$BATCH_PER_CORE" --epochs "$EPOCHS" --lr "$LR" --lr-schedule cosine --augment "$AUGMENT"
        --seed "$SEED" --checkpoint-dir "$RUN" --overwrite "${STOP[@]}")
 echo "${TRAIN[*]}"
