@@ -31,9 +31,13 @@ nlohmann::json CosineDecay::get_config() const {
           {"config", {{"initial_learning_rate", initial_}, {"decay_steps", decay_steps_}, {"alpha", alpha_}}}};
 }
 
-Optimizer::Optimizer(std::string name, float learning_rate) : name_(std::move(name)), learning_rate_(learning_rate) {
+Optimizer::Optimizer(std::string name, float learning_rate, float weight_decay)
+    : name_(std::move(name)), learning_rate_(learning_rate), weight_decay_(weight_decay) {
   if (!(std::isfinite(learning_rate) && learning_rate > 0.0f)) {
     throw std::invalid_argument("the learning rate must be finite and positive, got " + std::to_string(learning_rate));
+  }
+  if (!(std::isfinite(weight_decay) && weight_decay >= 0.0f)) {
+    throw std::invalid_argument("the weight decay must be finite and non-negative, got " + std::to_string(weight_decay));
   }
 }
 
@@ -220,8 +224,17 @@ std::vector<Variable*> Optimizer::slot_variables() const {
 }
 
 nlohmann::json Optimizer::get_config() const {
-  return {{"name", name_}, {"learning_rate", schedule_ ? schedule_->get_config() : nlohmann::json(learning_rate_)}};
+  return {{"name", name_},
+          {"learning_rate", schedule_ ? schedule_->get_config() : nlohmann::json(learning_rate_)},
+          {"weight_decay", weight_decay_ > 0.0f ? nlohmann::json(weight_decay_) : nlohmann::json(nullptr)}};
 }
+
+namespace {
+
+// Keras 3's decoupled weight decay of one element, in its order: w - (w * wd) * lr.
+inline float decayed(float w, float weight_decay, float lr) { return w - w * weight_decay * lr; }
+
+}  // namespace
 
 void Adam::update(const UpdateSpan& span, int64_t step) {
   const double b1 = options_.beta_1, b2 = options_.beta_2;
@@ -233,6 +246,8 @@ void Adam::update(const UpdateSpan& span, int64_t step) {
   const float* g = span.gradient;
   float* m = span.slots[0];
   float* v = span.slots[1];
+  // Weight decay first, as Keras applies it (the same lr as the update's), in the same pass.
+  const float wd = weight_decay(), lr = learning_rate_at(step - 1);
   // Keras: m += (g - m)(1 - b1); v += (g² - v)(1 - b2); w -= alpha m / (sqrt(v) + eps), in one pass
   // over memory. Every multiply feeding an add is an explicit fma and the rest are single IEEE
   // operations (sqrt exact, not an approximation), so the vectorised loop and its scalar end give an
@@ -242,7 +257,8 @@ void Adam::update(const UpdateSpan& span, int64_t step) {
     const float vi = std::fma(std::fma(g[i], g[i], -v[i]), one_minus_b2, v[i]);
     m[i] = mi;
     v[i] = vi;
-    w[i] -= (alpha * mi) / (std::sqrt(vi) + epsilon);
+    const float wi = wd > 0.0f ? decayed(w[i], wd, lr) : w[i];
+    w[i] = wi - (alpha * mi) / (std::sqrt(vi) + epsilon);
   }
 }
 
@@ -255,7 +271,7 @@ nlohmann::json Adam::get_config() const {
   return c;
 }
 
-SGD::SGD(Options options) : Optimizer("SGD", options.learning_rate), options_(options) {
+SGD::SGD(Options options) : Optimizer("SGD", options.learning_rate, options.weight_decay), options_(options) {
   if (!(options_.momentum >= 0.0f && options_.momentum <= 1.0f)) {
     throw std::invalid_argument("SGD momentum must be in [0, 1], got " + std::to_string(options_.momentum));
   }
@@ -273,15 +289,17 @@ void SGD::update(const UpdateSpan& span, int64_t step) {
   float* w = span.variable;
   const float* g = span.gradient;
   const float lr = learning_rate_at(step - 1), momentum = options_.momentum;
+  const float wd = weight_decay();  // applied first, as in Adam::update
   if (momentum == 0.0f) {
-    for (int64_t i = 0; i < span.size; ++i) w[i] = std::fma(-lr, g[i], w[i]);
+    for (int64_t i = 0; i < span.size; ++i) w[i] = std::fma(-lr, g[i], wd > 0.0f ? decayed(w[i], wd, lr) : w[i]);
     return;
   }
   float* velocity = span.slots[0];
   for (int64_t i = 0; i < span.size; ++i) {
     const float vi = std::fma(momentum, velocity[i], -lr * g[i]);
     velocity[i] = vi;
-    w[i] += options_.nesterov ? std::fma(momentum, vi, -lr * g[i]) : vi;
+    const float wi = wd > 0.0f ? decayed(w[i], wd, lr) : w[i];
+    w[i] = wi + (options_.nesterov ? std::fma(momentum, vi, -lr * g[i]) : vi);
   }
 }
 
@@ -292,7 +310,8 @@ nlohmann::json SGD::get_config() const {
   return c;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate, float momentum, bool nesterov) {
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate, float momentum, bool nesterov,
+                                          float weight_decay) {
   if (std::isnan(learning_rate) || std::isinf(learning_rate) || learning_rate == 0.0f) {
     throw std::invalid_argument("the learning rate must be finite and positive, got " + std::to_string(learning_rate));
   }
@@ -301,6 +320,7 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learnin
   if (lower == "adam") {
     Adam::Options o;
     if (learning_rate > 0) o.learning_rate = learning_rate;
+    o.weight_decay = weight_decay;
     return std::make_unique<Adam>(o);
   }
   if (lower == "sgd") {
@@ -308,6 +328,7 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learnin
     if (learning_rate > 0) o.learning_rate = learning_rate;
     o.momentum = momentum;
     o.nesterov = nesterov;
+    o.weight_decay = weight_decay;
     return std::make_unique<SGD>(o);
   }
   throw std::invalid_argument("unknown optimizer '" + quote_untrusted(name) + "' (known: adam, sgd)");

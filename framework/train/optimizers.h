@@ -84,8 +84,9 @@ struct GradientUpdate {
 
 class Optimizer {
  public:
-  // The learning rate must be finite and positive (std::invalid_argument otherwise).
-  Optimizer(std::string name, float learning_rate);
+  // The learning rate must be finite and positive, the weight decay finite and non-negative
+  // (std::invalid_argument otherwise).
+  Optimizer(std::string name, float learning_rate, float weight_decay = 0.0f);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -97,6 +98,9 @@ class Optimizer {
   void set_schedule(std::shared_ptr<LearningRateSchedule> schedule) { schedule_ = std::move(schedule); }
   bool has_schedule() const { return schedule_ != nullptr; }
   float learning_rate_at(int64_t iterations) const { return schedule_ ? (*schedule_)(iterations) : learning_rate_; }
+  // Keras 3's `weight_decay` (decoupled, as AdamW's): before each update, every variable that has a
+  // gradient becomes w - w * weight_decay * lr, with the update's learning rate. 0: none (Keras's None).
+  float weight_decay() const { return weight_decay_; }
   int64_t iterations() const { return iterations_; }
   void set_iterations(int64_t n) { iterations_ = n; }
 
@@ -140,6 +144,7 @@ class Optimizer {
 
   std::string name_;
   float learning_rate_;
+  float weight_decay_;
   std::shared_ptr<LearningRateSchedule> schedule_;
   int64_t iterations_ = 0;
   bool built_ = false;
@@ -154,9 +159,10 @@ class Adam : public Optimizer {
     float beta_1 = 0.9f;
     float beta_2 = 0.999f;
     float epsilon = 1e-7f;
+    float weight_decay = 0.0f;  // Keras 3's weight_decay (Optimizer::weight_decay); 0 is None
   };
   Adam() : Adam(Options{}) {}
-  explicit Adam(Options options) : Optimizer("Adam", options.learning_rate), options_(options) {}
+  explicit Adam(Options options) : Optimizer("Adam", options.learning_rate, options.weight_decay), options_(options) {}
   nlohmann::json get_config() const override;
 
  protected:
@@ -173,6 +179,7 @@ class SGD : public Optimizer {
     float learning_rate = 0.01f;
     float momentum = 0.0f;
     bool nesterov = false;
+    float weight_decay = 0.0f;  // as Adam's
   };
   SGD() : SGD(Options{}) {}
   // momentum finite in [0, 1].
@@ -190,6 +197,6 @@ class SGD : public Optimizer {
 // "adam" | "sgd" with a learning rate (negative: the optimizer's default; otherwise finite and
 // positive). std::invalid_argument for an unknown name or a value out of range.
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate = -1.0f,
-                                          float momentum = 0.0f, bool nesterov = false);
+                                          float momentum = 0.0f, bool nesterov = false, float weight_decay = 0.0f);
 
 }  // namespace keel

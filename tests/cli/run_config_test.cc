@@ -41,6 +41,7 @@ TEST(RunConfigTest, AStoredConfigRoundTrips) {
   c.learning_rate = 0.5f;
   c.optimizer = "sgd";
   c.momentum = 0.9f;
+  c.weight_decay = 5e-4f;
   c.lr_schedule = "cosine";
   c.decay_steps = 1000;
   c.seed = std::numeric_limits<uint64_t>::max();
@@ -89,6 +90,9 @@ TEST(RunConfigTest, StoredValuesPastTheLimitsAreRefusedNamingTheLimit) {
       {"negative seed", {{"seed", -1}}, "non-negative integer"},
       {"cores as a string", {{"device", {{"name", "x"}, {"cores", "8"}, {"hbm_bytes_per_core", 0}}}}, "integer"},
       {"nesterov as 1", {{"nesterov", 1}}, "true or false"},
+      {"weight decay -0.1", {{"weight_decay", -0.1}}, "--weight-decay must be finite and non-negative"},
+      {"weight decay 1e39", {{"weight_decay", 1e39}}, "finite float"},
+      {"weight decay as a string", {{"weight_decay", "0.1"}}, "weight_decay"},
   };
   for (const Case& c : cases) {
     json stored = stored_default();
@@ -172,6 +176,18 @@ TEST(RunConfigTest, FlagsPastTheLimitsAreRefused) {
     EXPECT_THAT(flag_refusal(std::string("--lr ") + lr), HasSubstr("--lr must be finite and positive")) << lr;
   }
   EXPECT_THAT(flag_refusal("--optimizer sgd --momentum 1.5"), HasSubstr("[0, 1]"));
+  for (const char* wd : {"nan", "-0.01", "inf"}) {
+    EXPECT_THAT(flag_refusal(std::string("--weight-decay ") + wd), HasSubstr("--weight-decay must be finite and non-negative"))
+        << wd;
+  }
+  EXPECT_EQ(flag_refusal("--weight-decay 0.004"), "");
+}
+
+// A run stored before --weight-decay existed has none (Keras's None), as it trained.
+TEST(RunConfigTest, AStoredRunWithoutWeightDecayHasNone) {
+  json stored = stored_default();
+  stored.erase("weight_decay");
+  EXPECT_EQ(RunConfig::from_json(stored).weight_decay, 0.0f);
 }
 
 // Pod slices: the stored device keeps its hosts; a run saved before hosts existed is one host; stored

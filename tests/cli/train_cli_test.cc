@@ -78,6 +78,22 @@ TEST_F(TrainCli, CosineScheduleResumesExactly) {
   EXPECT_NE(read_checkpoint_values(dir_ + "/constant/ckpt-468.h5"), read_checkpoint_values(dir_ + "/straight/ckpt-468.h5"));
 }
 
+// --weight-decay is stored with the run: a resumed run decays as the straight one does, and it is a
+// different run from one without decay.
+TEST_F(TrainCli, WeightDecayIsStoredAndResumesExactly) {
+  const std::string wd = "--epochs 1 --weight-decay 0.05 --lr-schedule cosine ";
+  CommandResult a = run_keel("train " + kRun + wd + "--checkpoint-dir " + dir_ + "/straight");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  CommandResult b1 = run_keel("train " + kRun + wd + "--stop-after-steps 200 --checkpoint-dir " + dir_ + "/split");
+  ASSERT_EQ(b1.exit_code, 0) << b1.err;
+  CommandResult b2 = run_keel("resume " + dir_ + "/split --quiet");
+  ASSERT_EQ(b2.exit_code, 0) << b2.err;
+  expect_bit_identical(dir_ + "/straight/ckpt-468.h5", dir_ + "/split/ckpt-468.h5");
+  CommandResult c = run_keel("train " + kRun + "--epochs 1 --lr-schedule cosine --checkpoint-dir " + dir_ + "/none");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(read_checkpoint_values(dir_ + "/none/ckpt-468.h5"), read_checkpoint_values(dir_ + "/straight/ckpt-468.h5"));
+}
+
 TEST_F(TrainCli, SigtermSavesACheckpointAndExitsCleanly) {
   const std::string run = dir_ + "/sig";
   const std::string log = dir_ + "/log";

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -154,6 +155,52 @@ void run_sgd(bool nesterov) {
 
 TEST(SGDTest, MomentumThreeStepsMatchKerasFormulas) { run_sgd(false); }
 TEST(SGDTest, NesterovThreeStepsMatchKerasFormulas) { run_sgd(true); }
+
+// Keras 3's weight_decay: before each update w -= w * wd * lr, lr the update's own (here a cosine
+// schedule's, so a wrong step shows), then the optimizer's rule on the decayed w.
+TEST(AdamTest, WeightDecayIsKerasDecoupledDecayBeforeEachUpdate) {
+  const double b1 = 0.9, b2 = 0.999, eps = 1e-7, wd = 0.1;
+  Adam adam(Adam::Options{.learning_rate = 0.01f, .weight_decay = 0.1f});
+  adam.set_schedule(std::make_shared<CosineDecay>(0.01f, 4));
+  Variable w("w", to_tensor(kW0), true);
+  std::vector<double> ref = kW0, m(2, 0.0), v(2, 0.0);
+  for (int t = 1; t <= 3; ++t) {
+    const std::vector<double>& g = kGrads[static_cast<size_t>(t - 1)];
+    adam.apply_gradients({to_tensor(g)}, {&w});
+    const double lr = 0.01 * 0.5 * (1 + std::cos(3.14159265358979323846 * (t - 1) / 4.0));
+    const double alpha = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
+    for (size_t i = 0; i < 2; ++i) {
+      ref[i] -= ref[i] * wd * lr;
+      m[i] += (g[i] - m[i]) * (1 - b1);
+      v[i] += (g[i] * g[i] - v[i]) * (1 - b2);
+      ref[i] -= alpha * m[i] / (std::sqrt(v[i]) + eps);
+    }
+    expect_close(w.value().to_vector(), ref, 1e-6, "Adam with weight decay, step " + std::to_string(t));
+  }
+  EXPECT_FLOAT_EQ(adam.get_config()["weight_decay"].get<float>(), 0.1f);
+  EXPECT_TRUE(Adam().get_config()["weight_decay"].is_null()) << "Keras's default: None";
+}
+
+TEST(SGDTest, WeightDecayWithMomentumMatchesKeras) {
+  const double lr = 0.1, mu = 0.9, wd = 0.05;
+  SGD sgd(SGD::Options{.learning_rate = 0.1f, .momentum = 0.9f, .weight_decay = 0.05f});
+  Variable w("w", to_tensor(kW0), true);
+  std::vector<double> ref = kW0, vel(2, 0.0);
+  for (int t = 1; t <= 3; ++t) {
+    const std::vector<double>& g = kGrads[static_cast<size_t>(t - 1)];
+    sgd.apply_gradients({to_tensor(g)}, {&w});
+    for (size_t i = 0; i < 2; ++i) {
+      ref[i] -= ref[i] * wd * lr;
+      vel[i] = mu * vel[i] - lr * g[i];
+      ref[i] += vel[i];
+    }
+    expect_close(w.value().to_vector(), ref, 1e-6, "SGD with weight decay, step " + std::to_string(t));
+  }
+  EXPECT_THROW(SGD(SGD::Options{.weight_decay = -0.1f}), std::invalid_argument);
+  EXPECT_THROW(Adam(Adam::Options{.weight_decay = std::numeric_limits<float>::quiet_NaN()}), std::invalid_argument);
+  EXPECT_THROW(make_optimizer("adam", 0.001f, 0.0f, false, std::numeric_limits<float>::infinity()), std::invalid_argument);
+  EXPECT_FLOAT_EQ(make_optimizer("sgd", 0.1f, 0.0f, false, 5e-4f)->weight_decay(), 5e-4f);
+}
 
 TEST(SGDTest, PlainSGDWithoutMomentum) {
   // Keras's default SGD: momentum 0, no slots, w -= lr * g.

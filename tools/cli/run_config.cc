@@ -32,6 +32,7 @@ nlohmann::json RunConfig::to_json() const {
           {"decay_steps", decay_steps},
           {"momentum", momentum},
           {"nesterov", nesterov},
+          {"weight_decay", weight_decay},
           {"loss", loss},
           {"seed", seed},
           {"shuffle_buffer", shuffle_buffer},
@@ -166,6 +167,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   if (j.contains("decay_steps")) c.decay_steps = int_field(j, "decay_steps");
   c.momentum = float_field(j, "momentum");
   c.nesterov = bool_field(j, "nesterov");
+  if (j.contains("weight_decay")) c.weight_decay = float_field(j, "weight_decay");  // runs from before it: none
   c.loss = string_field(j, "loss", kMaxNameBytes);
   const json& seed = field(j, "seed");
   if (!seed.is_number_unsigned() && !(seed.is_number_integer() && seed.get<int64_t>() >= 0)) {
@@ -226,7 +228,10 @@ void RunConfig::validate() const {
   if (!(momentum >= 0.0f && momentum <= 1.0f)) {
     throw std::invalid_argument("--momentum must be in [0, 1], got " + std::to_string(momentum));
   }
-  make_optimizer(optimizer, learning_rate, momentum, nesterov);
+  if (!(std::isfinite(weight_decay) && weight_decay >= 0.0f)) {
+    throw std::invalid_argument("--weight-decay must be finite and non-negative, got " + std::to_string(weight_decay));
+  }
+  make_optimizer(optimizer, learning_rate, momentum, nesterov, weight_decay);
   if (metrics.empty() || metrics.front() != "accuracy") throw std::invalid_argument("the metrics must start with accuracy");
   check_metrics(metrics, make_loss(loss)->sparse_labels());
   if (lr_schedule != "constant" && lr_schedule != "cosine") {
@@ -267,6 +272,7 @@ void add_model_options(po::options_description& d) {
       ("lr-schedule", po::value<std::string>(), "constant | cosine (Keras's CosineDecay from --lr to 0 over the run)")
       ("momentum", po::value<float>(), "SGD momentum (default 0)")
       ("nesterov", po::bool_switch(), "SGD with Nesterov momentum")
+      ("weight-decay", po::value<float>(), "Keras's weight_decay (decoupled, as AdamW): each step w -= w * F * lr before the update (default 0: none)")
       ("loss", po::value<std::string>(), "categorical_crossentropy | sparse_categorical_crossentropy");
 }
 
@@ -338,6 +344,7 @@ void apply_model_options(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("lr-schedule")) c.lr_schedule = vm["lr-schedule"].as<std::string>();
   if (vm.count("momentum")) c.momentum = vm["momentum"].as<float>();
   if (vm.count("nesterov") && vm["nesterov"].as<bool>()) c.nesterov = true;
+  if (vm.count("weight-decay")) c.weight_decay = vm["weight-decay"].as<float>();
   if (vm.count("loss")) c.loss = vm["loss"].as<std::string>();
 }
 
@@ -438,7 +445,8 @@ std::unique_ptr<Model> build_model_under_global_policy(const RunConfig& config) 
   options.pooling = config.pooling;
   std::unique_ptr<Model> model = zoo::build(config.model, options);
   freeze_layers(config, *model);
-  std::shared_ptr<Optimizer> optimizer = make_optimizer(config.optimizer, config.learning_rate, config.momentum, config.nesterov);
+  std::shared_ptr<Optimizer> optimizer = make_optimizer(config.optimizer, config.learning_rate, config.momentum, config.nesterov,
+                                                        config.weight_decay);
   // Training always knows its decay steps (run() sets them); planning and summaries do not need them.
   if (config.lr_schedule == "cosine" && config.decay_steps > 0) {
     optimizer->set_schedule(std::make_shared<CosineDecay>(optimizer->learning_rate(), config.decay_steps));

@@ -55,6 +55,7 @@ struct RunConfig {
   int64_t decay_steps = 0;               // cosine: 0 = every step of the run (epochs x steps per epoch)
   float momentum = 0.0f;
   bool nesterov = false;
+  float weight_decay = 0.0f;  // --weight-decay: Keras 3's optimizer weight_decay; 0 none
   std::string loss = "categorical_crossentropy";
   uint64_t seed = 1;
   int64_t shuffle_buffer = 60000;
