@@ -166,6 +166,81 @@ Tensor RandomZoom::operator()(const Tensor& images, uint64_t seed, bool training
                         fill_mode_, fill_value_);
 }
 
+// ---- RandomErasing -------------------------------------------------------------------------------
+
+namespace {
+
+// Standard normal by Box-Muller on the image's stream.
+float normal(Rng& rng) {
+  float u1 = rng.next_float();
+  while (u1 <= 0.0f) u1 = rng.next_float();
+  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530717958647692f * rng.next_float());
+}
+
+bool in_unit_interval(RandomErasing::Range r) {
+  return r.lower >= 0.0f && r.upper <= 1.0f && r.lower <= r.upper;  // false for NaN
+}
+
+}  // namespace
+
+RandomErasing::RandomErasing(Factor factor, Range scale, std::optional<float> fill_value, Range value_range)
+    : factor_{std::max(factor.lower, 0.0f), factor.upper},
+      scale_{std::min(scale.lower, scale.upper), std::max(scale.lower, scale.upper)},
+      fill_value_(fill_value),
+      value_range_(value_range) {
+  if (!in_unit_interval(factor_)) throw std::invalid_argument("RandomErasing: factor must be in [0, 1]");
+  if (!in_unit_interval(scale_) || !(scale_.upper > 0.0f)) {
+    throw std::invalid_argument("RandomErasing: scale must be two numbers in [0, 1], not both 0");
+  }
+  if (!(std::isfinite(value_range.lower) && std::isfinite(value_range.upper) && value_range.lower < value_range.upper)) {
+    throw std::invalid_argument("RandomErasing: value_range must be finite [low, high] with low < high");
+  }
+  if (fill_value && !std::isfinite(*fill_value)) throw std::invalid_argument("RandomErasing: fill_value must be finite");
+}
+
+RandomErasing::Box RandomErasing::box(int64_t h, int64_t w, uint64_t seed, int64_t b) const {
+  Rng rng = image_rng(seed, b);
+  Box box;
+  const float width = std::sqrt(uniform(rng, scale_.lower, scale_.upper)) * static_cast<float>(w);
+  const float height = std::sqrt(uniform(rng, scale_.lower, scale_.upper)) * static_cast<float>(h);
+  box.x0 = uniform(rng, 0.0f, 1.0f) * (static_cast<float>(w) - width);
+  box.x1 = box.x0 + width;
+  box.y0 = uniform(rng, 0.0f, 1.0f) * (static_cast<float>(h) - height);
+  box.y1 = box.y0 + height;
+  const float probability = uniform(rng, factor_.lower, factor_.upper);
+  box.erase = uniform(rng, 0.0f, 1.0f) < probability;
+  return box;
+}
+
+Tensor RandomErasing::operator()(const Tensor& images, uint64_t seed, bool training) const {
+  int64_t n, h, w;
+  dims(images, name(), n, h, w);
+  if (!training) return images;
+  Tensor out = Tensor::empty(images.shape());
+  std::copy_n(images.data(), images.size(), out.data());
+  const int64_t c = images.dim(images.rank() - 1);
+  float* data = out.data();
+  for (int64_t b = 0; b < n; ++b) {
+    const Box e = box(h, w, seed, b);
+    if (!e.erase) continue;
+    Rng fill = image_rng(combine_keys(seed, 1), b);  // the noise: a stream of its own
+    for (int64_t y = 0; y < h; ++y) {
+      const auto fy = static_cast<float>(y);
+      if (fy < e.y0 || fy >= e.y1) continue;
+      for (int64_t x = 0; x < w; ++x) {
+        const auto fx = static_cast<float>(x);
+        if (fx < e.x0 || fx >= e.x1) continue;
+        float* pixel = data + ((b * h + y) * w + x) * c;
+        for (int64_t k = 0; k < c; ++k) {
+          const float v = fill_value_ ? *fill_value_ : normal(fill) * value_range_.upper;
+          pixel[k] = std::clamp(v, value_range_.lower, value_range_.upper);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 // ---- Augmentation --------------------------------------------------------------------------------
 
 Augmentation::Augmentation(std::vector<std::shared_ptr<const ImageLayer>> layers, uint64_t seed)
@@ -203,7 +278,7 @@ namespace {
 
 constexpr const char* kGrammar =
     "expected comma-separated steps: flip[:horizontal|vertical|horizontal_and_vertical], crop:P (pixels), "
-    "translate:F[:F], zoom:F[:F] (F in (0, 1]), e.g. flip,crop:4";
+    "translate:F[:F], zoom:F[:F], erase[:F[:S0:S1]] (F in (0, 1], 0 <= S0 <= S1 <= 1), e.g. flip,crop:4";
 
 [[noreturn]] void bad_step(const std::string& step, const std::string& why) {
   throw std::invalid_argument("bad augmentation step '" + quote_untrusted(step) + "': " + why + "; " + kGrammar);
@@ -218,7 +293,7 @@ std::vector<std::string> split(const std::string& text, char separator) {
   return parts;
 }
 
-float parse_factor(const std::string& step, const std::string& text) {
+float parse_number(const std::string& step, const std::string& text) {
   float f = 0.0f;
   try {
     size_t used = 0;
@@ -227,6 +302,11 @@ float parse_factor(const std::string& step, const std::string& text) {
   } catch (const std::exception&) {
     bad_step(step, "'" + quote_untrusted(text) + "' is not a number");
   }
+  return f;
+}
+
+float parse_factor(const std::string& step, const std::string& text) {
+  const float f = parse_number(step, text);
   if (!(f > 0.0f && f <= 1.0f)) bad_step(step, "the factor " + quote_untrusted(text) + " is outside (0, 1]");
   return f;
 }
@@ -244,8 +324,25 @@ int64_t parse_pixels(const std::string& step, const std::string& text, int64_t m
   return p;
 }
 
+// erase[:F[:S0:S1]]
+std::shared_ptr<const ImageLayer> parse_erase(const std::string& step, const std::vector<std::string>& parts,
+                                              RandomErasing::Range value_range) {
+  const size_t args = parts.size() - 1;
+  if (args != 0 && args != 1 && args != 3) bad_step(step, "erase takes a factor, then optionally the scale's bounds: erase:F:S0:S1");
+  const float factor = args == 0 ? 1.0f : parse_factor(step, parts[1]);
+  RandomErasing::Range scale{0.02f, 0.33f};
+  if (args == 3) {
+    scale = {parse_number(step, parts[2]), parse_number(step, parts[3])};
+    if (!(scale.lower >= 0.0f && scale.lower <= scale.upper && scale.upper <= 1.0f && scale.upper > 0.0f)) {
+      bad_step(step, "the scale " + quote_untrusted(parts[2] + ":" + parts[3]) + " is not 0 <= S0 <= S1 <= 1 with S1 > 0");
+    }
+  }
+  return std::make_shared<RandomErasing>(factor, scale, std::nullopt, value_range);
+}
+
 // One step's layers (crop:P is two).
-std::vector<std::shared_ptr<const ImageLayer>> parse_step(const std::string& step, const Shape& shape) {
+std::vector<std::shared_ptr<const ImageLayer>> parse_step(const std::string& step, const Shape& shape,
+                                                          RandomErasing::Range value_range) {
   const std::vector<std::string> parts = split(step, ':');
   const std::string& op = parts.empty() ? step : parts[0];
   const size_t args = parts.empty() ? 0 : parts.size() - 1;
@@ -265,12 +362,14 @@ std::vector<std::shared_ptr<const ImageLayer>> parse_step(const std::string& ste
     if (op == "translate") return {std::make_shared<RandomTranslation>(fh, fw.value_or(fh))};
     return {std::make_shared<RandomZoom>(fh, fw ? std::optional<Factor>(*fw) : std::nullopt)};
   }
+  if (op == "erase") return {parse_erase(step, parts.empty() ? std::vector<std::string>{op} : parts, value_range)};
   bad_step(step, "unknown step '" + quote_untrusted(op) + "'");
 }
 
 }  // namespace
 
-Augmentation Augmentation::parse(const std::string& spec, const Shape& image_shape, uint64_t seed) {
+Augmentation Augmentation::parse(const std::string& spec, const Shape& image_shape, uint64_t seed,
+                                 RandomErasing::Range value_range) {
   if (image_shape.size() != 3) {
     throw std::invalid_argument("augmentation needs image inputs (HxWxC), not " + shape_string(image_shape));
   }
@@ -279,7 +378,7 @@ Augmentation Augmentation::parse(const std::string& spec, const Shape& image_sha
   for (const std::string& step : split(spec, ',')) {
     if (step.empty()) bad_step(step, "an empty step");
     try {
-      for (auto& layer : parse_step(step, image_shape)) layers.push_back(std::move(layer));
+      for (auto& layer : parse_step(step, image_shape, value_range)) layers.push_back(std::move(layer));
     } catch (const std::invalid_argument& e) {
       const std::string what = e.what();
       if (what.rfind("bad augmentation step", 0) == 0) throw;

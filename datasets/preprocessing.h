@@ -135,6 +135,37 @@ class RandomZoom final : public ImageLayer {
   float fill_value_;
 };
 
+// keras.layers.RandomErasing(factor=1.0, scale=(0.02, 0.33), fill_value=None, value_range=(0, 255))
+// (Zhong et al., "Random Erasing Data Augmentation"): each image is erased with a probability drawn
+// uniform in factor's bounds (a bare f: [0, f], so Keras's default 1.0 erases half the images on
+// average). The erased box is sqrt(a) W wide and sqrt(b) H high, a and b uniform in scale (so its area
+// is a fraction of the image's in scale's range on average), at a uniform position; its pixels (every
+// channel) become fill_value, or, without one, standard normal draws times value_range's upper bound,
+// each clipped to value_range — Keras's. A pixel (y, x) is in the box when x0 <= x < x1 and
+// y0 <= y < y1 for the box's real-valued corners, as Keras's mask. Inference: identity.
+class RandomErasing final : public ImageLayer {
+ public:
+  struct Range {
+    float lower, upper;
+  };
+  explicit RandomErasing(Factor factor = 1.0f, Range scale = {0.02f, 0.33f}, std::optional<float> fill_value = std::nullopt,
+                         Range value_range = {0.0f, 255.0f});
+  Tensor operator()(const Tensor& images, uint64_t seed, bool training = true) const override;
+  std::string name() const override { return "RandomErasing"; }
+
+  struct Box {
+    bool erase = false;
+    float x0 = 0, x1 = 0, y0 = 0, y1 = 0;  // [x0, x1) x [y0, y1), in pixels
+  };
+  // What image b of an (h, w) batch gets from `seed` (what operator() applies).
+  Box box(int64_t h, int64_t w, uint64_t seed, int64_t b = 0) const;
+
+ private:
+  Range factor_, scale_;
+  std::optional<float> fill_value_;
+  Range value_range_;
+};
+
 // Layers applied in order (keras.Sequential of preprocessing layers), keyed for the pipeline.
 class Augmentation {
  public:
@@ -146,9 +177,12 @@ class Augmentation {
   //   crop:P          ZeroPadding2D(P) then RandomCrop(H, W): pad P pixels of 0, crop back at random
   //   translate:F     RandomTranslation(F, F);   translate:FH:FW  RandomTranslation(FH, FW)
   //   zoom:F          RandomZoom(F) (aspect kept); zoom:FH:FW      RandomZoom(FH, FW)
-  // with P an integer in [1, min(H, W)] and F a number in (0, 1]. std::invalid_argument names the
-  // step and the grammar.
-  static Augmentation parse(const std::string& spec, const Shape& image_shape, uint64_t seed);
+  //   erase[:F[:S0:S1]]  RandomErasing(F (default 1.0), scale=(S0, S1) (default 0.02, 0.33)), random fill
+  // with P an integer in [1, min(H, W)], F a number in (0, 1] and 0 <= S0 <= S1 <= 1, S1 > 0.
+  // std::invalid_argument names the step and the grammar. `value_range` is the images' (RandomErasing's
+  // value_range; keel's pipelines scale pixels to [0, 1]).
+  static Augmentation parse(const std::string& spec, const Shape& image_shape, uint64_t seed,
+                            RandomErasing::Range value_range = {0.0f, 1.0f});
 
   // Every layer in order; layer i draws from combine_keys(seed, i).
   Tensor operator()(const Tensor& images, uint64_t seed, bool training = true) const;

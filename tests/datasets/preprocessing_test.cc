@@ -173,6 +173,64 @@ TEST(Preprocessing, RandomZoomScalesAboutTheCentre) {
   EXPECT_THROW(RandomZoom(-1.5f), std::invalid_argument);
 }
 
+// RandomErasing: each erased image differs from its input in exactly the pixels of its box (every
+// channel), filled within value_range; the box's sides are sqrt(scale) of the image's and it lies
+// inside the image; Keras's default factor erases half the images on average; inference is identity.
+TEST(Preprocessing, RandomErasingErasesOneBoxPerImageWithKerasDraws) {
+  HostScope host;
+  const int64_t n = 2000, h = 20, w = 30, c = 2;
+  std::vector<float> v(static_cast<size_t>(n * h * w * c), 5.0f);  // outside [0, 1]: an erased value shows
+  const Tensor images = Tensor::from_vector({n, h, w, c}, v);
+  const RandomErasing erase(1.0f, {0.04f, 0.25f}, std::nullopt, {0.0f, 1.0f});
+  const Tensor out = erase(images, 11);
+  int64_t erased_images = 0;
+  for (int64_t b = 0; b < n; ++b) {
+    const RandomErasing::Box box = erase.box(h, w, 11, b);
+    ASSERT_GE(box.x0, 0.0f);
+    ASSERT_LE(box.x1, static_cast<float>(w) + 1e-4f);
+    ASSERT_GE(box.y0, 0.0f);
+    ASSERT_LE(box.y1, static_cast<float>(h) + 1e-4f);
+    ASSERT_GE(box.x1 - box.x0, std::sqrt(0.04f) * w - 1e-4f);
+    ASSERT_LE(box.x1 - box.x0, std::sqrt(0.25f) * w + 1e-4f);
+    ASSERT_GE(box.y1 - box.y0, std::sqrt(0.04f) * h - 1e-4f);
+    ASSERT_LE(box.y1 - box.y0, std::sqrt(0.25f) * h + 1e-4f);
+    erased_images += box.erase;
+    int64_t changed = 0, inside = 0;
+    for (int64_t y = 0; y < h; ++y) {
+      for (int64_t x = 0; x < w; ++x) {
+        const bool in = box.erase && x >= box.x0 && x < box.x1 && y >= box.y0 && y < box.y1;
+        inside += in;
+        for (int64_t k = 0; k < c; ++k) {
+          const float o = out.data()[((b * h + y) * w + x) * c + k];
+          if (in) {
+            ASSERT_TRUE(o >= 0.0f && o <= 1.0f) << o;
+          } else {
+            ASSERT_EQ(o, 5.0f) << "image " << b << " (" << y << ", " << x << ")";
+          }
+          changed += o != 5.0f;
+        }
+      }
+    }
+    EXPECT_EQ(changed, inside * c);
+  }
+  // P(erase) = E[uniform(0, 1)] = 1/2: 1000 of 2000 expected, sd 22.
+  EXPECT_NEAR(static_cast<double>(erased_images), 1000.0, 110.0);
+  EXPECT_TRUE(erase(images, 11).to_vector() == out.to_vector());  // a function of the seed
+  EXPECT_FALSE(erase(images, 12).to_vector() == out.to_vector());
+  EXPECT_TRUE(erase(images, 11, /*training=*/false).to_vector() == v);
+  // A constant fill, clipped to value_range; factor (1, 1) erases every image.
+  const RandomErasing always(Factor(1.0f, 1.0f), {0.1f, 0.1f}, 7.0f, {0.0f, 255.0f});
+  const Tensor filled = always(images.slice_rows(0, 50), 3);
+  for (int64_t b = 0; b < 50; ++b) {
+    const RandomErasing::Box box = always.box(h, w, 3, b);
+    ASSERT_TRUE(box.erase);
+    const auto y = static_cast<int64_t>(std::ceil(box.y0)), x = static_cast<int64_t>(std::ceil(box.x0));
+    EXPECT_EQ(filled.data()[((b * h + y) * w + x) * c], 7.0f);
+  }
+  EXPECT_THROW(RandomErasing(1.0f, {0.0f, 0.0f}), std::invalid_argument);
+  EXPECT_THROW(RandomErasing(1.0f, {0.1f, 0.2f}, std::nullopt, {1.0f, 0.0f}), std::invalid_argument);
+}
+
 TEST(Preprocessing, ParseBuildsKerasLayersInOrder) {
   auto names = [](const Augmentation& a) {
     std::vector<std::string> n;
@@ -184,6 +242,8 @@ TEST(Preprocessing, ParseBuildsKerasLayersInOrder) {
             (std::vector<std::string>{"RandomFlip", "ZeroPadding2D", "RandomCrop"}));
   EXPECT_EQ(names(Augmentation::parse("translate:0.1,zoom:0.2:0.1,flip:vertical", shape, 1)),
             (std::vector<std::string>{"RandomTranslation", "RandomZoom", "RandomFlip"}));
+  EXPECT_EQ(names(Augmentation::parse("crop:2,erase,erase:0.5:0.1:0.4", shape, 1)),
+            (std::vector<std::string>{"ZeroPadding2D", "RandomCrop", "RandomErasing", "RandomErasing"}));
   const Augmentation flip = Augmentation::parse("flip", shape, 1);
   EXPECT_EQ(dynamic_cast<const RandomFlip&>(*flip.layers()[0]).mode(), "horizontal");
   // crop:P keeps the image's size.
@@ -212,6 +272,12 @@ TEST(Preprocessing, ParseRefusesBadSpecsNamingTheStep) {
       {"zoom:0.1:0.1:0.1", "one factor, or two"},
       {"flip:sideways", "unknown mode 'sideways'"},
       {"flip:horizontal:vertical", "at most one mode"},
+      {"erase:0", "outside (0, 1]"},
+      {"erase:0.5:0.1", "erase:F:S0:S1"},
+      {"erase:0.5:0.4:0.1", "is not 0 <= S0 <= S1 <= 1"},
+      {"erase:0.5:0:1.5", "is not 0 <= S0 <= S1 <= 1"},
+      {"erase:1:0:0", "is not 0 <= S0 <= S1 <= 1"},
+      {"erase:1:a:0.3", "'a' is not a number"},
   };
   for (const auto& [spec, message] : bad) {
     try {
