@@ -1,5 +1,5 @@
-// conv2d and zero_pad2d, NHWC. float32 convolutions run on oneDNN (conv_onednn.cc) unless
-// set_conv_backend(im2col) says otherwise; bfloat16 ones, and the im2col backend, here: im2col + Eigen
+// conv2d and zero_pad2d, NHWC. Convolutions run on oneDNN (conv_onednn.cc; bfloat16 ones where the
+// CPU has its bfloat16 kernels) unless set_conv_backend(im2col) says otherwise; the rest here: im2col + Eigen
 // GEMMs, chunk by chunk of output pixels. Inside a chunk, blocks of output pixels (multiples of
 // ops/gemm.h's row block) are im2col'ed and multiplied on the replica's share of the threads; col2im
 // runs one image and 16 channels per task. Bounds follow the shape alone: the same bits with any
@@ -326,15 +326,16 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
     if (dk != nullptr) dk->fill(0.0f);
     return;
   }
+  const bool bf16 = x.dtype() == DType::bfloat16;
   if (onednn) {  // dkernel, and dx where oneDNN computes it; else dx below
     const bool onednn_dx = dx != nullptr && detail::onednn_runs_dx(g);
-    detail::onednn_conv_backward(g, x.data(), kernel.data(), dy.data(), onednn_dx ? dx->data() : nullptr,
+    const void* xd = bf16 ? static_cast<const void*>(x.bfloat16_data()) : static_cast<const void*>(x.data());
+    detail::onednn_conv_backward(g, xd, bf16, kernel.data(), dy.data(), onednn_dx ? dx->data() : nullptr,
                                  dk != nullptr ? dk->data() : nullptr, onednn_dx, dk != nullptr, /*real=*/true);
     if (onednn_dx) dx = nullptr;
     dk = nullptr;
     if (dx == nullptr) return;
   }
-  const bool bf16 = x.dtype() == DType::bfloat16;
   if (g.pointwise() && dx != nullptr) {  // dx = dy · kernelᵀ
     detail::gemm(MatrixMap(dx->data(), rows, patch), ConstMatrixMap(dy.data(), rows, cout),
                  ConstMatrixMap(kernel.data(), patch, cout).transpose());
@@ -362,7 +363,7 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
 void plan_backward(const ConvGeometry& g, bool bf16, bool onednn, bool dx, bool dk) {
   if (onednn) {
     const bool onednn_dx = dx && detail::onednn_runs_dx(g);
-    detail::onednn_conv_backward(g, nullptr, nullptr, nullptr, nullptr, nullptr, onednn_dx, dk, /*real=*/false);
+    detail::onednn_conv_backward(g, nullptr, bf16, nullptr, nullptr, nullptr, nullptr, onednn_dx, dk, /*real=*/false);
     if (dx && !onednn_dx && backward_needs_cols(g, false, true, false)) const Tensor cols = cols_workspace(g);
   } else if (backward_needs_cols(g, bf16, dx, dk)) {
     const Tensor cols = cols_workspace(g);
@@ -404,14 +405,21 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   detail::count_forward_flops(2 * rows * patch * cout);
   const bool empty = rows == 0 || cout == 0 || patch == 0;
   Tensor y;
-  // float32 operands go to oneDNN unless the im2col kernels were asked for; bfloat16 ones to im2col.
+  // Convolutions go to oneDNN unless the im2col kernels were asked for (bfloat16 ones where this
+  // CPU has oneDNN's bfloat16 kernels); the gradients follow forward's choice.
   const bool bf16 = x_kept.dtype() == DType::bfloat16 && dt == DType::bfloat16;
-  const bool onednn = !bf16 && conv_backend() == ConvBackend::onednn && detail::onednn_runs(g);
+  const bool onednn = conv_backend() == ConvBackend::onednn && (bf16 ? detail::onednn_runs_bfloat16(g) : detail::onednn_runs(g));
   if (bf16) {
     y = Tensor::empty(y_shape, dt);
     const bool real = detail::compute(y, {&x_kept, &ko.value});
     if (real && empty) y.fill(0.0f);
-    if (!empty) forward_bfloat16(g, real ? x_kept.bfloat16_data() : nullptr, ko.value.data(), real ? y.bfloat16_data() : nullptr);
+    const uint16_t* xd = real ? x_kept.bfloat16_data() : nullptr;
+    uint16_t* yd = real ? y.bfloat16_data() : nullptr;
+    if (!empty && onednn) {
+      detail::onednn_conv_forward_bfloat16(g, xd, ko.value.data(), yd);
+    } else if (!empty) {
+      forward_bfloat16(g, xd, ko.value.data(), yd);
+    }
   } else {
     const Tensor xv = detail::compute_values(x_kept, dt);
     Tensor out = detail::output_buffer(y_shape, dt);

@@ -1,4 +1,4 @@
-// oneDNN's convolutions for conv2d's float32 path: primitives cached per shape, tasks of whole images.
+// oneDNN's convolutions for conv2d: primitives cached per shape and dtype, tasks of whole images.
 #include "framework/ops/conv_onednn.h"
 
 #include <omp.h>
@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "framework/core/dtype.h"
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
 #include "framework/device/context.h"
@@ -50,18 +51,21 @@ struct ConvPrimitive {
   memory::desc reorder_scratch;
 };
 
-using Key = std::array<int64_t, 16>;
+using Key = std::array<int64_t, 17>;
 
-Key key_of(const ConvGeometry& g, int64_t images, Pass pass) {
+Key key_of(const ConvGeometry& g, int64_t images, Pass pass, DataType dt) {
   return {images, g.h.input, g.w.input, g.in_channels, g.out_channels, g.h.kernel, g.w.kernel, g.h.stride,
           g.w.stride, g.h.dilation, g.w.dilation, g.h.pad_before, g.h.pad_after, g.w.pad_before, g.w.pad_after,
-          static_cast<int64_t>(pass)};
+          static_cast<int64_t>(pass), static_cast<int64_t>(dt)};
 }
 
-memory::desc images_desc(int64_t n, int64_t h, int64_t w, int64_t c) { return memory::desc({n, c, h, w}, DataType::f32, Tag::nhwc); }
-memory::desc kernel_desc(const ConvGeometry& g, Tag tag) {
-  return memory::desc({g.out_channels, g.in_channels, g.h.kernel, g.w.kernel}, DataType::f32, tag);
+memory::desc images_desc(int64_t n, int64_t h, int64_t w, int64_t c, DataType dt = DataType::f32) {
+  return memory::desc({n, c, h, w}, dt, Tag::nhwc);
 }
+memory::desc kernel_desc(const ConvGeometry& g, Tag tag, DataType dt = DataType::f32) {
+  return memory::desc({g.out_channels, g.in_channels, g.h.kernel, g.w.kernel}, dt, tag);
+}
+size_t element_bytes(DataType dt) { return dt == DataType::bf16 ? sizeof(uint16_t) : sizeof(float); }
 
 dnnl::primitive_attr user_scratchpad() {
   dnnl::primitive_attr attr;
@@ -79,12 +83,14 @@ struct Window {
         pad_r{g.h.pad_after, g.w.pad_after} {}
 };
 
-// The forward primitive descriptor of `images` images (backward passes are built against it).
-dnnl::convolution_forward::primitive_desc forward_desc(const ConvGeometry& g, int64_t images) {
+// The forward primitive descriptor of `images` images (float32 backward passes are built against
+// it): activations and kernel in `dt`, accumulation in float32 either way.
+dnnl::convolution_forward::primitive_desc forward_desc(const ConvGeometry& g, int64_t images, DataType dt = DataType::f32) {
   const Window w(g);
   const dnnl::convolution_forward::desc d(
-      dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, images_desc(images, g.h.input, g.w.input, g.in_channels),
-      kernel_desc(g, Tag::any), images_desc(images, g.h.output, g.w.output, g.out_channels), w.strides, w.dilates, w.pad_l, w.pad_r);
+      dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, images_desc(images, g.h.input, g.w.input, g.in_channels, dt),
+      kernel_desc(g, Tag::any, dt), images_desc(images, g.h.output, g.w.output, g.out_channels, dt), w.strides, w.dilates, w.pad_l,
+      w.pad_r);
   return dnnl::convolution_forward::primitive_desc(d, user_scratchpad(), cpu_engine());
 }
 
@@ -96,9 +102,10 @@ void set_reorder(ConvPrimitive& p, const memory::desc& from, const memory::desc&
   p.reorder_scratch = pd.scratchpad_desc();
 }
 
-std::unique_ptr<ConvPrimitive> build(const ConvGeometry& g, int64_t images, Pass pass) {
+// Forward in `dt`; the backward passes in float32 alone.
+std::unique_ptr<ConvPrimitive> build(const ConvGeometry& g, int64_t images, Pass pass, DataType dt) {
   auto p = std::make_unique<ConvPrimitive>();
-  const dnnl::convolution_forward::primitive_desc fwd = forward_desc(g, images);
+  const dnnl::convolution_forward::primitive_desc fwd = forward_desc(g, images, pass == Pass::forward ? dt : DataType::f32);
   const memory::desc hwio = kernel_desc(g, Tag::hwio);
   const Window w(g);
   const memory::desc src = images_desc(images, g.h.input, g.w.input, g.in_channels);
@@ -130,14 +137,14 @@ std::unique_ptr<ConvPrimitive> build(const ConvGeometry& g, int64_t images, Pass
 
 // The primitive for (geometry, images, pass), built once per process (JIT-compiled by oneDNN) and
 // shared by every replica and thread: executing one is thread-safe with a scratchpad per call.
-const ConvPrimitive& primitive(const ConvGeometry& g, int64_t images, Pass pass) {
+const ConvPrimitive& primitive(const ConvGeometry& g, int64_t images, Pass pass, DataType dt = DataType::f32) {
   static std::mutex mutex;
   static std::map<Key, std::unique_ptr<ConvPrimitive>> cache;
-  const Key key = key_of(g, images, pass);
+  const Key key = key_of(g, images, pass, dt);
   (void)thread_stream();  // building runs oneDNN code too: on one thread, as executing does
   std::lock_guard<std::mutex> lock(mutex);
   std::unique_ptr<ConvPrimitive>& slot = cache[key];
-  if (!slot) slot = build(g, images, pass);
+  if (!slot) slot = build(g, images, pass, dt);
   return *slot;
 }
 
@@ -223,36 +230,43 @@ void execute(const ConvPrimitive& p, const std::unordered_map<int, memory>& args
   s.wait();
 }
 
-// One task's images as oneDNN sees them (x and y), and the distance between two tasks' first elements.
+// One task's images as oneDNN sees them (x and y), and the distance between two tasks' first
+// elements (x_step, y_step) and bytes (x_bytes, y_bytes).
 struct TaskImages {
   int64_t images;
   memory::desc x, y;
   int64_t x_step, y_step;
-  TaskImages(const ConvGeometry& g, int64_t n)
+  int64_t x_bytes, y_bytes;
+  TaskImages(const ConvGeometry& g, int64_t n, DataType dt = DataType::f32)
       : images(n),
-        x(images_desc(n, g.h.input, g.w.input, g.in_channels)),
-        y(images_desc(n, g.h.output, g.w.output, g.out_channels)),
+        x(images_desc(n, g.h.input, g.w.input, g.in_channels, dt)),
+        y(images_desc(n, g.h.output, g.w.output, g.out_channels, dt)),
         x_step(n * g.h.input * g.w.input * g.in_channels),
-        y_step(n * g.h.output * g.w.output * g.out_channels) {}
+        y_step(n * g.h.output * g.w.output * g.out_channels),
+        x_bytes(x_step * static_cast<int64_t>(element_bytes(dt))),
+        y_bytes(y_step * static_cast<int64_t>(element_bytes(dt))) {}
 };
 
-// Forward (x -> y) or backward_data (dy -> dx): the kernel into the primitive's layout, then one
-// call per task. real == false charges the workspace only.
-void kernel_pass(const ConvGeometry& g, Pass pass, const float* kernel, const float* in, float* out, bool real) {
+// Forward (x -> y, in `dt`) or backward_data (dy -> dx, float32): the kernel (float32 HWIO) into
+// the primitive's layout and dtype, then one call per task. real == false charges the workspace only.
+void kernel_pass(const ConvGeometry& g, Pass pass, const float* kernel, const void* in, void* out, bool real,
+                 DataType dt = DataType::f32) {
   const int64_t tasks = image_tasks(g);
-  const TaskImages ti(g, g.batch / tasks);
-  const ConvPrimitive& p = primitive(g, ti.images, pass);
+  const TaskImages ti(g, g.batch / tasks, dt);
+  const ConvPrimitive& p = primitive(g, ti.images, pass, dt);
   PassWorkspace w(p, tasks);
   if (!real) return;
   const void* k = kernel_for(p, g, kernel, w);
   const bool fwd = pass == Pass::forward;
   const memory::desc& in_desc = fwd ? ti.x : ti.y;
   const memory::desc& out_desc = fwd ? ti.y : ti.x;
-  const int64_t in_step = fwd ? ti.x_step : ti.y_step, out_step = fwd ? ti.y_step : ti.x_step;
+  const int64_t in_step = fwd ? ti.x_bytes : ti.y_bytes, out_step = fwd ? ti.y_bytes : ti.x_bytes;
+  const auto* in_bytes = static_cast<const char*>(in);
+  auto* out_bytes = static_cast<char*>(out);
   parallel_for(tasks, [&](int64_t t) {
-    execute(p, {{fwd ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST, wrap(in_desc, in + t * in_step)},
+    execute(p, {{fwd ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST, wrap(in_desc, in_bytes + t * in_step)},
                 {DNNL_ARG_WEIGHTS, wrap(p.kernel_layout, k)},
-                {fwd ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC, wrap(out_desc, out + t * out_step)},
+                {fwd ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC, wrap(out_desc, out_bytes + t * out_step)},
                 {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}});
   });
 }
@@ -266,20 +280,49 @@ void onednn_conv_forward(const ConvGeometry& g, const float* x, const float* ker
   kernel_pass(g, Pass::forward, kernel, x, y, x != nullptr);
 }
 
+bool onednn_runs_bfloat16(const ConvGeometry& g) {
+  // Whether this CPU has oneDNN kernels for bfloat16 convolutions (AVX512_BF16 or AMX), decided once
+  // on a small 3x3 convolution: elsewhere oneDNN has none, or only its slow reference code.
+  static const bool native = [] {
+    try {
+      ConvGeometry probe;
+      probe.batch = 1, probe.in_channels = 16, probe.out_channels = 16;
+      probe.h = {16, 3, 1, 1, 16, 1, 1}, probe.w = probe.h;  // 16x16, 3x3, "same"
+      const std::string impl = forward_desc(probe, 1, DataType::bf16).impl_info_str();
+      return impl.rfind("ref", 0) != 0;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return native && onednn_runs(g);
+}
+
+void onednn_conv_forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, uint16_t* y) {
+  kernel_pass(g, Pass::forward, kernel, x, y, x != nullptr, DataType::bf16);
+}
+
 namespace {
 
-// dkernel = the sum over tasks of each task's partial gradient, added in task order.
-void backward_weights(const ConvGeometry& g, const float* x, const float* dy, float* dkernel, bool real) {
+// dkernel = the sum over tasks of each task's partial gradient, added in task order. A bfloat16 x
+// is widened (exactly) into a float32 workspace, task by task, for the float32 primitive.
+void backward_weights(const ConvGeometry& g, const void* x, bool x_bfloat16, const float* dy, float* dkernel, bool real) {
   const int64_t tasks = kernel_gradient_tasks(g);
   const TaskImages ti(g, g.batch / tasks);
   const ConvPrimitive& p = primitive(g, ti.images, Pass::backward_weights);
   PassWorkspace w(p, tasks);
   const int64_t partial_floats = static_cast<int64_t>(p.kernel_layout.get_size() / sizeof(float));
   Tensor partials = workspace_bytes(p.kernel_layout.get_size() * static_cast<size_t>(tasks));
+  Tensor widened = x_bfloat16 ? workspace_bytes(static_cast<size_t>(ti.x_bytes) * static_cast<size_t>(tasks)) : Tensor();
   if (!real) return;
   float* part = address(partials);
   parallel_for(tasks, [&](int64_t t) {
-    execute(p, {{DNNL_ARG_SRC, wrap(ti.x, x + t * ti.x_step)},
+    const float* xt = static_cast<const float*>(x) + t * ti.x_step;
+    if (x_bfloat16) {
+      float* wide = address(widened) + t * ti.x_step;
+      from_bfloat16(static_cast<const uint16_t*>(x) + t * ti.x_step, wide, ti.x_step);
+      xt = wide;
+    }
+    execute(p, {{DNNL_ARG_SRC, wrap(ti.x, xt)},
                 {DNNL_ARG_DIFF_DST, wrap(ti.y, dy + t * ti.y_step)},
                 {DNNL_ARG_DIFF_WEIGHTS, wrap(p.kernel_layout, part + t * partial_floats)},
                 {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}});
@@ -307,10 +350,10 @@ void backward_weights(const ConvGeometry& g, const float* x, const float* dy, fl
 
 }  // namespace
 
-void onednn_conv_backward(const ConvGeometry& g, const float* x, const float* kernel, const float* dy, float* dx,
-                          float* dkernel, bool want_dx, bool want_dk, bool real) {
+void onednn_conv_backward(const ConvGeometry& g, const void* x, bool x_bfloat16, const float* kernel, const float* dy,
+                          float* dx, float* dkernel, bool want_dx, bool want_dk, bool real) {
   if (want_dx) kernel_pass(g, Pass::backward_data, kernel, dy, dx, real);
-  if (want_dk) backward_weights(g, x, dy, dkernel, real);
+  if (want_dk) backward_weights(g, x, x_bfloat16, dy, dkernel, real);
 }
 
 }  // namespace keel::ops::detail

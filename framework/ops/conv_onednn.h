@@ -1,6 +1,9 @@
-// conv2d's float32 kernels on oneDNN (Debian's libdnnl, the library PyTorch's CPU convolutions use):
+// conv2d's kernels on oneDNN (Debian's libdnnl, the library PyTorch's CPU convolutions use):
 // its JIT convolutions for this CPU (brgconv/jit, AVX-512 where the CPU has it) read NHWC activations
 // in place; the HWIO kernel is reordered into the layout each primitive wants, in a workspace buffer.
+// Under bfloat16 (mixed precision) the forward pass runs on oneDNN's bfloat16 kernels (vdpbf16ps /
+// AMX: bfloat16 operands, float32 sums) where the CPU has them; the gradients stay float32, as keel's
+// gradients are, on the float32 kernels.
 //
 // Threads: the images of the batch are cut into equal tasks fixed by the shape alone, each run on
 // one thread of the replica's share (oneDNN's own OpenMP threading is held at 1 in keel's threads).
@@ -12,6 +15,8 @@
 // gradient's partials are `workspace` tensors of the current core, allocated on planning runs too
 // (x == nullptr / real == false), so the plan equals the run.
 #pragma once
+
+#include <cstdint>
 
 #include "framework/ops/conv_geometry.h"
 
@@ -29,9 +34,20 @@ bool onednn_runs_dx(const ConvGeometry& g);
 // y (N, OH, OW, Cout) = conv(x, kernel); x == nullptr plans (charges the workspace only).
 void onednn_conv_forward(const ConvGeometry& g, const float* x, const float* kernel, float* y);
 
-// The gradients given dy: dx (N, H, W, Cin) when want_dx, dkernel (KH, KW, Cin, Cout) when want_dk,
-// both overwritten. real == false plans (charges the workspace only; the pointers are unused).
-void onednn_conv_backward(const ConvGeometry& g, const float* x, const float* kernel, const float* dy, float* dx,
-                          float* dkernel, bool want_dx, bool want_dk, bool real);
+// Whether oneDNN computes the forward pass of a bfloat16 convolution of this geometry: where it
+// computes float32 ones (onednn_runs) and this CPU has its bfloat16 kernels (AVX512_BF16 or AMX).
+bool onednn_runs_bfloat16(const ConvGeometry& g);
+// y (bfloat16 bits) = conv(x (bfloat16 bits), kernel), the kernel's float32 values already
+// bfloat16 numbers (rounded): products exact in float32, summed in float32, rounded to nearest even
+// into y — the semantics of conv2d under bfloat16 (framework/ops/precision.h), in oneDNN's summation
+// order. x == nullptr plans.
+void onednn_conv_forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, uint16_t* y);
+
+// The gradients given dy, in float32: dx (N, H, W, Cin) when want_dx, dkernel (KH, KW, Cin, Cout)
+// when want_dk, both overwritten. x is float32, or bfloat16 bits when x_bfloat16 (widened exactly
+// into a float32 workspace for dkernel). real == false plans (charges the workspace only; the
+// pointers are unused).
+void onednn_conv_backward(const ConvGeometry& g, const void* x, bool x_bfloat16, const float* kernel, const float* dy,
+                          float* dx, float* dkernel, bool want_dx, bool want_dk, bool real);
 
 }  // namespace keel::ops::detail

@@ -323,7 +323,7 @@ void add_training_options(po::options_description& d) {
       ("shuffle-buffer", po::value<int64_t>(), "shuffle buffer size (default 60000: a full shuffle)")
       ("keep", po::value<int>(), "checkpoints to keep (default 3; 0 keeps all)")
       ("save-every-steps", po::value<int64_t>(), "also save every N steps (default: at epoch ends only)")
-      ("augment", po::value<std::string>(), "augment training images, e.g. flip,crop:4 (steps: flip[:MODE], crop:P, translate:F[:F], zoom:F[:F]; see README)");
+      ("augment", po::value<std::string>(), "augment training images, e.g. flip,crop:4 (steps: flip[:MODE], crop:P, translate:F[:F], zoom:F[:F], erase[:F[:S0:S1]]; see README)");
 }
 
 // Each verb applies its option groups and then calls RunConfig::validate, the one check of every
