@@ -2,8 +2,8 @@
 // its JIT convolutions for this CPU (brgconv/jit, AVX-512 where the CPU has it) read NHWC activations
 // in place; the HWIO kernel is reordered into the layout each primitive wants, in a workspace buffer.
 // Under bfloat16 (mixed precision) the forward pass runs on oneDNN's bfloat16 kernels (vdpbf16ps /
-// AMX: bfloat16 operands, float32 sums) where the CPU has them; the gradients stay float32, as keel's
-// gradients are, on the float32 kernels.
+// AMX: bfloat16 operands, float32 sums, subnormal inputs and results flushed to zero) where the CPU
+// has them; the gradients stay float32, as keel's gradients are, on the float32 kernels.
 //
 // Threads: the images of the batch are cut into equal tasks fixed by the shape alone, each run on
 // one thread of the replica's share (oneDNN's own OpenMP threading is held at 1 in keel's threads).

@@ -3,12 +3,14 @@
 // Mixed precision (Keras's mixed_bfloat16, framework/layers/dtype_policy.h) runs a layer's ops inside
 // a ComputeDTypeScope(bfloat16). There every op computes on operands rounded to bfloat16 (round to
 // nearest even) with float32 accumulation — the TPU MXU's semantics: a product of two bfloat16 values
-// is exact in float32, so float32 kernels on rounded operands are a faithful implementation — and
-// stores its output as a real 2-byte bfloat16 tensor; what an op keeps for backward is bfloat16 too
-// (a float32 activation it reads is kept as its bfloat16 copy; variables are kept as they are, in
-// float32, and rounded again in backward). Gradients stay float32. BatchNormalization computes in
-// float32 on its bfloat16 input (as Keras's does) and softmax always returns float32 (Keras's
-// advice for the last activation). Any op accepts bfloat16 inputs outside such a scope too.
+// is exact in float32, so float32 kernels on rounded operands are a faithful implementation, and so
+// are oneDNN's native bfloat16 convolutions (conv_onednn.h: the same products summed in float32, in
+// their own order, subnormals flushed to zero) — and stores its output as a real 2-byte bfloat16
+// tensor; what an op keeps for backward is bfloat16 too (a float32 activation it reads is kept as its
+// bfloat16 copy; variables are kept as they are, in float32, and rounded again in backward).
+// Gradients stay float32. BatchNormalization computes in float32 on its bfloat16 input (as Keras's
+// does) and softmax always returns float32 (Keras's advice for the last activation). Any op accepts
+// bfloat16 inputs outside such a scope too.
 #pragma once
 
 #include "framework/core/dtype.h"
