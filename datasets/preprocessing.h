@@ -138,8 +138,8 @@ class RandomZoom final : public ImageLayer {
 // keras.layers.RandomErasing(factor=1.0, scale=(0.02, 0.33), fill_value=None, value_range=(0, 255))
 // (Zhong et al., "Random Erasing Data Augmentation"): each image is erased with a probability drawn
 // uniform in factor's bounds (a bare f: [0, f], so Keras's default 1.0 erases half the images on
-// average). The erased box is sqrt(a) W wide and sqrt(b) H high, a and b uniform in scale (so its area
-// is a fraction of the image's in scale's range on average), at a uniform position; its pixels (every
+// average). The erased box is sqrt(a) W wide and sqrt(b) H high, a and b uniform in scale (so its area,
+// sqrt(ab) of the image's, lies in scale's range), at a uniform position; its pixels (every
 // channel) become fill_value, or, without one, standard normal draws times value_range's upper bound,
 // each clipped to value_range — Keras's. A pixel (y, x) is in the box when x0 <= x < x1 and
 // y0 <= y < y1 for the box's real-valued corners, as Keras's mask. Inference: identity.
