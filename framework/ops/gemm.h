@@ -20,6 +20,8 @@
 namespace keel::ops::detail {
 
 inline constexpr int64_t kGemmRowBlock = 96;
+// Work per thread below which a product uses fewer threads (only the threads, never the bits).
+inline constexpr double kGemmMinFlopsPerThread = 8e6;
 // Work per tile (multiply-adds x 2) below which tiles grow: the tile grid, never the thread count.
 inline constexpr double kGemmGrainFlops = 2e6;
 
@@ -49,14 +51,21 @@ struct GemmTiles {
   TileAxis rows, cols;
   int64_t count() const { return rows.tiles * cols.tiles; }
 };
+// A product of a few hundred rows too narrow to cut its columns, worth several tiles (the seed MLP's
+// first layer, 128 x 784 x 128, 26 MFLOP): rows cut at multiples of kGemmFineRowBlock instead, at
+// least 4 x kGemmGrainFlops each.
+inline constexpr int64_t kGemmFineRowBlock = 32;
 inline GemmTiles gemm_tiles(int64_t m, int64_t n, int64_t k) {
-  const TileAxis rows(m, gemm_row_block(n, k));
+  TileAxis rows(m, gemm_row_block(n, k));
   int64_t col_block = n;
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   if (rows.tiles < kGemmTargetTiles && n >= 2 * kGemmColBlock) {
-    const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
     const int64_t by_work = static_cast<int64_t>(flops / kGemmGrainFlops) / rows.tiles;
     const int64_t want = std::min((kGemmTargetTiles + rows.tiles - 1) / rows.tiles, by_work);
     if (want > 1) col_block = std::max(kGemmColBlock, (n / want + kGemmColBlock - 1) / kGemmColBlock * kGemmColBlock);
+  } else if (rows.tiles == 1) {
+    const int64_t want = std::min({m / kGemmFineRowBlock, static_cast<int64_t>(flops / (4 * kGemmGrainFlops)), kGemmTargetTiles});
+    if (want > 1) rows = TileAxis(m, (m / want + kGemmFineRowBlock - 1) / kGemmFineRowBlock * kGemmFineRowBlock);
   }
   return {rows, TileAxis(n, col_block)};
 }
@@ -122,7 +131,7 @@ void gemm(MatrixMap dst, const Lhs& a, const Rhs& b, bool accumulate = false) {
     }
   };
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  parallel_for(tiles.count(), tile, threads_worth(flops, kMinFlopsPerThread));
+  parallel_for(tiles.count(), tile, threads_worth(flops, kGemmMinFlopsPerThread));
 }
 
 }  // namespace keel::ops::detail

@@ -30,7 +30,7 @@ const Case kCases[] = {{128, 200, 200}, {97, 300, 10}, {193, 120, 300}, {50, 70,
                        {1, 500, 300},   {300, 500, 1}, {0, 5, 5},       {200, 96, 200}, {400, 32, 192}};
 const Case kLongReductions[] = {{64, 2048, 256}, {147, 1536, 64}};
 #else
-const Case kCases[] = {{128, 784, 512}, {784, 128, 512}, {128, 512, 10}, {1820, 576, 64}, {576, 1820, 64},
+const Case kCases[] = {{128, 784, 512}, {784, 128, 512}, {128, 512, 10}, {128, 784, 128}, {256, 784, 128}, {100, 1000, 100}, {1820, 576, 64}, {576, 1820, 64},
                        {64, 6272, 256}, {97, 300, 10},   {193, 1000, 1000}, {50, 70, 600}, {4608, 227, 512},
                        {330, 4608, 64}, {147, 7000, 64}, {1, 500, 300},    {300, 500, 1},  {0, 5, 5}};
 const Case kLongReductions[] = {{64, 25088, 256}, {147, 7133, 64}, {576, 1820, 64}};
@@ -109,6 +109,12 @@ TEST(GemmTest, TilesFollowTheShapeAlone) {
   EXPECT_EQ(k.rows.tiles, 1);
   EXPECT_GT(k.cols.tiles, 1);
   EXPECT_EQ(k.cols.block % ops::detail::kGemmColBlock, 0);
+  // One row tile of much work and too few columns to cut: rows at multiples of the fine row block
+  // (the seed MLP's first layer).
+  const ops::detail::GemmTiles mlp = ops::detail::gemm_tiles(128, 128, 784);
+  EXPECT_EQ(mlp.rows.tiles, 2);
+  EXPECT_EQ(mlp.rows.block % ops::detail::kGemmFineRowBlock, 0);
+  EXPECT_EQ(mlp.cols.tiles, 1);
   // Little work: one tile.
   EXPECT_EQ(ops::detail::gemm_tiles(8, 8, 8).count(), 1);
 }
