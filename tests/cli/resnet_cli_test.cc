@@ -76,7 +76,7 @@ TEST(ResnetCli, Resnet50ResumesBitIdenticallyAtASmallSize) {
 // batches, evaluated at once and saved, on request, as a new file that evaluates the same.
 TEST(ResnetCli, RecomputedBatchStatisticsAreEvaluatedAndSavedAsANewFile) {
   const std::string dir = make_temp_dir("keel-bnstats");
-  CommandResult t = run_keel("train --model resnet18 --input-shape 32x32x1 --cores 2 --hbm-per-core 4GiB --batch-per-core 4 --epochs 1 "
+  CommandResult t = run_keel("train --model resnet18 --input-shape 32x32x1 --cores 2 --hbm-per-core 4GiB --batch-per-core 32 --epochs 1 "
                              "--stop-after-steps 3 --seed 2 --quiet --shuffle-buffer 64 --checkpoint-dir " + dir + "/run");
   ASSERT_EQ(t.exit_code, 0) << t.err;
   const std::string before = md5_of_dir(dir + "/run");
