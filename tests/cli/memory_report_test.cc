@@ -73,7 +73,7 @@ TEST_F(MemoryReport, MlpOnV38PlanEqualsWhatTrainingMeasured) {
 }
 
 TEST_F(MemoryReport, ResNet18OnTwoCoresPlanEqualsWhatTrainingMeasured) {
-  expect_plan_equals_training("--model resnet18 --input-shape 32x32x1 --cores 2 --hbm-per-core 2GiB --batch-per-core 4 "
+  expect_plan_equals_training("--model resnet18 --input-shape 32x32x1 --cores 2 --hbm-per-core 2GiB --batch-per-core 32 "
                               "--epochs 1 --stop-after-steps 2",
                               dir_ + "/resnet18", 11189770);
 }
