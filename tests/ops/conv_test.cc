@@ -23,6 +23,7 @@
 #include "framework/ops/pooling.h"
 #include "framework/ops/precision.h"
 #include "framework/ops/ops.h"
+#include "tests/support/conv_backend.h"
 #include "tests/support/golden.h"
 #include "tests/support/grad_check.h"
 #include "tests/support/thread_checks.h"
@@ -36,17 +37,9 @@ using testing::expect_gradients_match;
 using testing::host;
 using testing::random_host;
 
-// Runs conv2d's float32 convolutions on one backend for the scope's lifetime.
-class BackendScope {
- public:
-  explicit BackendScope(ops::ConvBackend backend) : saved_(ops::conv_backend()) { ops::set_conv_backend(backend); }
-  ~BackendScope() { ops::set_conv_backend(saved_); }
-
- private:
-  ops::ConvBackend saved_;
-};
-constexpr ops::ConvBackend kBackends[] = {ops::ConvBackend::onednn, ops::ConvBackend::im2col};
-const char* backend_name(ops::ConvBackend b) { return b == ops::ConvBackend::onednn ? "onednn" : "im2col"; }
+using BackendScope = testing::ConvBackendScope;
+constexpr auto& kBackends = testing::kConvBackends;
+const char* backend_name(ops::ConvBackend b) { return testing::conv_backend_name(b); }
 
 // conv2d is bilinear: central differences are exact up to float rounding.
 const testing::GradCheckOptions kConvTol = testing::tolerances("conv2d", 1e-2, 1e-4, 1e-3);
@@ -507,64 +500,6 @@ TEST(ConvShapeRuleTest, ALayerRefusesAnInputTheOpRefuses) {
   EXPECT_THROW(Conv2D(4, 5)->compute_output_shape({3, 3, 1}), std::invalid_argument);
   EXPECT_THROW(MaxPooling2D(3)->compute_output_shape({2, 2, 1}), std::invalid_argument);
   EXPECT_EQ(ZeroPadding2D(2)->compute_output_shape({3, 4, 1}), (Shape{7, 8, 1}));
-}
-
-// --- bfloat16 on oneDNN ---
-
-// Under bfloat16, where oneDNN runs (its bfloat16 kernels where this CPU has them): the output is the
-// float32 convolution of the rounded operands, rounded — to within one bfloat16 step, oneDNN's
-// bfloat16 kernels summing in their own order — and both gradients (float32) are the float32 path's
-// on the rounded operands, bit for bit; against the im2col backend, within the float32 tolerance.
-TEST(Conv2dTest, Bfloat16OnOneDnnIsTheFloat32ConvolutionOfRoundedOperands) {
-  const ConvConfig configs[] = {{{4, 16, 16, 32}, {3, 3, 32, 48}, {1, 1}, Padding::same, {1, 1}},
-                                {{2, 20, 20, 64}, {1, 1, 64, 32}, {1, 1}, Padding::valid, {1, 1}},
-                                {{2, 33, 31, 16}, {3, 3, 16, 24}, {2, 2}, Padding::same, {1, 1}}};
-  uint64_t seed = 600;
-  for (const ConvConfig& c : configs) {
-    SCOPED_TRACE(shape_string(c.x) + " * " + shape_string(c.kernel));
-    const Tensor x = random_host(c.x, -1, 1, seed++).to(DType::bfloat16).to(DType::float32);
-    const Tensor k = random_host(c.kernel, -1, 1, seed++).to(DType::bfloat16).to(DType::float32);
-    const Tensor dy = random_host(ops::conv2d_output_shape(c.x, c.kernel, c.strides, c.padding, c.dilation), -1, 1, seed++);
-    auto run = [&](DType dt) {
-      GradientTape tape;
-      tape.watch(x);
-      tape.watch(k);
-      Tensor y;
-      {
-        const ops::ComputeDTypeScope compute(dt);
-        y = ops::conv2d(x, k, c.strides, c.padding, c.dilation);
-      }
-      EXPECT_EQ(y.dtype(), dt);
-      const Tensor y32 = ops::cast(y, DType::float32);
-      const Tensor target = ops::matmul(ops::reshape(y32, {1, y32.size()}), ops::reshape(dy, {dy.size(), 1}));
-      std::vector<Tensor> got = tape.gradient(target, {x, k});
-      got.push_back(y32);
-      return got;
-    };
-    std::vector<std::vector<float>> bf16[2], f32[2];
-    for (int b = 0; b < 2; ++b) {
-      const BackendScope backend(kBackends[b]);
-      for (const Tensor& t : run(DType::bfloat16)) bf16[b].push_back(t.to_vector());
-      for (const Tensor& t : run(DType::float32)) f32[b].push_back(t.to_vector());
-    }
-    EXPECT_TRUE(bf16[0][0] == f32[0][0]) << "dx differs from float32's on the rounded operands";
-    EXPECT_TRUE(bf16[0][1] == f32[0][1]) << "dkernel differs from float32's on the rounded operands";
-    const std::vector<float> want =
-        Tensor::from_vector({static_cast<int64_t>(f32[0][2].size())}, f32[0][2]).to(DType::bfloat16).to_vector();
-    for (size_t i = 0; i < want.size(); ++i) {
-      // One bfloat16 step (8 significant bits) of the larger magnitude, at least of 2^-20 near zero.
-      const float step = std::max(std::ldexp(std::max(std::fabs(want[i]), std::fabs(bf16[0][2][i])), -7), 1e-6f);
-      ASSERT_LE(std::fabs(bf16[0][2][i] - want[i]), step) << "y[" << i << "]: " << bf16[0][2][i] << " vs " << want[i];
-    }
-    for (size_t j = 0; j < 2; ++j) {
-      float scale = 0, worst = 0;
-      for (size_t i = 0; i < bf16[0][j].size(); ++i) {
-        scale = std::max(scale, std::fabs(bf16[1][j][i]));
-        worst = std::max(worst, std::fabs(bf16[0][j][i] - bf16[1][j][i]));
-      }
-      EXPECT_LE(worst, 1e-5f * scale) << (j == 0 ? "dx" : "dkernel") << ": oneDNN and im2col under bfloat16";
-    }
-  }
 }
 
 // --- threads ---

@@ -1,0 +1,114 @@
+// conv2d under bfloat16 on oneDNN (framework/ops/conv_onednn.h): its native bfloat16 forward
+// against the float32 convolution of the rounded operands, and its float32 gradients bit for bit.
+// (Float32 oneDNN against direct loops and im2col, and the same bits on 1-4 threads for both
+// dtypes and backends, are in conv_test.cc.)
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "framework/autodiff/tape.h"
+#include "framework/device/context.h"
+#include "framework/ops/conv.h"
+#include "framework/ops/conv_onednn.h"
+#include "framework/ops/ops.h"
+#include "framework/ops/precision.h"
+#include "tests/support/conv_backend.h"
+#include "tests/support/grad_check.h"
+
+namespace keel {
+namespace {
+
+using ops::Padding;
+using testing::random_host;
+
+// Whether this CPU has oneDNN's bfloat16 convolutions (else bfloat16 ones run on im2col).
+bool onednn_has_bfloat16() {
+  ops::detail::ConvGeometry g;
+  g.batch = 1, g.in_channels = 16, g.out_channels = 16;
+  g.h = {16, 3, 1, 1, 16, 1, 1}, g.w = g.h;  // 16x16, 3x3, "same": 256 output pixels, where oneDNN runs
+  return ops::detail::onednn_runs_bfloat16(g);
+}
+
+// Largest |a - b| over the largest |b|.
+float relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  float scale = 0, worst = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    scale = std::max(scale, std::fabs(b[i]));
+    worst = std::max(worst, std::fabs(a[i] - b[i]));
+  }
+  return scale > 0 ? worst / scale : worst;
+}
+
+// Under bfloat16, where oneDNN runs (its bfloat16 kernels where this CPU has them): the output is the
+// float32 convolution of the rounded operands, rounded — to within one bfloat16 step, oneDNN's
+// bfloat16 kernels summing in their own order — and both gradients (float32) are the float32 path's
+// on the rounded operands, bit for bit; against the im2col backend, within the float32 tolerance.
+// On a CPU without them (bfloat16 on im2col, float32 on oneDNN) the gradients agree within that
+// tolerance instead.
+TEST(Conv2dTest, Bfloat16OnOneDnnIsTheFloat32ConvolutionOfRoundedOperands) {
+  const bool native = onednn_has_bfloat16();
+  if (!native) std::printf("this CPU has no oneDNN bfloat16 convolutions: bfloat16 ones run on im2col\n");
+  struct Config {
+    Shape x, kernel;
+    std::array<int, 2> strides;
+    Padding padding;
+    std::array<int, 2> dilation;
+  };
+  const Config configs[] = {{{4, 16, 16, 32}, {3, 3, 32, 48}, {1, 1}, Padding::same, {1, 1}},
+                            {{2, 20, 20, 64}, {1, 1, 64, 32}, {1, 1}, Padding::valid, {1, 1}},
+                            {{2, 33, 31, 16}, {3, 3, 16, 24}, {2, 2}, Padding::same, {1, 1}}};
+  uint64_t seed = 600;
+  for (const Config& c : configs) {
+    SCOPED_TRACE(shape_string(c.x) + " * " + shape_string(c.kernel));
+    const Tensor x = random_host(c.x, -1, 1, seed++).to(DType::bfloat16).to(DType::float32);
+    const Tensor k = random_host(c.kernel, -1, 1, seed++).to(DType::bfloat16).to(DType::float32);
+    const Tensor dy = random_host(ops::conv2d_output_shape(c.x, c.kernel, c.strides, c.padding, c.dilation), -1, 1, seed++);
+    auto run = [&](DType dt) {
+      GradientTape tape;
+      tape.watch(x);
+      tape.watch(k);
+      Tensor y;
+      {
+        const ops::ComputeDTypeScope compute(dt);
+        y = ops::conv2d(x, k, c.strides, c.padding, c.dilation);
+      }
+      EXPECT_EQ(y.dtype(), dt);
+      const Tensor y32 = ops::cast(y, DType::float32);
+      const Tensor target = ops::matmul(ops::reshape(y32, {1, y32.size()}), ops::reshape(dy, {dy.size(), 1}));
+      std::vector<Tensor> got = tape.gradient(target, {x, k});
+      got.push_back(y32);
+      return got;
+    };
+    std::vector<std::vector<float>> bf16[2], f32[2];
+    for (int b = 0; b < 2; ++b) {
+      const testing::ConvBackendScope backend(testing::kConvBackends[b]);
+      for (const Tensor& t : run(DType::bfloat16)) bf16[b].push_back(t.to_vector());
+      for (const Tensor& t : run(DType::float32)) f32[b].push_back(t.to_vector());
+    }
+    if (native) {
+      EXPECT_TRUE(bf16[0][0] == f32[0][0]) << "dx differs from float32's on the rounded operands";
+      EXPECT_TRUE(bf16[0][1] == f32[0][1]) << "dkernel differs from float32's on the rounded operands";
+    } else {
+      EXPECT_LE(relative_difference(bf16[0][0], f32[0][0]), 1e-5f) << "dx";
+      EXPECT_LE(relative_difference(bf16[0][1], f32[0][1]), 1e-5f) << "dkernel";
+    }
+    const std::vector<float> want =
+        Tensor::from_vector({static_cast<int64_t>(f32[0][2].size())}, f32[0][2]).to(DType::bfloat16).to_vector();
+    for (size_t i = 0; i < want.size(); ++i) {
+      // One bfloat16 step (8 significant bits) of the larger magnitude, at least of 2^-20 near zero.
+      const float step = std::max(std::ldexp(std::max(std::fabs(want[i]), std::fabs(bf16[0][2][i])), -7), 1e-6f);
+      ASSERT_LE(std::fabs(bf16[0][2][i] - want[i]), step) << "y[" << i << "]: " << bf16[0][2][i] << " vs " << want[i];
+    }
+    for (size_t j = 0; j < 2; ++j) {
+      EXPECT_LE(relative_difference(bf16[0][j], bf16[1][j]), 1e-5f) << (j == 0 ? "dx" : "dkernel") << ": oneDNN and im2col under bfloat16";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace keel
