@@ -38,6 +38,7 @@ TEST_F(AugmentCli, BadSpecsExit2WithOneLineNamingTheStep) {
       {"translate:2", "the factor 2 is outside (0, 1]"},
       {"zoom:0.1:0.1:0.1", "zoom takes one factor, or two"},
       {"flip:diagonal", "unknown mode 'diagonal'"},
+      {"erase:0.5:0.4:0.1", "is not 0 <= S0 <= S1 <= 1"},
   };
   for (const auto& [spec, message] : bad) {
     CommandResult r = run_keel("train " + kRun + "--augment '" + spec + "' --checkpoint-dir " + dir_ + "/bad");
@@ -58,7 +59,7 @@ TEST_F(AugmentCli, BadSpecsExit2WithOneLineNamingTheStep) {
 }
 
 TEST_F(AugmentCli, AResumedAugmentedRunIsBitIdenticalToAStraightOne) {
-  const std::string run = kRun + "--augment flip,crop:4,translate:0.1,zoom:0.1 ";
+  const std::string run = kRun + "--augment flip,crop:4,translate:0.1,zoom:0.1,erase ";
   CommandResult a = run_keel("train " + run + "--stop-after-steps 6 --checkpoint-dir " + dir_ + "/straight");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   // Stopped mid-epoch after 3 steps (the pipeline's map threads have run ahead), then resumed: the
@@ -68,7 +69,7 @@ TEST_F(AugmentCli, AResumedAugmentedRunIsBitIdenticalToAStraightOne) {
   CommandResult b2 = run_keel("resume " + dir_ + "/split --stop-after-steps 3 --quiet");
   ASSERT_EQ(b2.exit_code, 0) << b2.err;
   for (const CommandResult* r : {&a, &b1, &b2}) {
-    EXPECT_THAT(r->out, HasSubstr("Augmenting each training example (--augment flip,crop:4,translate:0.1,zoom:0.1;"));
+    EXPECT_THAT(r->out, HasSubstr("Augmenting each training example (--augment flip,crop:4,translate:0.1,zoom:0.1,erase;"));
   }
   expect_bit_identical(dir_ + "/straight/ckpt-6.h5", dir_ + "/split/ckpt-6.h5", 200);
 
