@@ -170,13 +170,6 @@ Tensor RandomZoom::operator()(const Tensor& images, uint64_t seed, bool training
 
 namespace {
 
-// Standard normal by Box-Muller on the image's stream.
-float normal(Rng& rng) {
-  float u1 = rng.next_float();
-  while (u1 <= 0.0f) u1 = rng.next_float();
-  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530717958647692f * rng.next_float());
-}
-
 bool in_unit_interval(RandomErasing::Range r) {
   return r.lower >= 0.0f && r.upper <= 1.0f && r.lower <= r.upper;  // false for NaN
 }
@@ -232,7 +225,7 @@ Tensor RandomErasing::operator()(const Tensor& images, uint64_t seed, bool train
         if (fx < e.x0 || fx >= e.x1) continue;
         float* pixel = data + ((b * h + y) * w + x) * c;
         for (int64_t k = 0; k < c; ++k) {
-          const float v = fill_value_ ? *fill_value_ : normal(fill) * value_range_.upper;
+          const float v = fill_value_ ? *fill_value_ : standard_normal(fill) * value_range_.upper;
           pixel[k] = std::clamp(v, value_range_.lower, value_range_.upper);
         }
       }
@@ -362,7 +355,7 @@ std::vector<std::shared_ptr<const ImageLayer>> parse_step(const std::string& ste
     if (op == "translate") return {std::make_shared<RandomTranslation>(fh, fw.value_or(fh))};
     return {std::make_shared<RandomZoom>(fh, fw ? std::optional<Factor>(*fw) : std::nullopt)};
   }
-  if (op == "erase") return {parse_erase(step, parts.empty() ? std::vector<std::string>{op} : parts, value_range)};
+  if (op == "erase") return {parse_erase(step, parts, value_range)};
   bad_step(step, "unknown step '" + quote_untrusted(op) + "'");
 }
 

@@ -2,6 +2,7 @@
 // resumed exactly from a small state and replicas draw independent streams without sharing state.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace keel {
@@ -75,6 +76,14 @@ inline uint64_t Rng::next_below(uint64_t bound) {
     const uint64_t low = static_cast<uint64_t>(m);
     if (low >= bound || low >= (-bound) % bound) return static_cast<uint64_t>(m >> 64);
   }
+}
+
+// Standard normal by Box-Muller on `rng`'s stream (two uniforms per draw, a zero first one redrawn).
+inline float standard_normal(Rng& rng) {
+  float u1 = rng.next_float();
+  while (u1 <= 0.0f) u1 = rng.next_float();
+  const float u2 = rng.next_float();
+  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530717958647692f * u2);
 }
 
 }  // namespace keel

@@ -26,14 +26,6 @@ void fans(const Shape& s, double& fan_in, double& fan_out) {
   }
 }
 
-// Standard normal by Box-Muller on the counter-based stream.
-float normal(Rng& rng) {
-  float u1 = rng.next_float();
-  while (u1 <= 0.0f) u1 = rng.next_float();
-  const float u2 = rng.next_float();
-  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530717958647692f * u2);
-}
-
 }  // namespace
 
 void set_random_seed(uint64_t seed) {
@@ -66,8 +58,8 @@ void initialize(Tensor& t, const std::string& initializer, uint64_t key) {
     const double scale = initializer == "glorot_normal" ? 2.0 / (fan_in + fan_out) : 2.0 / fan_in;
     const float stddev = static_cast<float>(std::sqrt(scale) / 0.87962566103423978);
     for (int64_t i = 0; i < n; ++i) {
-      float z = normal(rng);
-      while (std::fabs(z) >= 2.0f) z = normal(rng);
+      float z = standard_normal(rng);
+      while (std::fabs(z) >= 2.0f) z = standard_normal(rng);
       d[i] = z * stddev;
     }
   } else {

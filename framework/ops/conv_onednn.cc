@@ -316,11 +316,13 @@ void backward_weights(const ConvGeometry& g, const void* x, bool x_bfloat16, con
   if (!real) return;
   float* part = address(partials);
   parallel_for(tasks, [&](int64_t t) {
-    const float* xt = static_cast<const float*>(x) + t * ti.x_step;
+    const float* xt = nullptr;
     if (x_bfloat16) {
       float* wide = address(widened) + t * ti.x_step;
       from_bfloat16(static_cast<const uint16_t*>(x) + t * ti.x_step, wide, ti.x_step);
       xt = wide;
+    } else {
+      xt = static_cast<const float*>(x) + t * ti.x_step;
     }
     execute(p, {{DNNL_ARG_SRC, wrap(ti.x, xt)},
                 {DNNL_ARG_DIFF_DST, wrap(ti.y, dy + t * ti.y_step)},
