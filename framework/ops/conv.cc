@@ -223,7 +223,8 @@ void forward_chunk(const ConvGeometry& g, const T* x, int64_t row0, int64_t n, c
   if (detail::TileAxis(n, detail::gemm_row_block(cout, patch)).tiles >= detail::kGemmTargetTiles) {
     for_each_pixel_block(g, n, [&](int64_t r0, int64_t rn) {
       im2col(x, g, row0 + r0, rn, cols + r0 * patch);
-      MatrixMap(out + r0 * cout, rn, cout).noalias() = ConstMatrixMap(cols + r0 * patch, rn, patch) * k;
+      detail::sgemm(detail::gemm_operand(ConstMatrixMap(cols + r0 * patch, rn, patch)), detail::gemm_operand(k),
+                    out + r0 * cout, cout, rn, cout, patch, /*accumulate=*/false);
     });
   } else {
     for_each_pixel_block(g, n, [&](int64_t r0, int64_t rn) { im2col(x, g, row0 + r0, rn, cols + r0 * patch); });

@@ -1,8 +1,6 @@
 // oneDNN's convolutions for conv2d: primitives cached per shape and dtype, tasks of whole images.
 #include "framework/ops/conv_onednn.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -17,6 +15,7 @@
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
 #include "framework/device/context.h"
+#include "framework/ops/sgemm.h"
 
 namespace keel::ops::detail {
 namespace {
@@ -32,9 +31,8 @@ dnnl::engine& cpu_engine() {
 
 // This thread's stream, and oneDNN's OpenMP threads held at 1 here: parallelism is keel's tasks.
 dnnl::stream& thread_stream() {
-  thread_local bool single = (omp_set_num_threads(1), true);
+  hold_onednn_to_this_thread();
   thread_local dnnl::stream stream(cpu_engine());
-  (void)single;
   return stream;
 }
 

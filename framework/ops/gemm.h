@@ -2,12 +2,11 @@
 //
 // The product is cut into tiles of the output, fixed by its shape alone: row bounds at multiples of
 // kGemmRowBlock, column bounds (where rows alone give few tiles) at multiples of kGemmColBlock, a
-// short remainder joining the tile before it. Each tile is one Eigen product over the whole inner
-// dimension, so its values are the same whichever thread computes it and however many threads there
-// are. The bounds are multiples of Eigen's register panels (3 packets: 48 floats with AVX-512, 24 with
-// AVX2), so each value is also computed by the same micro-kernel as in one product over the whole
-// matrix: the same bits (tests/ops/gemm_test.cc; column bounds at multiples of 32 would change them).
-// Only long reductions with few tiles are cut along the inner dimension too (gemm_segments, below).
+// short remainder joining the tile before it. Each tile is one oneDNN sgemm over the whole inner
+// dimension (ops/sgemm.h), whose value for an element does not depend on the tile around it: a tiled
+// product has the bits of one product over the whole matrix, whichever thread computes each tile
+// and however many threads there are (tests/ops/gemm_test.cc). Only long reductions with few tiles
+// are cut along the inner dimension too (gemm_segments, below).
 #pragma once
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
+#include "framework/ops/sgemm.h"
 
 namespace keel::ops::detail {
 
@@ -90,22 +90,34 @@ inline float* gemm_scratch(size_t floats) {
   return scratch.data();
 }
 
+// The operands gemm() takes: row-major maps and their transposes.
+inline GemmOperand gemm_operand(const MatrixMap& m) { return {m.data(), m.outerStride(), false}; }
+inline GemmOperand gemm_operand(const ConstMatrixMap& m) { return {m.data(), m.outerStride(), false}; }
+template <class Nested>
+GemmOperand gemm_operand(const Eigen::Transpose<Nested>& t) {
+  GemmOperand o = gemm_operand(t.nestedExpression());
+  o.transposed = !o.transposed;
+  return o;
+}
+
 // dst (m x n) = a (m x k) * b (k x n), or += with `accumulate`. dst is a row-major map (MatrixMap);
-// a and b any Eigen expressions with direct access (maps, their transposes).
+// a and b row-major maps or their transposes.
 template <class Lhs, class Rhs>
-void gemm(MatrixMap dst, const Lhs& a, const Rhs& b, bool accumulate = false) {
-  const int64_t m = dst.rows(), n = dst.cols(), k = a.cols();
+void gemm(MatrixMap dst, const Lhs& a_expr, const Rhs& b_expr, bool accumulate = false) {
+  const int64_t m = dst.rows(), n = dst.cols(), k = a_expr.cols();
   if (m == 0 || n == 0) return;
+  const GemmOperand a = gemm_operand(a_expr), b = gemm_operand(b_expr);
+  float* const out = dst.data();
+  const int64_t ldc = dst.outerStride();
   if (const int64_t segments = gemm_segments(m, n, k); segments > 1) {
     const TileAxis seg(k, (k + segments - 1) / segments);
     const int64_t mn = m * n;
     float* partial = gemm_scratch(static_cast<size_t>(seg.tiles * mn));
     parallel_for(seg.tiles, [&](int64_t s) {
-      MatrixMap(partial + s * mn, m, n).noalias() =
-          a.middleCols(seg.begin(s), seg.end(s) - seg.begin(s)) * b.middleRows(seg.begin(s), seg.end(s) - seg.begin(s));
+      sgemm(a.at(0, seg.begin(s)), b.at(seg.begin(s), 0), partial + s * mn, n, m, n, seg.end(s) - seg.begin(s),
+            /*accumulate=*/false);
     });
-    float* out = dst.data();  // dst is a whole contiguous matrix here
-    const int64_t block = 1 << 14;
+    const int64_t block = 1 << 14;  // dst is a whole contiguous matrix here (ldc == n)
     parallel_for(
         (mn + block - 1) / block,
         [&](int64_t i) {
@@ -121,14 +133,9 @@ void gemm(MatrixMap dst, const Lhs& a, const Rhs& b, bool accumulate = false) {
   const GemmTiles tiles = gemm_tiles(m, n, k);
   const auto tile = [&](int64_t t) {
     const int64_t r = t / tiles.cols.tiles, c = t % tiles.cols.tiles;
-    const int64_t r0 = tiles.rows.begin(r), rn = tiles.rows.end(r) - r0;
-    const int64_t c0 = tiles.cols.begin(c), cn = tiles.cols.end(c) - c0;
-    auto out = dst.block(r0, c0, rn, cn);
-    if (accumulate) {
-      out.noalias() += a.middleRows(r0, rn) * b.middleCols(c0, cn);
-    } else {
-      out.noalias() = a.middleRows(r0, rn) * b.middleCols(c0, cn);
-    }
+    const int64_t r0 = tiles.rows.begin(r), c0 = tiles.cols.begin(c);
+    sgemm(a.at(r0, 0), b.at(0, c0), out + r0 * ldc + c0, ldc, tiles.rows.end(r) - r0, tiles.cols.end(c) - c0, k,
+          accumulate);
   };
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   parallel_for(tiles.count(), tile, threads_worth(flops, kGemmMinFlopsPerThread));
