@@ -23,7 +23,7 @@ std::string shapes_string(const std::vector<Shape>& shapes) {
 
 // ---- from_tensor_slices ---------------------------------------------------------------------------
 
-class SlicesNode final : public DatasetNode {
+class SlicesNode final : public DatasetNode, public RowSource {
  public:
   explicit SlicesNode(std::vector<Tensor> components) : components_(std::move(components)) {
     if (components_.empty()) throw std::invalid_argument("from_tensor_slices: no components");
@@ -41,6 +41,8 @@ class SlicesNode final : public DatasetNode {
       element_shapes_.emplace_back(t.shape().begin() + 1, t.shape().end());
     }
     rows_ = components_[0].dim(0);
+    rows_of_float32_ = std::all_of(components_.begin(), components_.end(),
+                                   [](const Tensor& t) { return !t.is_string() && t.dtype() == DType::float32; });
   }
   std::unique_ptr<IteratorNode> make_iterator(uint64_t) const override;
   int64_t cardinality() const override { return rows_; }
@@ -53,7 +55,9 @@ class SlicesNode final : public DatasetNode {
   }
 
   int64_t rows() const { return rows_; }
-  Element row(int64_t i) const {
+  const RowSource* float32_rows() const { return rows_of_float32_ ? this : nullptr; }
+  Element gather(const std::vector<int64_t>& rows) const override;
+  Element row(int64_t i) const override {
     Element e;
     e.reserve(components_.size());
     for (size_t c = 0; c < components_.size(); ++c) {
@@ -66,7 +70,32 @@ class SlicesNode final : public DatasetNode {
   std::vector<Tensor> components_;
   std::vector<Shape> element_shapes_;  // components_[c].shape() without dim 0
   int64_t rows_ = 0;
+  bool rows_of_float32_ = false;
 };
+
+Element SlicesNode::gather(const std::vector<int64_t>& rows) const {
+  Element out;
+  out.reserve(components_.size());
+  HostScope host;
+  for (size_t c = 0; c < components_.size(); ++c) {
+    Shape batched{static_cast<int64_t>(rows.size())};
+    batched.insert(batched.end(), element_shapes_[c].begin(), element_shapes_[c].end());
+    Tensor t = Tensor::empty(batched);
+    const int64_t per = num_elements(element_shapes_[c]);
+    const float* src = components_[c].data();
+    float* dst = t.data();
+    // Rows adjacent in the components (an unshuffled run) go in one copy.
+    for (size_t j = 0, end = 0; j < rows.size(); j = end) {
+      for (end = j + 1; end < rows.size() && rows[end] == rows[j] + static_cast<int64_t>(end - j);) ++end;
+      if (per > 0) {
+        std::memcpy(dst + static_cast<int64_t>(j) * per, src + rows[j] * per,
+                    static_cast<size_t>(end - j) * static_cast<size_t>(per) * sizeof(float));
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
 
 class SlicesIterator final : public IteratorNode {
  public:
@@ -74,6 +103,11 @@ class SlicesIterator final : public IteratorNode {
   std::optional<Element> next() override {
     if (index_ >= node_.rows()) return std::nullopt;
     return node_.row(index_++);
+  }
+  const RowSource* row_source() const override { return node_.float32_rows(); }
+  std::optional<int64_t> next_row() override {
+    if (index_ >= node_.rows()) return std::nullopt;
+    return index_++;
   }
   void save(Position& out) const override { out.push_back(static_cast<uint64_t>(index_)); }
   void restore(const json& state) override {
@@ -184,27 +218,18 @@ class ShuffleIterator final : public IteratorNode {
       : node_(node),
         seed_(node.iteration_seed(iteration)),
         rng_(seed_),
-        input_(node.input_->make_iterator(iteration)) {}
+        input_(node.input_->make_iterator(iteration)),
+        rows_(input_->row_source()) {}
 
   std::optional<Element> next() override {
-    if (!filled_) fill();
-    if (buffer_.empty()) return std::nullopt;
-    const size_t i = static_cast<size_t>(rng_.uniform(buffer_.size()));
-    Element out = std::move(buffer_[i]);
-    std::optional<Element> refill;
-    if (!input_done_) {
-      refill = input_->next();
-      input_done_ = !refill;
-    }
-    if (refill) {
-      buffer_[i] = std::move(*refill);
-    } else {
-      if (i + 1 != buffer_.size()) buffer_[i] = std::move(buffer_.back());
-      buffer_.pop_back();
-    }
-    ++emitted_;
-    return out;
+    if (rows_ == nullptr) return draw(buffer_, [&] { return input_->next(); });
+    const std::optional<int64_t> row = next_row();
+    if (!row) return std::nullopt;
+    return rows_->row(*row);
   }
+  // Over rows of from_tensor_slices the buffer holds row indices: the same draws, no tensors.
+  const RowSource* row_source() const override { return rows_; }
+  std::optional<int64_t> next_row() override { return draw(rows_buffer_, [&] { return input_->next_row(); }); }
 
   // The buffer is not saved (it holds tensors): restore() replays the iteration up to `emitted`.
   void save(Position& out) const override {
@@ -224,7 +249,7 @@ class ShuffleIterator final : public IteratorNode {
         int_field(state, "shuffle", "emitted", 0, card >= 0 ? card : std::numeric_limits<int64_t>::max());
     const json& input_state = state_field(state, "shuffle", "input");
     for (int64_t k = 0; k < emitted; ++k) {
-      if (!next()) {
+      if (!(rows_ != nullptr ? next_row().has_value() : next().has_value())) {
         state_mismatch("the shuffle was saved after " + std::to_string(emitted) +
                        " elements but its input ends after " + std::to_string(k));
       }
@@ -237,18 +262,41 @@ class ShuffleIterator final : public IteratorNode {
   }
 
  private:
-  void fill() {
+  // One draw: a uniformly chosen buffered item out, the input's next one (pull()) in its place.
+  template <class T, class Pull>
+  std::optional<T> draw(std::vector<T>& buffer, Pull&& pull) {
+    if (!filled_) fill(buffer, pull);
+    if (buffer.empty()) return std::nullopt;
+    const size_t i = static_cast<size_t>(rng_.uniform(buffer.size()));
+    T out = std::move(buffer[i]);
+    std::optional<T> refill;
+    if (!input_done_) {
+      refill = pull();
+      input_done_ = !refill;
+    }
+    if (refill) {
+      buffer[i] = std::move(*refill);
+    } else {
+      if (i + 1 != buffer.size()) buffer[i] = std::move(buffer.back());
+      buffer.pop_back();
+    }
+    ++emitted_;
+    return out;
+  }
+
+  template <class T, class Pull>
+  void fill(std::vector<T>& buffer, Pull& pull) {
     filled_ = true;
     const int64_t card = node_.input_->cardinality();
     const int64_t expect = card >= 0 ? std::min(card, node_.buffer_size_) : node_.buffer_size_;
-    buffer_.reserve(static_cast<size_t>(std::min<int64_t>(expect, int64_t{1} << 16)));
-    while (static_cast<int64_t>(buffer_.size()) < node_.buffer_size_) {
-      std::optional<Element> e = input_->next();
-      if (!e) {
+    buffer.reserve(static_cast<size_t>(std::min<int64_t>(expect, int64_t{1} << 16)));
+    while (static_cast<int64_t>(buffer.size()) < node_.buffer_size_) {
+      std::optional<T> item = pull();
+      if (!item) {
         input_done_ = true;
         break;
       }
-      buffer_.push_back(std::move(*e));
+      buffer.push_back(std::move(*item));
     }
   }
 
@@ -256,7 +304,9 @@ class ShuffleIterator final : public IteratorNode {
   uint64_t seed_;
   SplitMix64 rng_;
   std::unique_ptr<IteratorNode> input_;
+  const RowSource* rows_;
   std::vector<Element> buffer_;
+  std::vector<int64_t> rows_buffer_;
   bool filled_ = false;
   bool input_done_ = false;
   int64_t emitted_ = 0;
@@ -264,114 +314,6 @@ class ShuffleIterator final : public IteratorNode {
 
 std::unique_ptr<IteratorNode> ShuffleNode::make_iterator(uint64_t iteration) const {
   return std::make_unique<ShuffleIterator>(*this, iteration);
-}
-
-// ---- batch ----------------------------------------------------------------------------------------
-
-class BatchNode final : public DatasetNode {
- public:
-  BatchNode(std::shared_ptr<const DatasetNode> input, int64_t batch_size, bool drop_remainder)
-      : input_(std::move(input)), batch_size_(batch_size), drop_remainder_(drop_remainder) {
-    if (batch_size_ < 1) {
-      throw std::invalid_argument("batch: batch_size must be at least 1, got " + std::to_string(batch_size_));
-    }
-  }
-  std::unique_ptr<IteratorNode> make_iterator(uint64_t iteration) const override;
-  int64_t cardinality() const override {
-    const int64_t n = input_->cardinality();
-    if (n < 0) return n;
-    return drop_remainder_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
-  }
-  std::string describe() const override {
-    return input_->describe() + " -> batch(" + std::to_string(batch_size_) +
-           ", drop_remainder=" + (drop_remainder_ ? "true" : "false") + ")";
-  }
-  json state_json(const Position& words, size_t& at) const override {
-    return {{"op", "batch"}, {"input", input_->state_json(words, at)}};
-  }
-
-  std::shared_ptr<const DatasetNode> input_;
-  int64_t batch_size_;
-  bool drop_remainder_;
-};
-
-// Stacks elements (all of equal component shapes) into new host tensors along a new dim 0.
-Element stack(const std::vector<Element>& items) {
-  const size_t n = items.size();
-  const size_t num_components = items[0].size();
-  Element out;
-  out.reserve(num_components);
-  HostScope host;
-  for (size_t c = 0; c < num_components; ++c) {
-    const Shape& shape = items[0][c].shape();
-    for (size_t j = 0; j < n; ++j) {
-      if (c < items[j].size() && items[j][c].is_string()) {
-        throw DataError("batch(): component " + std::to_string(c) +
-                        " is a string; decode it with map() before batching");
-      }
-      if (items[j].size() != num_components) {
-        throw DataError("batch: element " + std::to_string(j) + " of a batch has " +
-                        std::to_string(items[j].size()) + " components but element 0 has " +
-                        std::to_string(num_components) + "; every element must have the same structure");
-      }
-      if (items[j][c].shape() != shape) {
-        throw DataError("batch: component " + std::to_string(c) + " of element " + std::to_string(j) +
-                        " of a batch has shape " + shape_string(items[j][c].shape()) +
-                        " but element 0's has " + shape_string(shape) +
-                        "; batch() needs equal shapes (resize or pad them in map())");
-      }
-    }
-    Shape batched{static_cast<int64_t>(n)};
-    batched.insert(batched.end(), shape.begin(), shape.end());
-    Tensor t = Tensor::empty(batched);
-    const int64_t per = num_elements(shape);
-    if (per > 0) {
-      float* dst = t.data();
-      // Rows that are adjacent in memory (an unshuffled from_tensor_slices) go in one memcpy.
-      size_t j = 0;
-      while (j < n) {
-        const float* src = items[j][c].data();
-        if (src == nullptr) {
-          throw DataError("batch: component " + std::to_string(c) + " has no data (abstract tensor)");
-        }
-        size_t end = j + 1;
-        while (end < n && items[end][c].data() == src + static_cast<int64_t>(end - j) * per) ++end;
-        std::memcpy(dst + static_cast<int64_t>(j) * per, src,
-                    static_cast<size_t>(end - j) * static_cast<size_t>(per) * sizeof(float));
-        j = end;
-      }
-    }
-    out.push_back(std::move(t));
-  }
-  return out;
-}
-
-class BatchIterator final : public IteratorNode {
- public:
-  BatchIterator(const BatchNode& node, uint64_t iteration)
-      : node_(node), input_(node.input_->make_iterator(iteration)) {}
-  std::optional<Element> next() override {
-    std::vector<Element> items;
-    items.reserve(static_cast<size_t>(std::min<int64_t>(node_.batch_size_, 4096)));
-    while (static_cast<int64_t>(items.size()) < node_.batch_size_) {
-      std::optional<Element> e = input_->next();
-      if (!e) break;
-      items.push_back(std::move(*e));
-    }
-    if (items.empty()) return std::nullopt;
-    if (node_.drop_remainder_ && static_cast<int64_t>(items.size()) < node_.batch_size_) return std::nullopt;
-    return stack(items);
-  }
-  void save(Position& out) const override { input_->save(out); }
-  void restore(const json& state) override { input_->restore(state_field(state, "batch", "input")); }
-
- private:
-  const BatchNode& node_;
-  std::unique_ptr<IteratorNode> input_;
-};
-
-std::unique_ptr<IteratorNode> BatchNode::make_iterator(uint64_t iteration) const {
-  return std::make_unique<BatchIterator>(*this, iteration);
 }
 
 // ---- repeat ---------------------------------------------------------------------------------------
@@ -511,6 +453,13 @@ class TakeIterator final : public IteratorNode {
     if (e) ++taken_;
     return e;
   }
+  const RowSource* row_source() const override { return input_->row_source(); }
+  std::optional<int64_t> next_row() override {
+    if (node_.count_ >= 0 && taken_ >= node_.count_) return std::nullopt;
+    std::optional<int64_t> row = input_->next_row();
+    if (row) ++taken_;
+    return row;
+  }
   void save(Position& out) const override {
     out.push_back(static_cast<uint64_t>(taken_));
     input_->save(out);
@@ -555,7 +504,7 @@ Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each
   return Dataset(std::make_shared<ShuffleNode>(node_, buffer_size, seed, reshuffle_each_iteration));
 }
 Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
-  return Dataset(std::make_shared<BatchNode>(node_, batch_size, drop_remainder));
+  return Dataset(make_batch_node(node_, batch_size, drop_remainder));
 }
 Dataset Dataset::repeat(int64_t count) const { return Dataset(std::make_shared<RepeatNode>(node_, count)); }
 Dataset Dataset::take(int64_t count) const { return Dataset(std::make_shared<TakeNode>(node_, count)); }

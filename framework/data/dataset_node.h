@@ -58,12 +58,30 @@ namespace keel {
 // first. The DatasetNode that made the iterator turns it into the JSON state of Iterator::save().
 using Position = std::vector<uint64_t>;
 
+// ---- The row fast path ----------------------------------------------------------------------------
+// from_tensor_slices' elements are rows of its components. An iterator whose elements are such rows,
+// unchanged (from_tensor_slices itself, and take, skip or shuffle over one), names their source in
+// row_source(), and its next_row() yields the next element's row index instead of the element: the
+// same elements in the same order as next(), and the two may be mixed. batch() then copies the rows
+// straight from the components into the batch, with no tensors per element (map-and-batch fusion's
+// gather, in tf.data's terms). Only float32 components take it; the others go element by element.
+class RowSource {
+ public:
+  virtual ~RowSource() = default;
+  virtual Element row(int64_t i) const = 0;
+  // The rows stacked along a new dim 0: what batch() makes of their elements.
+  virtual Element gather(const std::vector<int64_t>& rows) const = 0;
+};
+
 class IteratorNode {
  public:
   virtual ~IteratorNode() = default;
   virtual std::optional<Element> next() = 0;
   virtual void save(Position& out) const = 0;  // appends this node's position
   virtual void restore(const nlohmann::json& state) = 0;
+  // The row fast path (above): null for iterators that are not on it.
+  virtual const RowSource* row_source() const { return nullptr; }
+  virtual std::optional<int64_t> next_row() { throw std::logic_error("next_row() on an iterator without rows"); }
 };
 
 class DatasetNode {
@@ -74,6 +92,10 @@ class DatasetNode {
   virtual std::string describe() const = 0;
   virtual nlohmann::json state_json(const Position& words, size_t& at) const = 0;
 };
+
+// batch(batch_size, drop_remainder) (dataset_batch.cc).
+std::shared_ptr<const DatasetNode> make_batch_node(std::shared_ptr<const DatasetNode> input, int64_t batch_size,
+                                                   bool drop_remainder);
 
 // map(fn, num_parallel_calls) and map_with_key with threads (dataset_parallel.cc); keyed: map_with_key.
 std::shared_ptr<const DatasetNode> make_parallel_map_node(std::shared_ptr<const DatasetNode> input, KeyedMapFunction fn,

@@ -225,10 +225,18 @@ class SkipIterator final : public IteratorNode {
       : node_(node), input_(node.input_->make_iterator(iteration)) {}
   std::optional<Element> next() override {
     while (node_.count_ < 0 || skipped_ < node_.count_) {
-      if (!input_->next()) return std::nullopt;
+      if (!(input_->row_source() ? input_->next_row().has_value() : input_->next().has_value())) return std::nullopt;
       ++skipped_;
     }
     return input_->next();
+  }
+  const RowSource* row_source() const override { return input_->row_source(); }
+  std::optional<int64_t> next_row() override {
+    while (node_.count_ < 0 || skipped_ < node_.count_) {
+      if (!input_->next_row()) return std::nullopt;
+      ++skipped_;
+    }
+    return input_->next_row();
   }
   void save(Position& out) const override {
     out.push_back(static_cast<uint64_t>(skipped_));

@@ -115,6 +115,26 @@ TEST(DatasetTest, BatchOfShuffledRowsCopiesEachRow) {
   EXPECT_EQ(values(batches, 0), features);
 }
 
+// Rows of from_tensor_slices go straight into the batch (through take, skip and shuffle): the same
+// batches, bit for bit, as the element-by-element path that an identity map() puts them on.
+TEST(DatasetTest, RowsGoStraightIntoBatchesAsTheirElementsWould) {
+  const auto identity = [](const Element& e) { return e; };
+  const auto pipelines = [](const Dataset& rows) {
+    return std::vector<Dataset>{rows.batch(8), rows.shuffle(32, 5).batch(8, /*drop_remainder=*/true),
+                                rows.skip(7).shuffle(100, 2).take(60).batch(7),
+                                rows.take(90).shuffle(16, 9, /*reshuffle_each_iteration=*/false).skip(3).batch(16)};
+  };
+  const std::vector<Dataset> fast = pipelines(numbers(100)), slow = pipelines(numbers(100).map(identity));
+  for (size_t p = 0; p < fast.size(); ++p) {
+    for (uint64_t iteration : {0, 3}) {
+      SCOPED_TRACE(fast[p].describe() + ", iteration " + std::to_string(iteration));
+      const std::vector<Element> want = all(slow[p], iteration), got = all(fast[p], iteration);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(bitwise_equal(got[i], want[i])) << "batch " << i;
+    }
+  }
+}
+
 TEST(DatasetTest, BatchNeedsEqualShapes) {
   const Dataset ragged = numbers(4).map([](const Element& e) {
     const int64_t n = static_cast<int64_t>(e[1].item()) + 1;
@@ -369,6 +389,11 @@ TEST(DatasetResumeTest, WithRepeat) {
 TEST(DatasetResumeTest, WithTake) {
   const Dataset ds = numbers(50).shuffle(16, 8).take(30).batch(4).prefetch(AUTOTUNE);
   for (uint64_t iteration : {0, 5}) expect_exact_resume(ds, iteration, {0, 1, 4, 7, 8});
+}
+
+TEST(DatasetResumeTest, RowsSkippedShuffledAndBatched) {
+  const Dataset ds = numbers(60).skip(5).shuffle(20, 4).batch(6, true).prefetch(2);
+  for (uint64_t iteration : {0, 2}) expect_exact_resume(ds, iteration, {0, 1, 4, 8, 9});
 }
 
 TEST(DatasetResumeTest, ShuffleOfRepeatForeverThenTake) {
