@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -19,14 +20,33 @@ int& kernel_threads_of_thread() { return tls_kernel_threads; }
 // A replica's share, whichever host thread runs it.
 const FiberLocal<int, kernel_threads_of_thread> kKernelThreadsFollowTheReplica;
 
+// How long a thread that has run out of work polls for more before sleeping: longer than the gaps
+// between a small step's products (the seed MLP's), shorter than what it would take from the input
+// pipeline's thread. Measured on 2 cores (bench/mlp_throughput, cpu, 2 threads, 6 interleaved
+// pairs): 100 us 11% faster than sleeping at once; 200 us slower.
+constexpr auto kSpin = std::chrono::microseconds(100);
+
+// Polls done() until it holds or kSpin has passed.
+template <class Done>
+void spin_until(Done&& done) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (done()) return;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return;
+  }
+}
+
 // One parallel_for in flight: its caller claims tasks too, and waits for the helpers that attached.
 struct Job {
   int64_t tasks = 0;
   detail::TaskFunction fn = nullptr;
   void* body = nullptr;
   std::atomic<int64_t> next{0};
-  int wanted = 0;    // helpers that may still attach (guarded by the pool's mutex)
-  int attached = 0;  // helpers working on it (guarded by the pool's mutex)
+  int wanted = 0;                // helpers that may still attach (guarded by the pool's mutex)
+  std::atomic<int> attached{0};  // helpers working on it (changed under the pool's mutex)
   std::mutex error_mu;
   std::exception_ptr error;
 
@@ -64,17 +84,24 @@ class Pool {
     job.tasks = tasks;
     job.fn = fn;
     job.body = body;
+    bool wake = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       while (static_cast<int>(threads_.size()) < helpers) threads_.emplace_back([this] { serve(); });
       job.wanted = helpers;
       jobs_.push_back(&job);
+      posted_.fetch_add(1, std::memory_order_release);
+      wake = sleeping_ > 0;  // helpers still spinning see posted_ change
     }
-    if (helpers == 1) work_cv_.notify_one(); else work_cv_.notify_all();
+    if (wake) {
+      if (helpers == 1) work_cv_.notify_one(); else work_cv_.notify_all();
+    }
     job.work();
+    // The helpers that attached finish their last tasks: wait a little before sleeping on it.
+    spin_until([&] { return job.attached.load(std::memory_order_acquire) == 0; });
     std::unique_lock<std::mutex> lock(mu_);
     jobs_.erase(std::find(jobs_.begin(), jobs_.end(), &job));  // every task is claimed: no one else attaches
-    done_cv_.wait(lock, [&] { return job.attached == 0; });
+    done_cv_.wait(lock, [&] { return job.attached.load(std::memory_order_relaxed) == 0; });
     lock.unlock();
     if (job.error) std::rethrow_exception(job.error);
   }
@@ -92,15 +119,25 @@ class Pool {
   void serve() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      Job* job = nullptr;
-      work_cv_.wait(lock, [&] { return stop_ || (job = wanting_job()) != nullptr; });
+      Job* job = wanting_job();
+      if (job == nullptr && !stop_) {
+        // A step's next product usually follows within microseconds: look for it a little before
+        // sleeping (waking a sleeping thread costs tens of microseconds on a virtual machine).
+        const uint64_t seen = posted_.load(std::memory_order_acquire);
+        lock.unlock();
+        spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; });
+        lock.lock();
+        ++sleeping_;
+        work_cv_.wait(lock, [&] { return stop_ || (job = wanting_job()) != nullptr; });
+        --sleeping_;
+      }
       if (stop_) return;
       --job->wanted;
-      ++job->attached;
+      job->attached.fetch_add(1, std::memory_order_relaxed);
       lock.unlock();
       job->work();
       lock.lock();
-      if (--job->attached == 0) done_cv_.notify_all();
+      if (job->attached.fetch_sub(1, std::memory_order_release) == 1) done_cv_.notify_all();
     }
   }
 
@@ -108,6 +145,8 @@ class Pool {
   std::condition_variable work_cv_, done_cv_;
   std::vector<Job*> jobs_;
   std::vector<std::thread> threads_;
+  std::atomic<uint64_t> posted_{0};  // jobs posted so far
+  int sleeping_ = 0;                 // helpers waiting on work_cv_ (guarded by mu_)
   bool stop_ = false;
 };
 

@@ -11,7 +11,8 @@
 // Kernels split their work into tasks whose bounds depend on the problem's shape alone, never on the
 // share, and each task's arithmetic does not depend on which thread runs it, nor on what the others
 // do: results are bit-identical whatever the number of threads (tests/core/thread_pool_test.cc, and
-// every kernel's own test). Idle helpers sleep on a condition variable; nothing spins.
+// every kernel's own test). A thread out of work polls for more for 100 us (thread_pool.cc's kSpin),
+// then sleeps on a condition variable.
 #pragma once
 
 #include <cstdint>
