@@ -132,7 +132,7 @@ TEST(GemmTest, TilesFollowTheShapeAlone) {
   // One row tile of much work and too few columns to cut: rows at multiples of the fine row block
   // (the seed MLP's first layer).
   const ops::detail::GemmTiles mlp = ops::detail::gemm_tiles(128, 128, 784);
-  EXPECT_EQ(mlp.rows.tiles, 2);
+  EXPECT_EQ(mlp.rows.tiles, 4);
   EXPECT_EQ(mlp.rows.block % ops::detail::kGemmFineRowBlock, 0);
   EXPECT_EQ(mlp.cols.tiles, 1);
   // Little work: one tile.
