@@ -73,6 +73,9 @@ class SlicesNode final : public DatasetNode, public RowSource {
   bool rows_of_float32_ = false;
 };
 
+constexpr size_t kPrefetchAhead = 4;
+constexpr int64_t kPrefetchBytes = 1024;
+
 Element SlicesNode::gather(const std::vector<int64_t>& rows) const {
   Element out;
   out.reserve(components_.size());
@@ -84,8 +87,15 @@ Element SlicesNode::gather(const std::vector<int64_t>& rows) const {
     const int64_t per = num_elements(element_shapes_[c]);
     const float* src = components_[c].data();
     float* dst = t.data();
-    // Rows adjacent in the components (an unshuffled run) go in one copy.
+    // Rows adjacent in the components (an unshuffled run) go in one copy. Shuffled rows are far apart
+    // in a large array: the start of the row kPrefetchAhead places on is asked for early, so its
+    // memory (and page-table) latency overlaps this row's copy.
+    const int64_t prefetch_bytes = std::min<int64_t>(per * static_cast<int64_t>(sizeof(float)), kPrefetchBytes);
     for (size_t j = 0, end = 0; j < rows.size(); j = end) {
+      if (j + kPrefetchAhead < rows.size()) {
+        const char* ahead = reinterpret_cast<const char*>(src + rows[j + kPrefetchAhead] * per);
+        for (int64_t b = 0; b < prefetch_bytes; b += 64) __builtin_prefetch(ahead + b);
+      }
       for (end = j + 1; end < rows.size() && rows[end] == rows[j] + static_cast<int64_t>(end - j);) ++end;
       if (per > 0) {
         std::memcpy(dst + static_cast<int64_t>(j) * per, src + rows[j] * per,
