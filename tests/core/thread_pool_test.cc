@@ -1,5 +1,6 @@
 // The compute thread pool (framework/core/thread_pool.h): every task runs exactly once whatever the
-// share, helpers really run beside the caller, several callers share the pool at once, the first
+// share, helpers really run beside the caller, jobs meet helpers polling or asleep, several callers
+// share the pool at once, the first
 // error comes back after the others ran; and the thread count a user sets (KEEL_NUM_THREADS,
 // set_host_threads) with its checks.
 #include "framework/core/thread_pool.h"
@@ -101,6 +102,28 @@ TEST(ThreadPoolTest, SeveralCallersShareThePool) {
   for (int c = 0; c < kCallers; ++c) {
     for (int64_t t = 0; t < kTasks; ++t) ASSERT_EQ(runs[static_cast<size_t>(c)][static_cast<size_t>(t)].load(), 20);
   }
+}
+
+// Jobs that follow each other closely meet helpers still polling for work (100 us); jobs after an
+// idle gap meet them asleep: either way every task runs once, and a job after the gap wakes them.
+TEST(ThreadPoolTest, JobsMeetHelpersPollingOrAsleep) {
+  const KernelThreadsScope three(3);
+  constexpr int64_t kTasks = 16;
+  for (int round = 0; round < 300; ++round) {
+    if (round % 50 == 49) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // helpers sleep
+    std::vector<std::atomic<int>> runs(kTasks);
+    parallel_for(kTasks, [&](int64_t t) { runs[static_cast<size_t>(t)]++; });
+    for (int64_t t = 0; t < kTasks; ++t) ASSERT_EQ(runs[static_cast<size_t>(t)].load(), 1) << "round " << round;
+  }
+  // After a gap, a job whose tasks wait for each other finishes: a sleeping helper was woken for it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::atomic<int> arrived{0};
+  parallel_for(2, [&](int64_t) {
+    arrived++;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (arrived.load() < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  });
+  EXPECT_EQ(arrived.load(), 2);
 }
 
 TEST(ThreadPoolTest, ATaskErrorComesBackAfterTheOtherTasksRan) {
