@@ -86,9 +86,10 @@ TEST_F(MpiCli, ResNet18OnTwoProcessesEqualsOneProcess) {
 }
 
 // Started on 2 processes, resumed on 4, finished on 1: the bits of one uninterrupted process. With
-// --shard gradients, the sharded Adam slots are gathered into each checkpoint.
+// --shard gradients, the sharded Adam slots are gathered into each checkpoint; with --shard full the
+// parameters too (each process's copy is current in its own cores' shards only between steps).
 TEST_F(MpiCli, ResumesUnderAnyProcessCountBitIdentical) {
-  for (const std::string shard : {"none", "gradients"}) {
+  for (const std::string shard : {"none", "gradients", "full"}) {
     const std::string d = dir_ + "/" + shard;
     const std::string train = kMlp + "--shard " + shard + " ";
     ASSERT_EQ(run_keel(train + "--stop-after-steps 12 --checkpoint-dir " + d + "/straight").exit_code, 0);
@@ -100,6 +101,22 @@ TEST_F(MpiCli, ResumesUnderAnyProcessCountBitIdentical) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_bit_identical(d + "/straight/ckpt-12.h5", d + "/split/ckpt-12.h5");
   }
+}
+
+// --shard full: at each epoch's end every process gathers the parameters whole before EarlyStopping
+// keeps its best weights and rank 0 writes best.h5, so both equal one process's, as does the last
+// checkpoint (the best weights restored into it).
+TEST_F(MpiCli, ShardFullKeepsBestWeightsAndBestH5WholeAcrossProcesses) {
+  const std::string run = "train --model mlp --dataset fashion_mnist --device v3-32 --batch-per-core 4 --epochs 2 --seed 5 "
+                          "--quiet --shard full --validation-split 0.9 --save-best-only --early-stopping-patience 5 "
+                          "--restore-best-weights --checkpoint-dir ";
+  ASSERT_EQ(run_keel(run + dir_ + "/one").exit_code, 0);
+  const CommandResult r = mpirun_keel(2, run + dir_ + "/two");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string latest = read_file(dir_ + "/one/latest");
+  while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
+  expect_same_run(dir_ + "/one/" + latest, dir_ + "/two/" + latest);
+  expect_bit_identical(dir_ + "/one/best.h5", dir_ + "/two/best.h5");
 }
 
 // Once the run has saved, SIGKILLs one rank (signal_target "rank") or SIGTERMs mpirun ("mpirun");
@@ -152,9 +169,6 @@ TEST_F(MpiCli, ProcessCountsThatDoNotSplitTheSliceExitTwo) {
   const CommandResult three = mpirun_keel(3, kMlp + "--stop-after-steps 1 --checkpoint-dir " + dir_ + "/three");
   EXPECT_EQ(three.exit_code, 2) << three.err;
   EXPECT_THAT(three.err, HasSubstr("3 processes do not divide v3-32's 4 hosts (process counts that work: 1, 2, 4)"));
-  const CommandResult full = mpirun_keel(2, kMlp + "--shard full --stop-after-steps 1 --checkpoint-dir " + dir_ + "/full");
-  EXPECT_EQ(full.exit_code, 2) << full.err;
-  EXPECT_THAT(full.err, HasSubstr("--shard full is not supported across processes yet"));
   const CommandResult odd = mpirun_keel(2, "train --model mlp --hosts 2 --cores 12 --hbm-per-core 1GiB --batch-per-core 2 "
                                            "--epochs 1 --quiet --stop-after-steps 1 --checkpoint-dir " + dir_ + "/odd");
   EXPECT_EQ(odd.exit_code, 2) << odd.err;

@@ -24,6 +24,31 @@
 
 namespace keel::cli {
 
+// Several processes with sharded state: after a step each process's host copy of a sharded
+// variable is current in its own cores' shards only — Adam's slots with any --shard, the parameters
+// too with --shard full (the next forward gathers those, layer by layer). Every process gathers them
+// whole where whole variables are read: a checkpoint, and an epoch's end, before EarlyStopping keeps
+// its best weights and ModelCheckpoint writes best.h5 (GatherShardedState). Rank 0 writes.
+inline void gather_sharded_state(Model& model, const ProcessGroup* processes) {
+  const ShardingMode shard = model.strategy().shard();
+  if (processes == nullptr || shard == ShardingMode::none) return;
+  std::vector<Tensor> values;
+  for (Variable* v : model.optimizer().slot_variables()) values.push_back(v->value());
+  if (shard == ShardingMode::full) {
+    for (Variable* v : model.variables()) values.push_back(v->value());
+  }
+  model.strategy().gather_sharded_state(values);
+}
+
+class GatherShardedState : public Callback {
+ public:
+  explicit GatherShardedState(const ProcessGroup* processes) : processes_(processes) {}
+  void on_epoch_end(TrainingState& st, const Logs&) override { gather_sharded_state(*st.model, processes_); }
+
+ private:
+  const ProcessGroup* processes_;
+};
+
 // The signal (SIGINT, SIGTERM) that asked this run to stop, 0 if none.
 inline std::atomic<int> g_signal{0};
 
@@ -161,7 +186,7 @@ class CheckpointCallback : public Callback {
     if (s.step == last_saved_ || st.non_finite) return;
     const auto start = std::chrono::steady_clock::now();
     Model& model = *st.model;
-    gather_sharded_slots(model);
+    gather_sharded_state(model, control_.processes);
     s.memory = training_memory(model.strategy().ledger(), config_, steps_this_run_, memory_before_);
     if (control_.processes != nullptr) gather_core_records(s.memory, model.strategy(), *control_.processes);
     if (!control_.writes_files()) {
@@ -202,14 +227,6 @@ class CheckpointCallback : public Callback {
     }
   }
 
-  // Several processes with sharded optimizer state: each holds its cores' shards of the slots; the
-  // checkpoint holds whole variables (every process takes part, rank 0 writes).
-  void gather_sharded_slots(Model& model) {
-    if (control_.processes == nullptr || model.strategy().shard() == ShardingMode::none) return;
-    std::vector<Tensor> slots;
-    for (Variable* v : model.optimizer().slot_variables()) slots.push_back(v->value());
-    model.strategy().gather_sharded_state(slots);
-  }
 
   RunDirectory& dir_;
   const RunConfig& config_;

@@ -321,6 +321,8 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   if (control.replace_previous_run && control.writes_files()) {  // --overwrite: once the new run is ready to train
     std::printf("Moved the previous run in %s to %s\n", dir.dir().c_str(), dir.move_previous_run_aside().c_str());
   }
+  GatherShardedState gather_state(control.processes);  // before the callbacks that read whole variables
+  fit.callbacks.push_back(&gather_state);
   FitCallbacks keras_callbacks(config, dir, resume_from ? fit.initial_epoch : -1, callbacks_state,
                                std::move(best_weights), control.quiet, control.writes_files());
   keras_callbacks.add_to(fit);  // before the checkpoints, which record their state
@@ -350,10 +352,6 @@ ProcessGroup* slice_processes(const RunConfig& config) {
     throw UsageError(std::to_string(world.size()) + " processes would run " + std::to_string(share.cores) + " cores each on " +
                      config.device.name + "; each process must run a power-of-two number of cores (so that the sums are "
                      "the same bits as in one process): start fewer or more processes");
-  }
-  if (config.shard == ShardingMode::full) {
-    throw UsageError("--shard full is not supported across processes yet (each process would hold only its cores' "
-                     "shards of the parameters between steps); use --shard gradients or --shard optimizer");
   }
   return &world;
 }
