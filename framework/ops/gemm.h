@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "framework/core/tensor.h"
@@ -107,6 +109,11 @@ template <class Lhs, class Rhs>
 void gemm(MatrixMap dst, const Lhs& a_expr, const Rhs& b_expr, bool accumulate = false) {
   const int64_t m = dst.rows(), n = dst.cols(), k = a_expr.cols();
   if (m == 0 || n == 0) return;
+  if (a_expr.rows() != m || b_expr.rows() != k || b_expr.cols() != n) {
+    throw std::logic_error("gemm: a " + std::to_string(a_expr.rows()) + "x" + std::to_string(k) + " by " +
+                           std::to_string(b_expr.rows()) + "x" + std::to_string(b_expr.cols()) + " product into " +
+                           std::to_string(m) + "x" + std::to_string(n));
+  }
   const GemmOperand a = gemm_operand(a_expr), b = gemm_operand(b_expr);
   float* const out = dst.data();
   const int64_t ldc = dst.outerStride();

@@ -28,25 +28,28 @@ namespace keel::cli {
 // variable is current in its own cores' shards only — Adam's slots with any --shard, the parameters
 // too with --shard full (the next forward gathers those, layer by layer). Every process gathers them
 // whole where whole variables are read: a checkpoint, and an epoch's end, before EarlyStopping keeps
-// its best weights and ModelCheckpoint writes best.h5 (GatherShardedState). Rank 0 writes.
-inline void gather_sharded_state(Model& model, const ProcessGroup* processes) {
-  const ShardingMode shard = model.strategy().shard();
-  if (processes == nullptr || shard == ShardingMode::none) return;
-  std::vector<Tensor> values;
-  for (Variable* v : model.optimizer().slot_variables()) values.push_back(v->value());
-  if (shard == ShardingMode::full) {
-    for (Variable* v : model.variables()) values.push_back(v->value());
-  }
-  model.strategy().gather_sharded_state(values);
-}
-
+// its best weights and ModelCheckpoint writes best.h5. Once per step: every process asks at the same
+// points, so every process takes part in the same gathers. Rank 0 writes.
 class GatherShardedState : public Callback {
  public:
   explicit GatherShardedState(const ProcessGroup* processes) : processes_(processes) {}
-  void on_epoch_end(TrainingState& st, const Logs&) override { gather_sharded_state(*st.model, processes_); }
+  void on_epoch_end(TrainingState& st, const Logs&) override { gather(*st.model); }
+  void gather(Model& model) {
+    const ShardingMode shard = model.strategy().shard();
+    const int64_t step = model.optimizer().iterations();
+    if (processes_ == nullptr || shard == ShardingMode::none || step == gathered_at_) return;
+    std::vector<Tensor> values;
+    for (Variable* v : model.optimizer().slot_variables()) values.push_back(v->value());
+    if (shard == ShardingMode::full) {
+      for (Variable* v : model.variables()) values.push_back(v->value());
+    }
+    model.strategy().gather_sharded_state(values);
+    gathered_at_ = step;
+  }
 
  private:
   const ProcessGroup* processes_;
+  int64_t gathered_at_ = -1;
 };
 
 // The signal (SIGINT, SIGTERM) that asked this run to stop, 0 if none.
@@ -73,8 +76,10 @@ struct RunControl {
 // it (--sync-save). Either way the training thread's time in save() is its stall.
 class CheckpointCallback : public Callback {
  public:
+  // The epoch-end gather of sharded state, for fit's callbacks ahead of those reading whole variables.
+  Callback* gather_sharded_state() { return &gather_; }
   CheckpointCallback(RunDirectory& dir, const RunConfig& config, const RunControl& control)
-      : dir_(dir), config_(config), control_(control) {
+      : dir_(dir), config_(config), control_(control), gather_(control.processes) {
     if (!control.sync_save && control.writes_files()) {
       async_ = std::make_unique<AsyncCheckpointer>(
           [this](const CheckpointSnapshot& snapshot) { save_to_run_directory(dir_, snapshot, config_.keep); });
@@ -186,7 +191,7 @@ class CheckpointCallback : public Callback {
     if (s.step == last_saved_ || st.non_finite) return;
     const auto start = std::chrono::steady_clock::now();
     Model& model = *st.model;
-    gather_sharded_state(model, control_.processes);
+    gather_.gather(model);
     s.memory = training_memory(model.strategy().ledger(), config_, steps_this_run_, memory_before_);
     if (control_.processes != nullptr) gather_core_records(s.memory, model.strategy(), *control_.processes);
     if (!control_.writes_files()) {
@@ -227,10 +232,10 @@ class CheckpointCallback : public Callback {
     }
   }
 
-
   RunDirectory& dir_;
   const RunConfig& config_;
   RunControl control_;
+  GatherShardedState gather_;
   const FitCallbacks* callbacks_ = nullptr;
   int64_t steps_this_run_ = 0;
   int64_t last_saved_ = -1;

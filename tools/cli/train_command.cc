@@ -321,8 +321,7 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
   if (control.replace_previous_run && control.writes_files()) {  // --overwrite: once the new run is ready to train
     std::printf("Moved the previous run in %s to %s\n", dir.dir().c_str(), dir.move_previous_run_aside().c_str());
   }
-  GatherShardedState gather_state(control.processes);  // before the callbacks that read whole variables
-  fit.callbacks.push_back(&gather_state);
+  fit.callbacks.push_back(checkpoints.gather_sharded_state());  // before the callbacks reading whole variables
   FitCallbacks keras_callbacks(config, dir, resume_from ? fit.initial_epoch : -1, callbacks_state,
                                std::move(best_weights), control.quiet, control.writes_files());
   keras_callbacks.add_to(fit);  // before the checkpoints, which record their state
