@@ -175,11 +175,34 @@ UpdateSpan Optimizer::span_of(Variable* var, const Tensor& grad, bool grad_is_sh
 
 size_t Optimizer::first_non_finite(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars,
                                    bool grads_are_shards, int replica, int replicas) {
-  size_t mine = vars.size();
-  for (size_t i = 0; i < vars.size() && mine == vars.size(); ++i) {
+  // This replica's range of every gradient in pieces, checked on the replica's share of the threads
+  // (a ResNet50's 23.5M elements are a few milliseconds on one).
+  constexpr int64_t kPiece = int64_t{1} << 16;
+  struct Piece {
+    size_t variable;
+    const float* values;
+    int64_t size;
+  };
+  std::vector<Piece> pieces;
+  int64_t elements = 0;
+  for (size_t i = 0; i < vars.size(); ++i) {
     if (!grads[i].defined() || grads[i].is_abstract()) continue;
     const ShardRange range = shard_range(vars[i]->value().size(), replicas, replica);
-    if (!all_finite(grads[i].data() + (grads_are_shards ? 0 : range.begin), range.size())) mine = i;
+    const float* values = grads[i].data() + (grads_are_shards ? 0 : range.begin);
+    for (int64_t at = 0; at < range.size(); at += kPiece) pieces.push_back({i, values + at, std::min(kPiece, range.size() - at)});
+    elements += range.size();
+  }
+  std::vector<char> finite(pieces.size(), 1);
+  parallel_for(
+      static_cast<int64_t>(pieces.size()),
+      [&](int64_t p) {
+        const Piece& piece = pieces[static_cast<size_t>(p)];
+        finite[static_cast<size_t>(p)] = all_finite(piece.values, piece.size) ? 1 : 0;
+      },
+      threads_worth(static_cast<double>(elements), kMinElementsPerThread));
+  size_t mine = vars.size();
+  for (size_t p = 0; p < pieces.size() && mine == vars.size(); ++p) {
+    if (!finite[p]) mine = pieces[p].variable;  // pieces go in variable order: the first is the smallest
   }
   if (replicas == 1) return mine;
   return static_cast<size_t>(current_replica_context()->all_reduce_min(static_cast<int64_t>(mine)));

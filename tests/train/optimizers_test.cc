@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "framework/core/thread_pool.h"
 #include "framework/device/collectives.h"
 #include "framework/device/context.h"
 #include "framework/device/ledger.h"
@@ -331,6 +332,21 @@ TEST(OptimizerTest, InsideStrategyRunAppliesTheMeanOnce) {
   EXPECT_EQ(w->value().to_vector(), (std::vector<float>{-1.5f, -1.5f}));
   EXPECT_EQ(sgd.iterations(), 1);
   for (int c = 0; c < 4; ++c) EXPECT_EQ(s.ledger().core(c).stat(Category::optimizer).current, 8) << c;
+}
+
+// Gradients large enough to be checked in pieces on several threads: still the first variable.
+TEST(OptimizerTest, TheFirstNonFiniteVariableIsFoundInPiecesOnThreads) {
+  const KernelThreadsScope threads(3);
+  const int64_t n = 300000;
+  Variable a("a", Tensor::zeros({n}), true), b("b", Tensor::zeros({n}), true), c("c", Tensor::zeros({n}), true);
+  Tensor ga = Tensor::full({n}, 1.0f), gb = Tensor::full({n}, 1.0f), gc = Tensor::full({n}, 1.0f);
+  gb.data()[n - 3] = std::nanf("");
+  gc.data()[0] = std::numeric_limits<float>::infinity();
+  SGD sgd(SGD::Options{.learning_rate = 0.1f});
+  const GradientUpdate u = sgd.apply_gradients({ga, gb, gc}, {&a, &b, &c});
+  EXPECT_FALSE(u.applied);
+  EXPECT_EQ(u.non_finite_variable, "b");
+  EXPECT_EQ(a.value().data()[0], 0.0f) << "nothing moved";
 }
 
 TEST(OptimizerTest, ANonFiniteGradientSkipsTheWholeUpdate) {
