@@ -16,15 +16,15 @@ void hold_onednn_to_this_thread() {
 
 void sgemm(GemmOperand a, GemmOperand b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k, bool accumulate) {
   if (m == 0 || n == 0) return;
-  hold_onednn_to_this_thread();
-  // An empty inner dimension: oneDNN is not asked to read zero-length rows.
-  const dnnl_status_t status =
-      k == 0 ? dnnl_success
-             : dnnl_sgemm(a.transposed ? 'T' : 'N', b.transposed ? 'T' : 'N', m, n, k, 1.0f, a.data, a.ld, b.data, b.ld,
-                          accumulate ? 1.0f : 0.0f, c, ldc);
-  if (k == 0 && !accumulate) {
-    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+  if (k == 0) {  // an empty inner dimension: oneDNN is not asked to read zero-length rows
+    if (!accumulate) {
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    }
+    return;
   }
+  hold_onednn_to_this_thread();
+  const dnnl_status_t status = dnnl_sgemm(a.transposed ? 'T' : 'N', b.transposed ? 'T' : 'N', m, n, k, 1.0f, a.data, a.ld,
+                                          b.data, b.ld, accumulate ? 1.0f : 0.0f, c, ldc);
   if (status != dnnl_success) {
     throw std::runtime_error("oneDNN's sgemm failed (status " + std::to_string(static_cast<int>(status)) + ") on a " +
                              std::to_string(m) + "x" + std::to_string(k) + " by " + std::to_string(k) + "x" +

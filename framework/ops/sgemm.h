@@ -1,10 +1,10 @@
 // One float32 matrix product on the calling thread, through oneDNN's sgemm (its JIT AVX-512 kernels
-// run the seed MLP's products at about twice the speed of Eigen's GEMM). Row-major; each operand may
-// be read transposed. With Debian's oneDNN 2.6 on this CPU, an element's result depends on the inner
+// run the seed MLP's products at about twice the speed of Eigen's GEMM: bench/gemm_bench).
+// Row-major; each operand may be read transposed. With Debian's oneDNN 2.6 on this CPU, an element's result depends on the inner
 // dimension alone, not on m, n or where a block of the output starts, so tiles of one product
-// computed apart give its bits: a property of that build measured by tests/ops/gemm_test.cc (175
-// tilings of 7 shapes agreed when it was chosen), not a promise of oneDNN's. What keel relies on
-// needs less: tiles follow the shape alone, so the bits never depend on the thread count.
+// computed apart give its bits: a property of that build that tests/ops/gemm_test.cc checks on
+// keel's shapes, not a promise of oneDNN's. What keel relies on needs less: tiles follow the shape
+// alone, so the bits never depend on the thread count.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,86 @@
+// The seed MLP's matrix products on one thread: Eigen's GEMM (what keel used before) beside oneDNN's
+// sgemm (framework/ops/sgemm.h, what keel's gemm.h tiles call), microseconds per product, best of
+// REPEATS rounds of 200 after a warm-up; and keel's tiled gemm() on 1 and 2 threads.
+// Usage: gemm_bench [repeats]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include <Eigen/Dense>
+
+#include "framework/core/tensor.h"
+#include "framework/core/thread_pool.h"
+#include "framework/ops/gemm.h"
+#include "framework/ops/sgemm.h"
+
+namespace {
+
+template <class F>
+double best_microseconds(int repeats, F f) {
+  for (int i = 0; i < 50; ++i) f();
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 200; ++i) f();
+    best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 200);
+  }
+  return best;
+}
+
+struct Shape {
+  int64_t m, n, k;
+  bool a_transposed;  // a stored k x m, read transposed (a kernel's gradient: xᵀ · dy)
+  const char* what;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
+  if (repeats < 1) {
+    std::fprintf(stderr, "usage: gemm_bench [repeats >= 1]\n");
+    return 2;
+  }
+  using keel::ConstMatrixMap;
+  using keel::MatrixMap;
+  const Shape shapes[] = {{128, 128, 784, false, "forward, dense: 128x784 . 784x128"},
+                          {784, 128, 128, true, "kernel gradient, dense: (128x784)T . 128x128"},
+                          {128, 10, 128, false, "forward, dense_1: 128x128 . 128x10"}};
+  for (const Shape& s : shapes) {
+    std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n)), c(static_cast<size_t>(s.m * s.n));
+    for (size_t i = 0; i < a.size(); ++i) a[i] = 0.001f * static_cast<float>(static_cast<int64_t>(i % 2001) - 1000);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = 0.001f * static_cast<float>(static_cast<int64_t>(i % 1999) - 999);
+    const double flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
+    MatrixMap cm(c.data(), s.m, s.n);
+    const ConstMatrixMap bm(b.data(), s.k, s.n);
+    const ConstMatrixMap am(a.data(), s.a_transposed ? s.k : s.m, s.a_transposed ? s.m : s.k);
+    double eigen = 0.0, onednn = 0.0, tiled[2] = {0.0, 0.0};
+    if (s.a_transposed) {
+      eigen = best_microseconds(repeats, [&] { cm.noalias() = am.transpose() * bm; });
+      onednn = best_microseconds(repeats, [&] {
+        keel::ops::detail::sgemm(keel::ops::detail::gemm_operand(am.transpose()), keel::ops::detail::gemm_operand(bm), c.data(),
+                                 s.n, s.m, s.n, s.k, false);
+      });
+      for (int t : {1, 2}) {
+        const keel::KernelThreadsScope share(t);
+        tiled[t - 1] = best_microseconds(repeats, [&] { keel::ops::detail::gemm(cm, am.transpose(), bm); });
+      }
+    } else {
+      eigen = best_microseconds(repeats, [&] { cm.noalias() = am * bm; });
+      onednn = best_microseconds(repeats, [&] {
+        keel::ops::detail::sgemm(keel::ops::detail::gemm_operand(am), keel::ops::detail::gemm_operand(bm), c.data(), s.n, s.m,
+                                 s.n, s.k, false);
+      });
+      for (int t : {1, 2}) {
+        const keel::KernelThreadsScope share(t);
+        tiled[t - 1] = best_microseconds(repeats, [&] { keel::ops::detail::gemm(cm, am, bm); });
+      }
+    }
+    std::printf("{\"product\": \"%s\", \"eigen_us\": %.1f, \"onednn_sgemm_us\": %.1f, \"onednn_gflops\": %.1f, "
+                "\"keel_gemm_1_thread_us\": %.1f, \"keel_gemm_2_threads_us\": %.1f}\n",
+                s.what, eigen, onednn, flops / onednn * 1e-3, tiled[0], tiled[1]);
+  }
+  return 0;
+}
