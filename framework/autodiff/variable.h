@@ -29,11 +29,16 @@ class Variable {
   const Tensor& value() const { return value_; }
   Tensor& mutable_value() { return value_; }
   void assign(const Tensor& source) { value_.copy_from(source); }
+  // The axis a LayoutMap splits across the cores (framework/device/layout.h), -1 for none: each core
+  // holds, updates and keeps optimizer state for its block of that axis only.
+  int sharded_axis() const { return sharded_axis_; }
+  void set_sharded_axis(int axis) { sharded_axis_ = axis; }
 
  private:
   std::string name_;
   Tensor value_;
   bool trainable_;
+  int sharded_axis_ = -1;
 };
 
 }  // namespace keel

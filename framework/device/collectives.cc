@@ -297,13 +297,14 @@ Tensor InProcessCollectives::reduce_scatter(int replica, ReduceOp op, const Tens
   return shard;
 }
 
-Tensor InProcessCollectives::all_gather(int replica, const Tensor& shard) {
+Tensor InProcessCollectives::all_gather(int replica, const Tensor& shard, std::vector<int64_t>* rows_before) {
   if (shard.rank() == 0) throw std::logic_error("all_gather: shards need a leading dimension");
   posted(replica) = Posted{{}, &shard};
   if (num_replicas_ > 1) barrier_(replica);
   if (local_replicas_ > 1) check_same_shapes(replica, "all_gather (beyond dim 0)", first_, true);
   if (replica == first_) gather_rows_across_processes(shard, rows_before_);  // and the rows, across processes
   if (num_replicas_ > 1) barrier_(replica);
+  if (rows_before != nullptr) *rows_before = rows_before_;
   Shape out_shape = shard.shape();
   out_shape[0] = rows_before_.back();
   Tensor out = Tensor::empty(out_shape);

@@ -74,7 +74,14 @@ class Collectives {
   // elements shard_range(value.size(), n, replica), as a 1-D tensor.
   virtual Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) = 0;
   // Every replica's shard, concatenated along dim 0 in replica order (shards may differ in dim 0).
-  virtual Tensor all_gather(int replica, const Tensor& shard) = 0;
+  // With `rows_before`: each replica's first row in the result, and the total last (n + 1 entries).
+  virtual Tensor all_gather(int replica, const Tensor& shard, std::vector<int64_t>* rows_before = nullptr) = 0;
+  // XLA's AllToAll on matrices: `value` (rows x cols) is cut along `split_axis` (0: rows, 1:
+  // columns) into num_replicas consecutive pieces of splits[i] rows or columns (the same `splits` on
+  // every replica), piece i goes to replica i, and each replica's result is the pieces it received,
+  // in replica order, concatenated along the other axis. A column-parallel layer's exchange
+  // (framework/ops/column_parallel.cc). Counted as each piece sent straight to its replica.
+  virtual Tensor all_to_all(int replica, const Tensor& value, int split_axis, std::span<const int64_t> splits) = 0;
   // In place: each replica has written its shard_range of every tensor of `values` (flattened);
   // afterwards every replica's tensors hold every replica's shard (ZeRO's parameter all-gather after
   // a sharded update). Tensors that replicas share on the host (mirrored variables) need no copy;
@@ -118,7 +125,9 @@ class InProcessCollectives final : public Collectives {
   void all_reduce(int replica, ReduceOp op, std::span<Tensor> values) override;
   size_t all_reduce_and_find_non_finite(int replica, ReduceOp op, std::span<Tensor> values) override;
   Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) override;
-  Tensor all_gather(int replica, const Tensor& shard) override;
+  Tensor all_gather(int replica, const Tensor& shard, std::vector<int64_t>* rows_before = nullptr) override;
+  // In one process only (std::logic_error across processes).
+  Tensor all_to_all(int replica, const Tensor& value, int split_axis, std::span<const int64_t> splits) override;
   void all_gather_shards(int replica, std::span<Tensor> values) override;
   void broadcast(int replica, Tensor& value, int root) override;
   void barrier(int replica) override;

@@ -36,7 +36,14 @@ bool charge_new_storage(int64_t bytes, Category category, const std::string& own
       const int64_t elements = num_elements(shape);
       for (int c = 0; c < ledger.num_cores(); ++c) {
         const std::shared_ptr<CoreLedger>& core = ledger.core_ptr(c);
-        if (ctx.sharded && elements > 0) {
+        if (ctx.shard_axis >= 0 && ctx.shard_axis < static_cast<int>(shape.size()) && elements > 0) {
+          // Core c holds its block of the laid-out axis (shard_range of that axis), nothing else.
+          Shape block = shape;
+          const size_t a = static_cast<size_t>(ctx.shard_axis);
+          block[a] = shard_range(shape[a], ledger.num_cores(), c).size();
+          const int64_t kept = num_elements(block);
+          charges.push_back({core, core->charge(kept * (bytes / elements), category, owner, block)});
+        } else if (ctx.sharded && elements > 0) {
           // Core c holds the elements shard_range gives it, and nothing else of this buffer.
           const int64_t shard = shard_range(elements, ledger.num_cores(), c).size();
           charges.push_back({core, core->charge(shard * (bytes / elements), category, owner, {shard})});

@@ -22,6 +22,8 @@ struct DeviceContext {
   int core = -1;                             // with a ledger: the core; -1 = mirrored on every core
   bool sharded = false;                      // with core -1: each core is charged only its shard of a new
                                              // buffer (framework/device/sharding.h), not a whole copy
+  int shard_axis = -1;                       // with core -1, >= 0: each core is charged only its block of
+                                             // that axis of a new buffer (a LayoutMap's, device/layout.h)
   bool abstract = false;                     // shape-only tensors
   Category category = Category::activations; // default category for new tensors
   std::string owner;                         // default owner name for new tensors

@@ -62,7 +62,12 @@ class ReplicaContext {
   Tensor reduce_scatter(ReduceOp op, const Tensor& value) const {
     return collectives().reduce_scatter(replica_id_, op, value);
   }
-  Tensor all_gather(const Tensor& shard) const { return collectives().all_gather(replica_id_, shard); }
+  Tensor all_gather(const Tensor& shard, std::vector<int64_t>* rows_before = nullptr) const {
+    return collectives().all_gather(replica_id_, shard, rows_before);
+  }
+  Tensor all_to_all(const Tensor& value, int split_axis, std::span<const int64_t> splits) const {
+    return collectives().all_to_all(replica_id_, value, split_axis, splits);
+  }
   void all_gather_shards(std::span<Tensor> values) const { collectives().all_gather_shards(replica_id_, values); }
   void broadcast(Tensor& value, int root) const { collectives().broadcast(replica_id_, value, root); }
   void barrier() const { collectives().barrier(replica_id_); }

@@ -71,6 +71,13 @@ ReplicatedStrategy::ReplicatedStrategy(DeviceSpec spec, Options options)
     first_local_ = share.first_core;
     local_replicas_ = share.cores;
   }
+  if (layout_map() != nullptr && options_.shard != ShardingMode::none) {
+    throw std::invalid_argument(std::string("a LayoutMap places variables itself: it runs with sharding none, not ") +
+                                sharding_mode_name(options_.shard));
+  }
+  if (layout_map() != nullptr && processes_ != nullptr) {
+    throw std::invalid_argument("a LayoutMap runs in one process: keel's column-parallel exchange does not cross processes yet");
+  }
   const int n = local_replicas_;
   scheduler_ = std::make_unique<ReplicaScheduler>(n, std::min(hw, n));
   // Each replica computing runs its kernels on its share of the threads (framework/core/thread_pool.h).
@@ -98,10 +105,23 @@ DeviceContext ReplicatedStrategy::sharded_context(Category category) const {
   return ctx;
 }
 
+DeviceContext ReplicatedStrategy::laid_out_context(Category category, int axis) const {
+  DeviceContext ctx = mirrored_context(category);
+  ctx.shard_axis = axis;
+  return ctx;
+}
+
 void enter_sharded_scope_if(std::optional<ContextScope>& scope, ShardingMode minimum, Category category) {
   const DeviceContext& here = device_context();
   if (here.strategy != nullptr && here.ledger != nullptr && here.core < 0 && here.strategy->shard() >= minimum) {
     scope.emplace(here.strategy->sharded_context(category));
+  }
+}
+
+void enter_laid_out_scope_if(std::optional<ContextScope>& scope, int axis, Category category) {
+  const DeviceContext& here = device_context();
+  if (axis >= 0 && here.strategy != nullptr && here.ledger != nullptr && here.core < 0) {
+    scope.emplace(here.strategy->laid_out_context(category, axis));
   }
 }
 

@@ -24,6 +24,7 @@
 #include "framework/core/tensor.h"
 #include "framework/device/context.h"
 #include "framework/device/device_spec.h"
+#include "framework/device/layout.h"
 #include "framework/device/ledger.h"
 #include "framework/device/replica_context.h"
 #include "framework/device/replica_scheduler.h"
@@ -37,6 +38,9 @@ class ProcessGroup;
 // `minimum`: `scope` becomes that strategy's sharded_context(category) until it is destroyed or reset.
 // Elsewhere `scope` is left empty and new tensors are charged as before.
 void enter_sharded_scope_if(std::optional<ContextScope>& scope, ShardingMode minimum, Category category);
+// Where this thread's tensors are mirrored and `axis` >= 0: `scope` becomes the strategy's
+// laid_out_context(category, axis) (a LayoutMap's variable or its slots). Elsewhere left empty.
+void enter_laid_out_scope_if(std::optional<ContextScope>& scope, int axis, Category category);
 
 // One global batch, or one core's shard of it.
 struct Batch {
@@ -57,6 +61,11 @@ class ReplicatedStrategy {
     // (DeviceSpec::share) and the collectives cross processes through the group. Null or a group of
     // one: every core runs here.
     ProcessGroup* processes = nullptr;
+    // Keras 3's LayoutMap (framework/device/layout.h): variables created in scope() whose path it
+    // matches are split along an axis across the cores. Null or empty: every variable mirrored.
+    // With a layout, `shard` must be none and the slice must run in one process
+    // (std::invalid_argument otherwise).
+    std::shared_ptr<const distribution::LayoutMap> layout_map = nullptr;
   };
   explicit ReplicatedStrategy(DeviceSpec spec) : ReplicatedStrategy(std::move(spec), Options{}) {}
   ReplicatedStrategy(DeviceSpec spec, Options options);
@@ -68,6 +77,10 @@ class ReplicatedStrategy {
   int num_replicas() const { return ledger_.num_cores(); }
   bool abstract() const { return options_.abstract; }
   ShardingMode shard() const { return options_.shard; }
+  // The LayoutMap variables created in scope() follow; null when none.
+  const distribution::LayoutMap* layout_map() const {
+    return options_.layout_map && !options_.layout_map->empty() ? options_.layout_map.get() : nullptr;
+  }
   Ledger& ledger() { return ledger_; }
   const Ledger& ledger() const { return ledger_; }
 
@@ -97,6 +110,9 @@ class ReplicatedStrategy {
   // Like mirrored_context, but each core is charged only its shard of a new tensor's elements
   // (framework/device/sharding.h); the host holds the whole buffer, each replica touches its shard.
   DeviceContext sharded_context(Category category) const;
+  // Like mirrored_context, but each core is charged only its block of `axis` of a new tensor (a
+  // variable a LayoutMap splits, or its optimizer slots).
+  DeviceContext laid_out_context(Category category, int axis) const;
   // A host context matching this strategy (abstract when planning).
   DeviceContext host_context() const;
   // The context of code running for `core` (its ledger; new tensors are `category`).

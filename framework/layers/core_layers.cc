@@ -46,6 +46,10 @@ void Dense::build_weights(const Shape& input_shape) {
   if (input_shape.empty()) throw std::invalid_argument("Dense '" + name() + "' needs an input with at least one axis");
   kernel_ = &add_weight("kernel", {input_shape.back(), units_}, options_.kernel_initializer);
   if (options_.use_bias) bias_ = &add_weight("bias", {units_}, options_.bias_initializer);
+  if (bias_ != nullptr && bias_->sharded_axis() >= 0 && kernel_->sharded_axis() != 1) {
+    throw std::invalid_argument("Dense '" + name() + "': a LayoutMap splits its bias but not its kernel's output axis; "
+                                "lay out the kernel as (None, model) too, or neither");
+  }
 }
 
 Tensor Dense::call(const Tensor& x, bool training) {
@@ -57,8 +61,14 @@ Tensor Dense::call(const Tensor& x, bool training) {
   // Dense acts on the last axis: (..., in) -> (..., units).
   const bool flat = x.rank() == 2;
   Tensor x2 = flat ? x : ops::reshape(x, {-1, in});
-  Tensor y = ops::matmul(x2, kernel_->value());
-  if (bias_) y = ops::bias_add(y, bias_->value());
+  // A kernel split along its output axis (a LayoutMap's) computes column-parallel inside a run;
+  // elsewhere the replicas' shared host buffer holds it whole.
+  const ReplicaContext* ctx = current_replica_context();
+  const bool column_parallel = kernel_->sharded_axis() == 1 && ctx != nullptr && ctx->has_collectives();
+  const bool bias_split = column_parallel && bias_ != nullptr && bias_->sharded_axis() == 0;
+  Tensor y = column_parallel ? ops::column_parallel_matmul(x2, kernel_->value(), bias_split ? bias_->value() : Tensor())
+                             : ops::matmul(x2, kernel_->value());
+  if (bias_ && !bias_split) y = ops::bias_add(y, bias_->value());
   if (!flat) {
     Shape out = x.shape();
     out.back() = units_;

@@ -26,6 +26,11 @@ class Dense : public Layer {
 
  protected:
   void build_weights(const Shape& input_shape) override;
+  // A LayoutMap may split the kernel along its output axis (the layer then computes column-parallel,
+  // framework/ops/column_parallel.cc) and the bias beside it.
+  bool supports_layout(const std::string& weight, int axis) const override {
+    return (weight == "kernel" && axis == 1) || (weight == "bias" && axis == 0);
+  }
 
  private:
   int64_t units_;

@@ -130,14 +130,39 @@ nlohmann::json Layer::get_config() const {
 Variable& Layer::add_weight(const std::string& name, const Shape& shape, const std::string& initializer,
                             bool trainable) {
   const std::string full = name_ + "/" + name;
-  // ZeRO-3: created inside a scope whose strategy shards parameters, each core is charged its shard.
+  // ZeRO-3: created inside a scope whose strategy shards parameters, each core is charged its shard;
+  // with a LayoutMap that matches the variable, its block of the laid-out axis.
+  const int axis = laid_out_axis(name, shape);
   std::optional<ContextScope> sharded;
   enter_sharded_scope_if(sharded, ShardingMode::full, Category::parameters);
+  enter_laid_out_scope_if(sharded, axis, Category::parameters);
   Tensor value = Tensor::empty(shape, Category::parameters, full);
   initialize(value, initializer, next_initializer_key());
   variables_.push_back(std::make_unique<Variable>(full, std::move(value), trainable && trainable_));
+  variables_.back()->set_sharded_axis(axis);
   variable_trainable_.push_back(trainable);
   return *variables_.back();
+}
+
+int Layer::laid_out_axis(const std::string& weight, const Shape& shape) const {
+  const DeviceContext& here = device_context();
+  const distribution::LayoutMap* map = here.strategy != nullptr ? here.strategy->layout_map() : nullptr;
+  if (map == nullptr || here.core >= 0) return -1;
+  const std::string path = name_ + "/" + weight;
+  const std::optional<distribution::TensorLayout> layout = map->find(path);
+  if (!layout) return -1;
+  if (layout->axes.size() != shape.size()) {
+    throw std::invalid_argument("layout " + layout->to_string() + " for '" + path + "' has " +
+                                std::to_string(layout->axes.size()) + " axes; the variable has " +
+                                std::to_string(shape.size()) + " " + shape_string(shape));
+  }
+  const int axis = layout->sharded_axis();
+  if (axis >= 0 && !supports_layout(weight, axis)) {
+    throw std::invalid_argument("layout " + layout->to_string() + " for '" + path + "' (" + class_name() +
+                                "): keel lays out only Dense kernels along their output axis (None, model) and "
+                                "Dense biases (model,); leave this variable out of the layout map");
+  }
+  return axis;
 }
 
 void Layer::set_trainable(bool trainable) {

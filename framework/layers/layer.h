@@ -87,6 +87,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Variable& add_weight(const std::string& name, const Shape& shape, const std::string& initializer,
                        bool trainable = true);
   void set_declared_input_shape(Shape s) { declared_input_shape_ = std::move(s); }
+  // Whether this layer computes correctly with its weight `weight` split along `axis` across the
+  // cores by a LayoutMap (framework/device/layout.h). None does unless it says so.
+  virtual bool supports_layout(const std::string& weight, int axis) const { return false; }
 
  private:
   std::string name_;
@@ -95,6 +98,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::vector<Shape> input_shapes_;
   int inbound_nodes_ = 0;
   std::optional<Shape> declared_input_shape_;
+  // The axis of weight `weight` the strategy's LayoutMap splits across the cores (-1: none);
+  // std::invalid_argument for a layout this layer cannot compute with.
+  int laid_out_axis(const std::string& weight, const Shape& shape) const;
+
   std::vector<std::unique_ptr<Variable>> variables_;
   std::vector<bool> variable_trainable_;  // each weight's own trainability, as added
   bool trainable_ = true;

@@ -214,7 +214,8 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
       Tensor loss = (*loss_)(b.labels, y);
       ledger.mark("backward");
       reduce = reduce_scatter_as_ready(vars);  // ZeRO-2: each gradient reduced while backward goes on
-      grads = tape.gradient(loss, vars, reduce);
+      // and a LayoutMap's variables: each core's block of the mean, as soon as backward finished it
+      grads = tape.gradient(loss, vars, reduce_laid_out_as_ready(vars, reduce));
       t.loss_sum = static_cast<double>(loss.item()) * static_cast<double>(b.size());
       t.correct = count_correct(b.labels, y, sparse);
       if (top_k) t.in_top_k = count_in_top_k(b.labels, y, sparse, kTopK);

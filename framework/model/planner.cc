@@ -57,6 +57,14 @@ std::vector<TransferStat> run_steady_state_step(ReplicatedStrategy& strategy, co
   return before;
 }
 
+ReplicatedStrategy::Options planning_options(const Savers& savers) {
+  ReplicatedStrategy::Options options;
+  options.abstract = true;
+  options.shard = savers.shard;
+  options.layout_map = savers.layout;
+  return options;
+}
+
 }  // namespace
 
 MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
@@ -65,7 +73,7 @@ MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& dev
   // out exactly when some core's running total passes its budget, i.e. when its peak exceeds it.
   DeviceSpec unlimited = device;
   unlimited.hbm_bytes_per_core = 0;
-  ReplicatedStrategy strategy(unlimited, ReplicatedStrategy::Options{/*abstract=*/true, /*host_threads=*/0, savers.shard});
+  ReplicatedStrategy strategy(unlimited, planning_options(savers));
   if (detail == PlanDetail::timeline) strategy.ledger().record_events(true);
   const std::vector<TransferStat> before = run_steady_state_step(strategy, factory, batch_per_core, label_shape, savers);
 
@@ -95,7 +103,7 @@ MemoryPlan plan_training_step(const ModelFactory& factory, const DeviceSpec& dev
 void check_training_step_fits(const ModelFactory& factory, const DeviceSpec& device, int64_t batch_per_core,
                               const Shape& label_shape, const Savers& savers) {
   // The same step against each core's budget: the ledger throws where a real one would run out.
-  ReplicatedStrategy strategy(device, ReplicatedStrategy::Options{/*abstract=*/true, /*host_threads=*/0, savers.shard});
+  ReplicatedStrategy strategy(device, planning_options(savers));
   run_steady_state_step(strategy, factory, batch_per_core, label_shape, savers);
 }
 
@@ -123,7 +131,7 @@ std::vector<SaverSuggestion> suggest_savers(const ModelFactory& factory, const D
   for (const char* precision : {"float32", "mixed_bfloat16"}) {
     for (Remat remat : {Remat::none, Remat::segments}) {
       for (ShardingMode shard : {ShardingMode::none, ShardingMode::optimizer, ShardingMode::gradients, ShardingMode::full}) {
-        combinations.push_back(Savers{shard, remat, mixed_precision::Policy(precision)});
+        combinations.push_back(Savers{shard, remat, mixed_precision::Policy(precision), nullptr});
       }
     }
   }

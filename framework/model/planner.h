@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "framework/device/device_spec.h"
+#include "framework/device/layout.h"
 #include "framework/device/ledger.h"
 #include "framework/device/sharding.h"
 #include "framework/layers/dtype_policy.h"
@@ -40,6 +41,8 @@ struct Savers {
   Remat remat = Remat::none;                // rematerialisation (framework/model/remat.h)
   // The global dtype policy the planner builds the model under (framework/layers/dtype_policy.h).
   mixed_precision::Policy precision = mixed_precision::Policy("float32");
+  // Explicit placement (framework/device/layout.h): not a saver --suggest picks, but planned as run.
+  std::shared_ptr<const distribution::LayoutMap> layout = nullptr;
 };
 
 struct MemoryPlan {

@@ -33,8 +33,7 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
         const int64_t channels = bias_shape[0];
         grads[1] = detail::grad_buffer(bias_shape, bias_is_variable);
         if (detail::compute(grads[1], {&dy[0]}) && channels > 0) {
-          ConstMatrixMap dym(dy[0].data(), dy[0].size() / channels, channels);
-          Eigen::Map<Eigen::RowVectorXf>(grads[1].data(), channels) = dym.colwise().sum();
+          detail::column_sums(dy[0].data(), dy[0].size() / channels, channels, channels, grads[1].data());
         }
       }
       return grads;

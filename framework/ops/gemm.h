@@ -103,21 +103,15 @@ GemmOperand gemm_operand(const Eigen::Transpose<Nested>& t) {
   return o;
 }
 
-// dst (m x n) = a (m x k) * b (k x n), or += with `accumulate`. dst is a row-major map (MatrixMap);
-// a and b row-major maps or their transposes.
-template <class Lhs, class Rhs>
-void gemm(MatrixMap dst, const Lhs& a_expr, const Rhs& b_expr, bool accumulate = false) {
-  const int64_t m = dst.rows(), n = dst.cols(), k = a_expr.cols();
+// out (m x n, rows ldc floats apart) = a (m x k) · b (k x n), or += with `accumulate`. With
+// `as_if_columns` (> n), out is columns of a product that many columns wide (a column-parallel layer's
+// share, framework/ops/column_parallel.cc): the inner dimension is cut as that product's would be, so
+// each element gets the bits it has there. A product cut along the inner dimension needs ldc == n.
+inline void gemm_operands(float* out, int64_t ldc, int64_t m, int64_t n, int64_t k, GemmOperand a, GemmOperand b,
+                          bool accumulate = false, int64_t as_if_columns = 0) {
   if (m == 0 || n == 0) return;
-  if (a_expr.rows() != m || b_expr.rows() != k || b_expr.cols() != n) {
-    throw std::logic_error("gemm: a " + std::to_string(a_expr.rows()) + "x" + std::to_string(k) + " by " +
-                           std::to_string(b_expr.rows()) + "x" + std::to_string(b_expr.cols()) + " product into " +
-                           std::to_string(m) + "x" + std::to_string(n));
-  }
-  const GemmOperand a = gemm_operand(a_expr), b = gemm_operand(b_expr);
-  float* const out = dst.data();
-  const int64_t ldc = dst.outerStride();
-  if (const int64_t segments = gemm_segments(m, n, k); segments > 1) {
+  if (const int64_t segments = gemm_segments(m, std::max(n, as_if_columns), k); segments > 1) {
+    if (ldc != n) throw std::logic_error("gemm: a product cut along its inner dimension writes a whole matrix");
     const TileAxis seg(k, (k + segments - 1) / segments);
     const int64_t mn = m * n;
     float* partial = gemm_scratch(static_cast<size_t>(seg.tiles * mn));
@@ -125,7 +119,7 @@ void gemm(MatrixMap dst, const Lhs& a_expr, const Rhs& b_expr, bool accumulate =
       sgemm(a.at(0, seg.begin(s)), b.at(seg.begin(s), 0), partial + s * mn, n, m, n, seg.end(s) - seg.begin(s),
             /*accumulate=*/false);
     });
-    const int64_t block = 1 << 14;  // dst is a whole contiguous matrix here (ldc == n)
+    const int64_t block = 1 << 14;
     parallel_for(
         (mn + block - 1) / block,
         [&](int64_t i) {
@@ -147,6 +141,20 @@ void gemm(MatrixMap dst, const Lhs& a_expr, const Rhs& b_expr, bool accumulate =
   };
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   parallel_for(tiles.count(), tile, threads_worth(flops, kGemmMinFlopsPerThread));
+}
+
+// dst (m x n) = a (m x k) * b (k x n), or += with `accumulate`. dst is a row-major map (MatrixMap);
+// a and b row-major maps or their transposes.
+template <class Lhs, class Rhs>
+void gemm(MatrixMap dst, const Lhs& a_expr, const Rhs& b_expr, bool accumulate = false) {
+  const int64_t m = dst.rows(), n = dst.cols(), k = a_expr.cols();
+  if (m == 0 || n == 0) return;
+  if (a_expr.rows() != m || b_expr.rows() != k || b_expr.cols() != n) {
+    throw std::logic_error("gemm: a " + std::to_string(a_expr.rows()) + "x" + std::to_string(k) + " by " +
+                           std::to_string(b_expr.rows()) + "x" + std::to_string(b_expr.cols()) + " product into " +
+                           std::to_string(m) + "x" + std::to_string(n));
+  }
+  gemm_operands(dst.data(), dst.outerStride(), m, n, k, gemm_operand(a_expr), gemm_operand(b_expr), accumulate);
 }
 
 }  // namespace keel::ops::detail

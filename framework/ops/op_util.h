@@ -112,6 +112,17 @@ void for_row_blocks(int64_t rows, int64_t channels, F&& f) {
       threads_worth(static_cast<double>(rows) * static_cast<double>(channels), kMinElementsPerThread));
 }
 
+// out[c] = x[0][c] + x[1][c] + ... in row order, for c < cols (rows `ld` floats apart): a bias's
+// gradient. A column's sum does not depend on the columns beside it, so a column-parallel layer's
+// share of it (framework/ops/column_parallel.cc) has the bits of the whole one's.
+inline void column_sums(const float* x, int64_t rows, int64_t ld, int64_t cols, float* out) {
+  std::fill(out, out + cols, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * ld;
+    for (int64_t c = 0; c < cols; ++c) out[c] += row[c];
+  }
+}
+
 [[noreturn]] inline void shape_error(const std::string& op, const std::string& what) {
   throw std::invalid_argument(op + ": " + what);
 }

@@ -23,6 +23,13 @@ Tensor scale(const Tensor& x, float factor);
 // Shares storage; backward reshapes the gradient back.
 Tensor reshape(const Tensor& x, const Shape& shape);
 
+// A Dense layer's x (rows, K) · kernel (K, N) [+ bias (N,)] when a LayoutMap splits the kernel (and
+// the bias, when given) along N across the cores, inside strategy.run: each core computes its columns
+// for every replica's rows (framework/ops/column_parallel.cc). The kernel's gradient is the stack
+// (replicas, K, this core's columns) of every replica's, the bias's likewise (replicas, columns);
+// the optimizer reduces them. Float32 only. Saves x.
+Tensor column_parallel_matmul(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor());
+
 // Sum / mean of all elements -> scalar (shape ()).
 Tensor reduce_sum(const Tensor& x);
 Tensor reduce_mean(const Tensor& x);

@@ -31,6 +31,100 @@ nlohmann::json CosineDecay::get_config() const {
           {"config", {{"initial_learning_rate", initial_}, {"decay_steps", decay_steps_}, {"alpha", alpha_}}}};
 }
 
+namespace {
+
+// Inside a run, a variable a LayoutMap splits: its gradients and updates are per block.
+bool laid_out(const Variable* v, const ReplicaContext* ctx) { return ctx != nullptr && v->sharded_axis() >= 0; }
+bool any_laid_out(const std::vector<Variable*>& vars, const ReplicaContext* ctx) {
+  return std::any_of(vars.begin(), vars.end(), [ctx](const Variable* v) { return laid_out(v, ctx); });
+}
+
+// A laid-out variable seen as (outer, dim, inner) around its split axis, and replica's range of dim.
+struct Block {
+  int64_t outer = 1, dim = 1, inner = 1;
+  ShardRange range;
+};
+Block block_of(const Variable& v, int replicas, int replica) {
+  const Shape& shape = v.shape();
+  const size_t axis = static_cast<size_t>(v.sharded_axis());
+  Block b;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (d < axis) b.outer *= shape[d];
+    if (d > axis) b.inner *= shape[d];
+  }
+  b.dim = shape[axis];
+  b.range = shard_range(b.dim, replicas, replica);
+  return b;
+}
+Shape block_shape(const Variable& v, int replicas, int replica) {
+  Shape shape = v.shape();
+  shape[static_cast<size_t>(v.sharded_axis())] = block_of(v, replicas, replica).range.size();
+  return shape;
+}
+
+// The block of the mean from a stack (replicas, block...) of every replica's gradient: summed in the
+// collectives' tree order and divided as all_reduce's mean divides, charged as `gradients`.
+Tensor reduce_stack(const Tensor& stack, const Variable& v, int replicas) {
+  const CategoryScope as_gradient(Category::gradients, "gradient:" + v.name());
+  Tensor block = Tensor::empty(Shape(stack.shape().begin() + 1, stack.shape().end()));
+  if (block.is_abstract() || block.size() == 0) return block;
+  const int64_t size = block.size();
+  std::vector<const float*> in;
+  for (int r = 0; r < replicas; ++r) in.push_back(stack.data() + r * size);
+  constexpr int64_t kPiece = int64_t{1} << 15;
+  parallel_for(
+      (size + kPiece - 1) / kPiece,
+      [&](int64_t p) {
+        const int64_t begin = p * kPiece, end = std::min(size, begin + kPiece);
+        std::vector<const float*> at(in);
+        for (const float*& ptr : at) ptr += begin;
+        tree_sum(at, block.data() + begin, end - begin);
+        const float n = static_cast<float>(replicas);
+        for (int64_t e = begin; e < end; ++e) block.data()[e] /= n;
+      },
+      threads_worth(static_cast<double>(size) * replicas, kMinElementsPerThread));
+  return block;
+}
+
+}  // namespace
+
+GradientReadyFn reduce_laid_out_as_ready(const std::vector<Variable*>& vars, GradientReadyFn next) {
+  const ReplicaContext* ctx = current_replica_context();
+  if (!any_laid_out(vars, ctx)) return next;
+  return [vars, next = std::move(next), replicas = ctx->num_replicas()](size_t index, Tensor gradient) {
+    const Variable& v = *vars.at(index);
+    if (v.sharded_axis() < 0) return next ? next(index, std::move(gradient)) : gradient;
+    return gradient.rank() == v.value().rank() + 1 ? reduce_stack(gradient, v, replicas) : gradient;
+  };
+}
+
+void Optimizer::append_block_spans(Variable* var, const Tensor& grad, int replica, int replicas,
+                                   std::vector<UpdateSpan>& spans) const {
+  const Block b = block_of(*var, replicas, replica);
+  const int64_t run = b.range.size() * b.inner;
+  const std::vector<Variable*>& slots = slots_.at(var->name());
+  for (int64_t o = 0; o < b.outer && run > 0; ++o) {
+    const int64_t at = (o * b.dim + b.range.begin) * b.inner;
+    UpdateSpan span;
+    span.size = run;
+    span.variable = var->mutable_value().data() + at;
+    span.gradient = grad.data() + o * run;
+    for (size_t k = 0; k < slots.size(); ++k) span.slots[k] = slots[k]->mutable_value().data() + at;
+    spans.push_back(span);
+  }
+}
+
+size_t Optimizer::first_non_finite_block(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars, int replicas) {
+  ReplicaContext* ctx = current_replica_context();
+  size_t mine = vars.size();
+  for (size_t i = 0; i < vars.size() && mine == vars.size(); ++i) {
+    const Tensor& g = grads[i];
+    if (laid_out(vars[i], ctx) && g.defined() && !g.is_abstract() && !all_finite(g.data(), g.size())) mine = i;
+  }
+  if (replicas == 1) return mine;
+  return static_cast<size_t>(ctx->all_reduce_min(static_cast<int64_t>(mine)));
+}
+
 Optimizer::Optimizer(std::string name, float learning_rate, float weight_decay)
     : name_(std::move(name)), learning_rate_(learning_rate), weight_decay_(weight_decay) {
   if (!(std::isfinite(learning_rate) && learning_rate > 0.0f)) {
@@ -67,9 +161,9 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   const int64_t step = iterations_ + 1;
   std::optional<size_t> voted;  // the first variable whose gradient is not finite, if the reduction said
   const bool shards = reduce(grads, vars, form, voted);
-  if (const size_t bad = voted ? *voted : first_non_finite(grads, vars, shards, replica, replicas); bad < vars.size()) {
-    return GradientUpdate{false, vars[bad]->name()};
-  }
+  size_t bad = voted ? *voted : first_non_finite(grads, vars, shards, replica, replicas);
+  if (any_laid_out(vars, ctx)) bad = std::min(bad, first_non_finite_block(grads, vars, replicas));
+  if (bad < vars.size()) return GradientUpdate{false, vars[bad]->name()};
   // Each replica updates its shard of every variable; with sharded slots that is all it holds of them.
   // Unsharded, every process holds whole variables, and its replicas split each between them.
   const bool split_in_process = ctx != nullptr && shard == ShardingMode::none;
@@ -80,7 +174,12 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   for (size_t i = 0; i < vars.size(); ++i) {
     if (!grads[i].defined()) continue;
     updated[i] = vars[i]->value();
-    if (!updated[i].is_abstract()) spans.push_back(span_of(vars[i], grads[i], shards, updater, updaters));
+    if (updated[i].is_abstract()) continue;
+    if (laid_out(vars[i], ctx)) {
+      append_block_spans(vars[i], grads[i], replica, replicas, spans);  // every core its own block
+    } else {
+      spans.push_back(span_of(vars[i], grads[i], shards, updater, updaters));
+    }
   }
   update_in_pieces(spans, step);
   if (ctx == nullptr || ctx->leads_process()) iterations_ = step;
@@ -112,8 +211,13 @@ GradientReadyFn reduce_scatter_as_ready(const std::vector<Variable*>& vars) {
 
 bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form,
                        std::optional<size_t>& non_finite) const {
-  if (form == GradientForm::reduced_shards) return true;
   ReplicaContext* ctx = current_replica_context();
+  for (size_t i = 0; i < grads.size(); ++i) {  // a LayoutMap's variables: stacks backward left, reduced here
+    if (laid_out(vars[i], ctx) && grads[i].defined() && grads[i].rank() == vars[i]->value().rank() + 1) {
+      grads[i] = reduce_stack(grads[i], *vars[i], ctx->num_replicas());
+    }
+  }
+  if (form == GradientForm::reduced_shards) return true;
   if (ctx == nullptr) return false;
   if (ctx->strategy().shard() >= ShardingMode::gradients) {
     for (size_t i = 0; i < grads.size(); ++i) {
@@ -125,7 +229,7 @@ bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>&
   std::vector<Tensor> defined;
   std::vector<size_t> variable;  // of each defined gradient
   for (size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) continue;
+    if (!grads[i].defined() || laid_out(vars[i], ctx)) continue;  // laid out: each core's block is reduced
     defined.push_back(grads[i]);
     variable.push_back(i);
   }
@@ -186,7 +290,7 @@ size_t Optimizer::first_non_finite(const std::vector<Tensor>& grads, const std::
   std::vector<Piece> pieces;
   int64_t elements = 0;
   for (size_t i = 0; i < vars.size(); ++i) {
-    if (!grads[i].defined() || grads[i].is_abstract()) continue;
+    if (!grads[i].defined() || grads[i].is_abstract() || laid_out(vars[i], current_replica_context())) continue;
     const ShardRange range = shard_range(vars[i]->value().size(), replicas, replica);
     const float* values = grads[i].data() + (grads_are_shards ? 0 : range.begin);
     for (int64_t at = 0; at < range.size(); at += kPiece) pieces.push_back({i, values + at, std::min(kPiece, range.size() - at)});
@@ -212,7 +316,8 @@ void Optimizer::check(const std::vector<Tensor>& grads, const std::vector<Variab
                       int replica, int replicas) const {
   for (size_t i = 0; i < vars.size(); ++i) {
     if (!grads[i].defined()) continue;
-    const Shape expected = form == GradientForm::local
+    const Shape expected = laid_out(vars[i], current_replica_context()) ? block_shape(*vars[i], replicas, replica)
+                           : form == GradientForm::local
                                ? vars[i]->shape()
                                : Shape{shard_range(num_elements(vars[i]->shape()), replicas, replica).size()};
     if (grads[i].shape() != expected) {
@@ -231,10 +336,11 @@ void Optimizer::build(const std::vector<Variable*>& vars) {
   // Keras's creation order: every variable's first slot, then every variable's second slot.
   for (Variable* v : vars) slots_[v->name()];  // every variable is known, even with no slots (plain SGD)
   // Mirrored slots, or each core charged its shard only when the strategy shards optimizer state.
-  std::optional<ContextScope> sharded;
-  enter_sharded_scope_if(sharded, ShardingMode::optimizer, Category::optimizer);
   for (const std::string& slot : slot_names()) {
     for (Variable* v : vars) {
+      std::optional<ContextScope> sharded;  // a LayoutMap's variable: each core its block of the slot
+      enter_sharded_scope_if(sharded, ShardingMode::optimizer, Category::optimizer);
+      enter_laid_out_scope_if(sharded, v->sharded_axis(), Category::optimizer);
       const std::string name = name_ + "/" + v->name() + "/" + slot;
       Tensor value = Tensor::zeros(v->shape(), Category::optimizer, name);
       slot_order_.push_back(std::make_unique<Variable>(name, std::move(value), false));

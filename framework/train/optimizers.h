@@ -65,6 +65,14 @@ enum class GradientForm { local, reduced_shards };
 // Its results go to apply_gradients with GradientForm::reduced_shards. nullptr otherwise.
 GradientReadyFn reduce_scatter_as_ready(const std::vector<Variable*>& vars);
 
+// Variables a LayoutMap splits along an axis (framework/device/layout.h): backward leaves each one's
+// gradient as the stack of every replica's gradient of this core's block (ops::column_parallel_matmul);
+// apply_gradients reduces a stack to the block of the mean (the collectives' tree order, so the bits
+// of an all-reduce) and updates that block only. Inside strategy.run, this hook for
+// GradientTape::gradient reduces each stack as soon as backward has finished it, so it lives briefly,
+// and hands the other gradients to `next` (kept as they are if null). `next` when nothing is laid out.
+GradientReadyFn reduce_laid_out_as_ready(const std::vector<Variable*>& vars, GradientReadyFn next);
+
 // One contiguous piece of a variable to update, with the gradient's and each slot's matching
 // elements (slot_names() order): `size` floats each.
 struct UpdateSpan {
@@ -137,6 +145,12 @@ class Optimizer {
   void update_in_pieces(const std::vector<UpdateSpan>& spans, int64_t step);
   // This replica's span of variable i (its shard_range), with `grad` whole or already its shard.
   UpdateSpan span_of(Variable* var, const Tensor& grad, bool grad_is_shard, int replica, int replicas) const;
+  // A laid-out variable's block on `replica`, one span per run of consecutive elements, with `grad`
+  // that block.
+  void append_block_spans(Variable* var, const Tensor& grad, int replica, int replicas, std::vector<UpdateSpan>& spans) const;
+  // The first laid-out variable whose block of the mean holds a NaN or an infinity on any replica
+  // (vars.size() if none), the same on every replica.
+  static size_t first_non_finite_block(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars, int replicas);
   // The index of the first variable with a non-finite gradient, vars.size() if none: each replica
   // checks its shard of every gradient and the replicas agree on the smallest (all_reduce_min).
   size_t first_non_finite(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars, bool grads_are_shards,

@@ -70,6 +70,7 @@ nlohmann::json plan_json(const MemoryPlan& plan) {
   j["shard"] = sharding_mode_name(plan.savers.shard);
   j["remat"] = remat_name(plan.savers.remat);
   j["precision"] = plan.savers.precision.name();
+  j["layout"] = plan.savers.layout ? plan.savers.layout->specs() : std::vector<std::string>{};
   j["fits"] = plan.fits;
   j["max_batch_per_core"] = plan.max_batch_per_core ? nlohmann::json(*plan.max_batch_per_core) : nlohmann::json(nullptr);
   j["per_core"] = per_core;
@@ -82,6 +83,7 @@ nlohmann::json training_memory(const Ledger& ledger, const RunConfig& config, in
   j["shard"] = sharding_mode_name(config.shard);
   j["remat"] = remat_name(config.remat);
   j["precision"] = config.precision;
+  j["layout"] = config.layout;
   nlohmann::json per_core = peaks_json(ledger);
   const bool resumed = before.is_object() && before.contains("per_core") && before["per_core"].is_array() &&
                        before["per_core"].size() == per_core.size();

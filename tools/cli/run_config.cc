@@ -14,6 +14,10 @@
 
 namespace keel::cli {
 
+namespace {
+constexpr size_t kMaxLayoutEntries = 64;
+}  // namespace
+
 nlohmann::json RunConfig::to_json() const {
   return {{"model", model},
           {"dataset", dataset},
@@ -24,6 +28,7 @@ nlohmann::json RunConfig::to_json() const {
           {"shard", sharding_mode_name(shard)},
           {"remat", remat_name(remat)},
           {"precision", precision},
+          {"layout", layout},
           {"batch_per_core", batch_per_core},
           {"epochs", epochs},
           {"optimizer", optimizer},
@@ -149,6 +154,23 @@ Shape shape_from_json(const json& v) {
 
 }  // namespace
 
+namespace {
+
+// --layout: each entry parses, at most kMaxLayoutEntries, and what a LayoutMap runs with.
+void check_layout(const RunConfig& c) {
+  if (c.layout.empty()) return;
+  if (c.layout.size() > kMaxLayoutEntries) {
+    throw std::invalid_argument("at most " + std::to_string(kMaxLayoutEntries) + " --layout entries, got " + std::to_string(c.layout.size()));
+  }
+  distribution::LayoutMap::from_specs(c.layout);
+  if (c.shard != ShardingMode::none) {
+    throw std::invalid_argument(std::string("--layout places variables itself: it runs with --shard none, not ") + sharding_mode_name(c.shard));
+  }
+  if (c.precision != "float32") throw std::invalid_argument("--layout runs in float32 only, not --precision " + c.precision);
+}
+
+}  // namespace
+
 RunConfig RunConfig::from_json(const nlohmann::json& j) {
   if (!j.is_object()) wrong_type("config", "an object", j);
   RunConfig c;
@@ -159,6 +181,14 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   if (j.contains("shard")) c.shard = parse_sharding_mode(string_field(j, "shard", kMaxNameBytes));
   if (j.contains("remat")) c.remat = parse_remat(string_field(j, "remat", kMaxNameBytes));
   if (j.contains("precision")) c.precision = mixed_precision::Policy(string_field(j, "precision", kMaxNameBytes)).name();
+  if (j.contains("layout")) {  // absent in runs from before keel had --layout: none
+    const json& list = field(j, "layout");
+    if (!list.is_array() || list.size() > kMaxLayoutEntries) wrong_type("layout", "a list of at most 64 PATTERN=AXES", list);
+    for (const json& spec : list) {
+      if (!spec.is_string() || spec.get_ref<const std::string&>().size() > kMaxPathBytes) wrong_type("layout", "a list of PATTERN=AXES", list);
+      c.layout.push_back(spec.get<std::string>());
+    }
+  }
   c.batch_per_core = int_field(j, "batch_per_core");
   c.epochs = narrow_field(j, "epochs", 1, kMaxEpochs);
   c.optimizer = string_field(j, "optimizer", kMaxNameBytes);
@@ -244,6 +274,7 @@ void RunConfig::validate() const {
   check_in_range("checkpoints kept (--keep)", keep, 0, kMaxKeep);
   check_in_range("--save-every-steps", save_every_steps, 0, kMaxSteps);
   checked_mul(batch_per_core, device.cores, "the global batch (per-core batch x cores)");
+  check_layout(*this);
   if (augment.size() > kMaxNameBytes) {
     throw std::invalid_argument("--augment is " + std::to_string(augment.size()) + " bytes long, more than keel's limit of " +
                                 std::to_string(kMaxNameBytes));

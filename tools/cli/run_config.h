@@ -47,6 +47,8 @@ struct RunConfig {
   ShardingMode shard = ShardingMode::none;  // --shard (tools/cli/saver_options.h); stored runs without it: none
   Remat remat = Remat::none;                // --remat (idem)
   std::string precision = "float32";        // --precision: the dtype policy (idem); stored runs without it: float32
+  // --layout PATTERN=AXES (repeatable): Keras 3's LayoutMap entries (framework/device/layout.h), in order
+  std::vector<std::string> layout;
   int64_t batch_per_core = 16;
   int epochs = 10;
   std::string optimizer = "adam";

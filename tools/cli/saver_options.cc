@@ -19,6 +19,11 @@ void add_saver_options(boost::program_options::options_description& d) {
        "recompute activations in backward: none (default), segments (keep only each segment's input: each residual "
        "block, each layer of a Sequential), or Keras's per-layer modes: full (every layer), larger_than:BYTES (layers "
        "whose output is larger), layers:REGEX (layers whose name matches); bit-identical to none")
+      ("layout", boost::program_options::value<std::vector<std::string>>(),
+       "Keras 3's LayoutMap, one PATTERN=AXES per flag (repeatable): variables whose path (\"dense_1/kernel\") the "
+       "regex PATTERN finds are split across the cores along the axis named model, e.g. 'dense.*kernel=None,model' "
+       "'dense.*bias=model': Dense layers then compute column-parallel; bit-identical to no layout; `--layout none`: "
+       "none (a resumed run's stored layout dropped)")
       ("precision", boost::program_options::value<std::string>(),
        "the layers' dtype policy: float32 (default) or mixed_bfloat16 (Keras's: float32 variables and optimizer "
        "state; bfloat16 compute with float32 accumulation, and 2-byte bfloat16 activations)");
@@ -36,6 +41,10 @@ void apply_saver_options(const boost::program_options::variables_map& vm, RunCon
     throw UsageError(std::string("--remat: ") + e.what());
   }
   apply_precision_option(vm, config);
+  if (vm.count("layout")) {
+    config.layout = vm["layout"].as<std::vector<std::string>>();
+    if (config.layout == std::vector<std::string>{"none"}) config.layout.clear();  // resume without the stored one
+  }
 }
 
 void apply_precision_option(const boost::program_options::variables_map& vm, RunConfig& config) {
@@ -47,12 +56,22 @@ void apply_precision_option(const boost::program_options::variables_map& vm, Run
 }
 
 Savers savers_of(const RunConfig& config) {
-  return Savers{config.shard, config.remat, mixed_precision::Policy(config.precision)};
+  return Savers{config.shard, config.remat, mixed_precision::Policy(config.precision), layout_map(config)};
+}
+
+std::shared_ptr<const distribution::LayoutMap> layout_map(const RunConfig& config) {
+  if (config.layout.empty()) return nullptr;
+  try {
+    return std::make_shared<const distribution::LayoutMap>(distribution::LayoutMap::from_specs(config.layout));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--layout: ") + e.what());
+  }
 }
 
 ReplicatedStrategy::Options strategy_options(const RunConfig& config) {
   ReplicatedStrategy::Options options;
   options.shard = config.shard;
+  options.layout_map = layout_map(config);
   return options;
 }
 

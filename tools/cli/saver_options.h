@@ -24,6 +24,8 @@ void apply_precision_option(const boost::program_options::variables_map& vm, Run
 
 // What the planner and the strategy of a run with `config` use.
 Savers savers_of(const RunConfig& config);
+// config.layout as a LayoutMap (null when empty); UsageError for an entry that does not parse.
+std::shared_ptr<const distribution::LayoutMap> layout_map(const RunConfig& config);
 ReplicatedStrategy::Options strategy_options(const RunConfig& config);
 
 // Before any data or weight exists: the training step with config's savers, planned on abstract

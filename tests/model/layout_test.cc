@@ -1,0 +1,233 @@
+// Explicit placement (framework/device/layout.h): a LayoutMap that splits Dense kernels along their
+// output axis (and their biases) makes those layers column-parallel — each core computes its columns
+// for every replica's rows — and changes where bytes live, never the numbers: weights and Adam's
+// slots after many steps are bit-identical to the replicated run's; each core holds, updates and
+// keeps slots for its columns only; the planner's figures equal a real step's.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/core/random.h"
+#include "framework/device/layout.h"
+#include "framework/layers/initializers.h"
+#include "framework/model/planner.h"
+#include "framework/train/losses.h"
+#include "models/zoo.h"
+
+namespace keel {
+namespace {
+
+using distribution::LayoutMap;
+using distribution::TensorLayout;
+
+struct Case {
+  std::string model;
+  Shape input;
+  DeviceSpec device;
+  int64_t batch_per_core;
+};
+
+std::unique_ptr<Model> build_compiled(const Case& c) {
+  std::unique_ptr<Model> m = zoo::build(c.model, {c.input, 10});
+  m->compile(std::make_shared<Adam>(), std::make_shared<CategoricalCrossentropy>());
+  return m;
+}
+
+Batch random_batch(const Case& c, uint64_t seed, int64_t rows) {
+  HostScope host;
+  Shape x = c.input;
+  x.insert(x.begin(), rows);
+  Batch b{Tensor::empty(x), Tensor::zeros({rows, 10})};
+  Rng rng(seed);
+  for (int64_t i = 0; i < b.images.size(); ++i) b.images.data()[i] = rng.next_float();
+  for (int64_t i = 0; i < rows; ++i) b.labels.data()[i * 10 + static_cast<int64_t>(rng.next_below(10))] = 1.0f;
+  return b;
+}
+
+std::shared_ptr<const LayoutMap> layout(const std::vector<std::string>& specs) {
+  if (specs.empty()) return nullptr;
+  return std::make_shared<const LayoutMap>(LayoutMap::from_specs(specs));
+}
+
+struct Trained {
+  std::vector<std::vector<float>> values;  // every variable, then every slot
+  std::vector<CoreMemory> memory;
+};
+
+// `steps` steps of fresh random batches; `ragged` makes every other global batch one row short of
+// the cores' multiple, so the replicas hold different numbers of rows.
+Trained train(const Case& c, const std::vector<std::string>& specs, int steps, bool ragged = false) {
+  clear_session();
+  set_random_seed(11);
+  ReplicatedStrategy::Options options;
+  options.layout_map = layout(specs);
+  ReplicatedStrategy strategy(c.device, options);
+  std::unique_ptr<Model> model;
+  {
+    auto scope = strategy.scope();
+    model = build_compiled(c);
+    model->optimizer().build(model->trainable_variables());
+  }
+  for (int s = 0; s < steps; ++s) {
+    const int64_t rows = c.batch_per_core * c.device.cores - (ragged && s % 2 == 1 ? 1 : 0);
+    const Batch batch = random_batch(c, 100 + static_cast<uint64_t>(s), rows);
+    const std::vector<Batch> slot = strategy.distribute(batch);
+    model->train_step(batch);
+  }
+  Trained t;
+  for (Variable* v : model->variables()) t.values.push_back(v->value().to_vector());
+  for (Variable* v : model->optimizer().slot_variables()) t.values.push_back(v->value().to_vector());
+  t.memory = core_memory(strategy.ledger());
+  return t;
+}
+
+void expect_same_bits(const Case& c, int steps, const std::vector<std::string>& specs, bool ragged = false) {
+  const Trained plain = train(c, {}, steps, ragged);
+  const Trained laid_out = train(c, specs, steps, ragged);
+  ASSERT_EQ(laid_out.values.size(), plain.values.size());
+  for (size_t i = 0; i < plain.values.size(); ++i) {
+    const std::vector<float>&a = plain.values[i], &b = laid_out.values[i];
+    EXPECT_TRUE(a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0)
+        << c.model << " on " << c.device.name << ": variable or slot " << i << " differs";
+  }
+}
+
+const std::vector<std::string> kColumns = {"dense.*kernel=None,model", "dense.*bias=model"};
+
+TEST(Layout, ColumnParallelMlpIsBitIdenticalToReplicated) {
+  expect_same_bits({"mlp", {784}, DeviceSpec::preset("v3-8"), 4}, 40, kColumns);
+}
+
+// Three cores: 128 columns split 43/43/42; replicas with different rows; the biases replicated.
+TEST(Layout, UnevenColumnsAndRowsAndAReplicatedBiasAreBitIdentical) {
+  expect_same_bits({"mlp", {784}, DeviceSpec::custom(3, 0), 5}, 20, kColumns, /*ragged=*/true);
+  expect_same_bits({"mlp", {784}, DeviceSpec::custom(3, 0), 5}, 10, {"dense.*kernel=(None, model)"});
+}
+
+// Only the ResNet's head is laid out; BatchNormalization and convolutions stay replicated.
+TEST(Layout, Resnet18WithAColumnParallelHeadIsBitIdentical) {
+  expect_same_bits({"resnet18", {32, 32, 1}, DeviceSpec::custom(2, 0), 2}, 4, {"predictions/kernel=None,model"});
+}
+
+int64_t peak(const CoreMemory& m, Category k) { return m.category_peak[static_cast<size_t>(k)]; }
+
+// Each core holds its columns of every laid-out variable (shard_range of the output axis), their two
+// Adam slots and their gradients, nothing more of them; the peak falls, and the bytes between cores
+// count the exchanges.
+TEST(Layout, EachCoreHoldsItsColumns) {
+  const Case c{"mlp", {784}, DeviceSpec::preset("v3-8"), 16};
+  const ModelFactory factory = [&] { return build_compiled(c); };
+  clear_session();
+  const MemoryPlan plain = plan_training_step(factory, c.device, c.batch_per_core, {10});
+  Savers savers;
+  savers.layout = layout(kColumns);
+  const MemoryPlan columns = plan_training_step(factory, c.device, c.batch_per_core, {10}, savers);
+  for (int core = 0; core < c.device.cores; ++core) {
+    const CoreMemory &p = plain.per_core[static_cast<size_t>(core)], &l = columns.per_core[static_cast<size_t>(core)];
+    // The MLP: dense (784, 128) and dense_1 (128, 10), both with biases, every one laid out.
+    const int64_t hidden = shard_range(128, 8, core).size(), out = shard_range(10, 8, core).size();
+    const int64_t block_bytes = 4 * ((784 + 1) * hidden + (128 + 1) * out);
+    EXPECT_EQ(peak(l, Category::parameters), block_bytes) << "core " << core;
+    EXPECT_EQ(peak(l, Category::optimizer), 2 * block_bytes) << "core " << core;
+    EXPECT_EQ(peak(l, Category::gradients), block_bytes) << "core " << core;
+    EXPECT_LE(peak(l, Category::parameters), peak(p, Category::parameters) / 8 + 4 * 129) << "a column more at most";
+    EXPECT_LT(l.peak, p.peak) << "core " << core;
+    EXPECT_GT(l.sent_bytes, 0);
+  }
+}
+
+// The plan equals the peaks of a real step, per core and category.
+TEST(Layout, PlanEqualsARealStep) {
+  for (const Case& c : {Case{"mlp", {784}, DeviceSpec::preset("v3-8"), 4}, Case{"mlp", {784}, DeviceSpec::custom(3, 0), 3}}) {
+    const Trained run = train(c, kColumns, 1);
+    clear_session();
+    Savers savers;
+    savers.layout = layout(kColumns);
+    const MemoryPlan plan = plan_training_step([&] { return build_compiled(c); }, c.device, c.batch_per_core, {10}, savers);
+    ASSERT_EQ(plan.per_core.size(), run.memory.size());
+    for (size_t core = 0; core < run.memory.size(); ++core) {
+      for (int k = 0; k < kNumCategories; ++k) {
+        EXPECT_EQ(plan.per_core[core].category_peak[static_cast<size_t>(k)], run.memory[core].category_peak[static_cast<size_t>(k)])
+            << c.device.name << " core " << core << " " << category_name(static_cast<Category>(k));
+      }
+      EXPECT_EQ(plan.per_core[core].peak, run.memory[core].peak) << c.device.name << " core " << core;
+    }
+  }
+}
+
+// Keras's LayoutMap.__getitem__: an equal key first, else the one pattern that regex-searches the path.
+TEST(LayoutMapTest, FindsKerasStyle) {
+  LayoutMap map;
+  map["dense.*kernel"] = {"None", "model"};
+  map["dense_1/bias"] = {"model"};
+  map["bias"] = {"None"};
+  EXPECT_EQ(map.find("dense/kernel")->sharded_axis(), 1);
+  EXPECT_EQ(map.find("dense_1/kernel")->sharded_axis(), 1);
+  EXPECT_EQ(map.find("dense_1/bias")->sharded_axis(), 0) << "the equal key wins over the pattern 'bias'";
+  EXPECT_EQ(map.find("dense/bias")->sharded_axis(), -1);
+  EXPECT_FALSE(map.find("conv2d/gamma").has_value());
+  map["kernel$"] = {"model", "None"};
+  EXPECT_THROW(map.find("dense/kernel"), std::invalid_argument) << "two patterns match";
+  EXPECT_EQ(map.specs(), (std::vector<std::string>{"dense.*kernel=None,model", "dense_1/bias=model", "bias=None",
+                                                    "kernel$=model,None"}));
+}
+
+TEST(LayoutMapTest, RefusesBadSpecsNamingThem) {
+  for (const std::string spec : {"dense.*kernel", "dense=None,batch", "dense=model,model", "(=None,model", "=model",
+                                 "dense=", "dense=None,None,None,None,None,None,None,None,model"}) {
+    try {
+      LayoutMap::from_specs({spec});
+      ADD_FAILURE() << spec << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_LT(std::string(e.what()).size(), 400u) << e.what();
+    }
+  }
+  EXPECT_EQ(LayoutMap::from_specs({"d=( None , model )"}).find("d")->axes, (std::vector<std::string>{"None", "model"}));
+}
+
+// A layout keel cannot compute with is refused when the layer builds the variable, naming it.
+TEST(Layout, RefusesWhatItCannotComputeNamingTheVariable) {
+  const auto build_in = [](const std::vector<std::string>& specs, const Case& c) {
+    clear_session();
+    ReplicatedStrategy::Options options;
+    options.layout_map = layout(specs);
+    ReplicatedStrategy strategy(c.device, options);
+    auto scope = strategy.scope();
+    build_compiled(c)->build(c.input);
+  };
+  const Case resnet{"resnet18", {32, 32, 1}, DeviceSpec::custom(2, 0), 2}, mlp{"mlp", {784}, DeviceSpec::custom(2, 0), 2};
+  EXPECT_THROW(build_in({"conv1_conv/kernel=None,None,None,model"}, resnet), std::invalid_argument);
+  EXPECT_THROW(build_in({"dense/kernel=model,None"}, mlp), std::invalid_argument) << "row-parallel is not built";
+  EXPECT_THROW(build_in({"dense/bias=model"}, mlp), std::invalid_argument) << "a split bias needs a split kernel";
+  EXPECT_THROW(build_in({"dense/kernel=None,None,model"}, mlp), std::invalid_argument) << "rank";
+  ReplicatedStrategy::Options sharded;
+  sharded.layout_map = layout(kColumns);
+  sharded.shard = ShardingMode::optimizer;
+  EXPECT_THROW(ReplicatedStrategy(DeviceSpec::custom(2, 0), sharded), std::invalid_argument);
+}
+
+// all_to_all cuts rows one way and columns the other, with uneven pieces, and its inverse restores.
+TEST(Layout, AllToAllExchangesBlocks) {
+  ReplicatedStrategy strategy(DeviceSpec::custom(3, 0));
+  const std::vector<int64_t> rows = {2, 1, 3}, cols = {3, 3, 2};
+  const std::vector<Batch> none(3);
+  strategy.run(
+      [&](const Batch&) {
+        ReplicaContext& ctx = *current_replica_context();
+        const int r = ctx.replica_id();
+        Tensor mine = Tensor::empty({rows[static_cast<size_t>(r)], 8});  // this replica's rows, every column
+        for (int64_t i = 0; i < mine.size(); ++i) mine.data()[i] = static_cast<float>(100 * r + i);
+        const Tensor by_columns = ctx.all_to_all(mine, 1, cols);  // every replica's rows, my columns
+        EXPECT_EQ(by_columns.shape(), (Shape{6, cols[static_cast<size_t>(r)]}));
+        const Tensor back = ctx.all_to_all(by_columns, 0, rows);
+        EXPECT_EQ(back.to_vector(), mine.to_vector()) << "replica " << r;
+        return 0;
+      },
+      none);
+}
+
+}  // namespace
+}  // namespace keel
