@@ -8,6 +8,17 @@
 
 namespace keel::ops {
 
+namespace {
+
+// d = g where y > 0, else 0, for a bfloat16 y: a loop the compiler vectorises (the pointers cannot
+// alias; read through a closure's captures, every element reloaded them: 13% of a mixed_bfloat16
+// ResNet50 step, against 1.5% for float32's).
+void relu_gradient(const uint16_t* __restrict y, const float* __restrict g, float* __restrict d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = bfloat16_to_float(y[i]) > 0.0f ? g[i] : 0.0f;
+}
+
+}  // namespace
+
 Tensor relu(const Tensor& x) {
   const DType dt = compute_dtype();
   Tensor y;
@@ -37,9 +48,7 @@ Tensor relu(const Tensor& x) {
         const uint16_t* yd = y.bfloat16_data();
         const float* g = dy[0].data();
         float* d = dx.data();
-        detail::for_element_blocks(y.size(), [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) d[i] = detail::load(yd, i) > 0.0f ? g[i] : 0.0f;
-        });
+        detail::for_element_blocks(y.size(), [yd, g, d](int64_t b, int64_t e) { relu_gradient(yd + b, g + b, d + b, e - b); });
       } else {
         detail::for_element_blocks(y.size(), [&](int64_t b, int64_t e) {
           dx.array().segment(b, e - b) = (y.array().segment(b, e - b) > 0.0f).select(dy[0].array().segment(b, e - b), 0.0f);
