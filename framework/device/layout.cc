@@ -4,24 +4,13 @@
 #include <stdexcept>
 
 #include "framework/core/limits.h"
+#include "framework/core/untrusted_regex.h"
 
 namespace keel::distribution {
 
 namespace {
 
-constexpr size_t kMaxPatternBytes = 256;
-
-void check_pattern(const std::string& pattern) {
-  if (pattern.empty() || pattern.size() > kMaxPatternBytes) {
-    throw std::invalid_argument("a layout's variable pattern must be 1 to " + std::to_string(kMaxPatternBytes) +
-                                " bytes, got " + std::to_string(pattern.size()));
-  }
-  try {
-    std::regex re(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    throw std::invalid_argument("layout pattern '" + quote_untrusted(pattern) + "' is not a regular expression: " + e.what());
-  }
-}
+constexpr size_t kMaxLayoutPatternBytes = 256;
 
 std::string trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
@@ -50,30 +39,51 @@ std::string TensorLayout::to_string() const {
   return out + (axes.size() == 1 ? ",)" : ")");
 }
 
+struct LayoutMap::Compiled {
+  std::regex regex;
+};
+
 TensorLayout& LayoutMap::operator[](const std::string& pattern) {
-  for (auto& [key, layout] : entries_) {
-    if (key == pattern) return layout;
+  for (Entry& entry : entries_) {
+    if (entry.pattern == pattern) return entry.layout;
   }
-  check_pattern(pattern);
-  entries_.emplace_back(pattern, TensorLayout{});
-  return entries_.back().second;
+  if (pattern.empty() || pattern.size() > kMaxLayoutPatternBytes) {
+    throw std::invalid_argument("a layout's variable pattern must be 1 to " + std::to_string(kMaxLayoutPatternBytes) +
+                                " bytes, got " + std::to_string(pattern.size()));
+  }
+  auto compiled = std::make_shared<const Compiled>(Compiled{compile_untrusted_regex(pattern, "layout pattern")});
+  entries_.push_back(Entry{pattern, TensorLayout{}, std::move(compiled)});
+  return entries_.back().layout;
 }
 
 std::optional<TensorLayout> LayoutMap::find(const std::string& path) const {
-  for (const auto& [key, layout] : entries_) {
-    if (key == path) return layout;
+  for (const Entry& entry : entries_) {
+    if (entry.pattern == path) return entry.layout;
   }
-  const std::pair<std::string, TensorLayout>* match = nullptr;
-  for (const auto& entry : entries_) {
-    if (!std::regex_search(path, std::regex(entry.first, std::regex::ECMAScript))) continue;
+  const Entry* match = nullptr;
+  for (const Entry& entry : entries_) {
+    if (!std::regex_search(path, entry.regex->regex)) continue;
     if (match != nullptr) {
-      throw std::invalid_argument("variable '" + path + "' matches two layout patterns, '" + quote_untrusted(match->first) +
-                                  "' and '" + quote_untrusted(entry.first) + "': make them exclusive");
+      throw std::invalid_argument("variable '" + quote_untrusted(path) + "' matches two layout patterns, '" +
+                                  quote_untrusted(match->pattern) + "' and '" + quote_untrusted(entry.pattern) +
+                                  "': make them exclusive");
     }
     match = &entry;
   }
   if (match == nullptr) return std::nullopt;
-  return match->second;
+  return match->layout;
+}
+
+std::vector<std::string> LayoutMap::unmatched(const std::vector<std::string>& paths) const {
+  std::vector<std::string> out;
+  for (const Entry& entry : entries_) {
+    bool used = false;
+    for (const std::string& path : paths) {
+      used = used || path == entry.pattern || std::regex_search(path, entry.regex->regex);
+    }
+    if (!used) out.push_back(entry.pattern);
+  }
+  return out;
 }
 
 void LayoutMap::add_spec(const std::string& spec) {
@@ -107,10 +117,10 @@ LayoutMap LayoutMap::from_specs(const std::vector<std::string>& specs) {
 
 std::vector<std::string> LayoutMap::specs() const {
   std::vector<std::string> out;
-  for (const auto& [pattern, layout] : entries_) {
+  for (const Entry& entry : entries_) {
     std::string axes;
-    for (size_t i = 0; i < layout.axes.size(); ++i) axes += (i ? "," : "") + layout.axes[i];
-    out.push_back(pattern + "=" + axes);
+    for (size_t i = 0; i < entry.layout.axes.size(); ++i) axes += (i ? "," : "") + entry.layout.axes[i];
+    out.push_back(entry.pattern + "=" + axes);
   }
   return out;
 }

@@ -20,6 +20,7 @@
 // beside it ("model",). Layouts run in one process, in float32, with --shard none.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -44,7 +45,8 @@ struct TensorLayout {
 class LayoutMap {
  public:
   // Keras's layout_map[pattern] = layout; a new pattern goes last. std::invalid_argument for an
-  // empty or overlong pattern or one that is not an ECMAScript regex.
+  // empty or overlong pattern or one that is not an ECMAScript regex keel accepts (no
+  // back-references: patterns are untrusted, matched in polynomial time).
   TensorLayout& operator[](const std::string& pattern);
   // Keras's layout_map[path]: the layout for the variable `path`, if a pattern matches it.
   std::optional<TensorLayout> find(const std::string& path) const;
@@ -58,8 +60,17 @@ class LayoutMap {
   // Each entry in the CLI's form, in order ("dense.*kernel=None,model").
   std::vector<std::string> specs() const;
 
+  // The patterns that match none of `paths` (a --layout entry that would change nothing).
+  std::vector<std::string> unmatched(const std::vector<std::string>& paths) const;
+
  private:
-  std::vector<std::pair<std::string, TensorLayout>> entries_;
+  struct Compiled;  // a pattern's regex, compiled once (framework/core/untrusted_regex.h)
+  struct Entry {
+    std::string pattern;
+    TensorLayout layout;
+    std::shared_ptr<const Compiled> regex;
+  };
+  std::vector<Entry> entries_;
 };
 
 }  // namespace keel::distribution

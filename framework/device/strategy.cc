@@ -76,7 +76,7 @@ ReplicatedStrategy::ReplicatedStrategy(DeviceSpec spec, Options options)
                                 sharding_mode_name(options_.shard));
   }
   if (layout_map() != nullptr && processes_ != nullptr) {
-    throw std::invalid_argument("a LayoutMap runs in one process: keel's column-parallel exchange does not cross processes yet");
+    throw std::invalid_argument("a LayoutMap runs in one process: keel's column-parallel exchange does not cross processes yet (`--layout none` drops a resumed run's layout)");
   }
   const int n = local_replicas_;
   scheduler_ = std::make_unique<ReplicaScheduler>(n, std::min(hw, n));

@@ -4,23 +4,13 @@
 #include <stdexcept>
 
 #include "framework/core/limits.h"
+#include "framework/core/untrusted_regex.h"
 #include "framework/device/device_spec.h"
 
 namespace keel {
 namespace {
 
-constexpr size_t kMaxPatternBytes = 1024;
-
-std::regex compile(const std::string& pattern) {
-  if (pattern.size() > kMaxPatternBytes) {
-    throw std::invalid_argument("remat layers: pattern longer than " + std::to_string(kMaxPatternBytes) + " bytes");
-  }
-  try {
-    return std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    throw std::invalid_argument("remat layers: bad regular expression '" + quote_untrusted(pattern) + "': " + e.what());
-  }
-}
+std::regex compile(const std::string& pattern) { return compile_untrusted_regex(pattern, "remat layers"); }
 
 }  // namespace
 

@@ -64,7 +64,13 @@ Shape block_shape(const Variable& v, int replicas, int replica) {
 
 // The block of the mean from a stack (replicas, block...) of every replica's gradient: summed in the
 // collectives' tree order and divided as all_reduce's mean divides, charged as `gradients`.
-Tensor reduce_stack(const Tensor& stack, const Variable& v, int replicas) {
+Tensor reduce_stack(const Tensor& stack, const Variable& v, int replicas, int replica) {
+  Shape expected = block_shape(v, replicas, replica);
+  expected.insert(expected.begin(), replicas);
+  if (stack.shape() != expected) {
+    throw std::invalid_argument("apply_gradients: gradient " + shape_string(stack.shape()) + " for variable '" + v.name() +
+                                "', laid out across the cores (its stack of every replica's block: " + shape_string(expected) + ")");
+  }
   const CategoryScope as_gradient(Category::gradients, "gradient:" + v.name());
   Tensor block = Tensor::empty(Shape(stack.shape().begin() + 1, stack.shape().end()));
   if (block.is_abstract() || block.size() == 0) return block;
@@ -91,10 +97,10 @@ Tensor reduce_stack(const Tensor& stack, const Variable& v, int replicas) {
 GradientReadyFn reduce_laid_out_as_ready(const std::vector<Variable*>& vars, GradientReadyFn next) {
   const ReplicaContext* ctx = current_replica_context();
   if (!any_laid_out(vars, ctx)) return next;
-  return [vars, next = std::move(next), replicas = ctx->num_replicas()](size_t index, Tensor gradient) {
+  return [vars, next = std::move(next), replicas = ctx->num_replicas(), replica = ctx->replica_id()](size_t index, Tensor gradient) {
     const Variable& v = *vars.at(index);
     if (v.sharded_axis() < 0) return next ? next(index, std::move(gradient)) : gradient;
-    return gradient.rank() == v.value().rank() + 1 ? reduce_stack(gradient, v, replicas) : gradient;
+    return gradient.rank() == v.value().rank() + 1 ? reduce_stack(gradient, v, replicas, replica) : gradient;
   };
 }
 
@@ -155,6 +161,11 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
       create();
     }
   }
+  for (size_t i = 0; i < grads.size(); ++i) {  // a LayoutMap's variables: stacks backward left, reduced here
+    if (laid_out(vars[i], ctx) && grads[i].defined() && grads[i].rank() == vars[i]->value().rank() + 1) {
+      grads[i] = reduce_stack(grads[i], *vars[i], replicas, replica);
+    }
+  }
   check(grads, vars, form, replica, replicas);
   // Every replica reads the step before the reduction's first barrier; replica 0 advances it before
   // the last barrier below, so a following apply_gradients in the same run reads the new value.
@@ -212,11 +223,6 @@ GradientReadyFn reduce_scatter_as_ready(const std::vector<Variable*>& vars) {
 bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form,
                        std::optional<size_t>& non_finite) const {
   ReplicaContext* ctx = current_replica_context();
-  for (size_t i = 0; i < grads.size(); ++i) {  // a LayoutMap's variables: stacks backward left, reduced here
-    if (laid_out(vars[i], ctx) && grads[i].defined() && grads[i].rank() == vars[i]->value().rank() + 1) {
-      grads[i] = reduce_stack(grads[i], *vars[i], ctx->num_replicas());
-    }
-  }
   if (form == GradientForm::reduced_shards) return true;
   if (ctx == nullptr) return false;
   if (ctx->strategy().shard() >= ShardingMode::gradients) {

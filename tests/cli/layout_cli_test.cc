@@ -57,6 +57,17 @@ TEST_F(LayoutCli, ColumnParallelTrainsToTheSameBitsAndResumesUnderAnyLayout) {
   EXPECT_EQ(j["plan_equals_measured"], true);
 }
 
+// A pattern that backtracking would take hours to search is matched in polynomial time (or refused),
+// and `keel memory RUN` plans the run's own layout, refusing a new one.
+TEST_F(LayoutCli, HostilePatternsEndQuickly) {
+  const CommandResult r = run_keel("memory --model mlp --device v3-8 --layout '(.*)*(.*)*(.*)*(.*)*(.*)*!=None,model'");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("matches no variable"));
+  ASSERT_EQ(run_keel(kRun + "--stop-after-steps 1 --checkpoint-dir " + dir_ + "/run").exit_code, 0);
+  const CommandResult again = run_keel("memory " + dir_ + "/run --layout 'dense.*kernel=None,model'");
+  EXPECT_EQ(again.exit_code, 2) << again.err;
+}
+
 // The plan: each core holds its columns only.
 TEST_F(LayoutCli, MemoryPlansEachCoresColumns) {
   const std::string args = "memory --model mlp --device v3-8 --batch-per-core 16 --json ";
@@ -78,7 +89,7 @@ TEST_F(LayoutCli, WhatItCannotRunExits2WithOneLine) {
        {"--model resnet18 --layout 'conv1_conv/kernel=None,None,None,model'", "--layout 'dense=model'",
         "--layout 'dense.*kernel=None,model' --shard optimizer", "--layout 'dense.*kernel=None,batch'",
         "--layout 'dense.*kernel=None,model' --precision mixed_bfloat16", "--layout 'dense.*kernel'",
-        "--layout '(=None,model'"}) {
+        "--layout '(=None,model'", "--layout 'dens.*kernl=None,model'", "--layout '(.*)*(.*)*\\1=None,model'"}) {
     const CommandResult r = run_keel("train --device v3-8 --epochs 1 --quiet " + out + flags);
     EXPECT_EQ(r.exit_code, 2) << flags << ": " << r.err;
     EXPECT_THAT(r.err, HasSubstr("layout")) << flags;

@@ -71,6 +71,9 @@ Trained train(const Case& c, const std::vector<std::string>& specs, int steps, b
     model = build_compiled(c);
     model->optimizer().build(model->trainable_variables());
   }
+  int laid_out = 0;
+  for (Variable* v : model->variables()) laid_out += v->sharded_axis() >= 0 ? 1 : 0;
+  EXPECT_EQ(laid_out > 0, !specs.empty()) << "the layout must split some variable (else the test compares nothing)";
   for (int s = 0; s < steps; ++s) {
     const int64_t rows = c.batch_per_core * c.device.cores - (ragged && s % 2 == 1 ? 1 : 0);
     const Batch batch = random_batch(c, 100 + static_cast<uint64_t>(s), rows);
@@ -112,6 +115,48 @@ TEST(Layout, Resnet18WithAColumnParallelHeadIsBitIdentical) {
   expect_same_bits({"resnet18", {32, 32, 1}, DeviceSpec::custom(2, 0), 2}, 4, {"predictions/kernel=None,model"});
 }
 
+// A custom loop (tape.gradient, then apply_gradients) hands the optimizer each laid-out kernel's
+// stack of every replica's gradient; it reduces it as fit() does, to the same bits.
+TEST(Layout, ACustomLoopTrainsToTheSameBits) {
+  const Case c{"mlp", {784}, DeviceSpec::custom(3, 0), 4};
+  const auto run_loop = [&](const std::vector<std::string>& specs) {
+    clear_session();
+    set_random_seed(11);
+    ReplicatedStrategy::Options options;
+    options.layout_map = layout(specs);
+    ReplicatedStrategy strategy(c.device, options);
+    std::unique_ptr<Model> model;
+    {
+      auto scope = strategy.scope();
+      model = build_compiled(c);
+    }
+    const std::vector<Variable*> vars = model->trainable_variables();
+    for (int s = 0; s < 5; ++s) {
+      strategy.run_distributed(
+          [&](const Batch& b) {
+            GradientTape tape;
+            const Tensor loss = model->loss()(b.labels, (*model)(b.images, /*training=*/true));
+            std::vector<Tensor> grads = tape.gradient(loss, vars);
+            if (!specs.empty()) EXPECT_EQ(grads[0].rank(), 3) << "the kernel's gradient is a stack";
+            model->optimizer().apply_gradients(std::move(grads), vars);
+            return 0;
+          },
+          random_batch(c, 200 + static_cast<uint64_t>(s), 12));
+    }
+    std::vector<std::vector<float>> values;
+    for (Variable* v : model->variables()) values.push_back(v->value().to_vector());
+    for (Variable* v : model->optimizer().slot_variables()) values.push_back(v->value().to_vector());
+    return values;
+  };
+  const std::vector<std::vector<float>> laid_out = run_loop(kColumns), plain = run_loop({});
+  ASSERT_EQ(laid_out.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_TRUE(laid_out[i].size() == plain[i].size() &&
+                std::memcmp(laid_out[i].data(), plain[i].data(), plain[i].size() * sizeof(float)) == 0)
+        << "variable or slot " << i;
+  }
+}
+
 int64_t peak(const CoreMemory& m, Category k) { return m.category_peak[static_cast<size_t>(k)]; }
 
 // Each core holds its columns of every laid-out variable (shard_range of the output axis), their two
@@ -135,7 +180,6 @@ TEST(Layout, EachCoreHoldsItsColumns) {
     EXPECT_EQ(peak(l, Category::gradients), block_bytes) << "core " << core;
     EXPECT_LE(peak(l, Category::parameters), peak(p, Category::parameters) / 8 + 4 * 129) << "a column more at most";
     EXPECT_LT(l.peak, p.peak) << "core " << core;
-    EXPECT_GT(l.sent_bytes, 0);
   }
 }
 
@@ -221,7 +265,15 @@ TEST(Layout, AllToAllExchangesBlocks) {
         Tensor mine = Tensor::empty({rows[static_cast<size_t>(r)], 8});  // this replica's rows, every column
         for (int64_t i = 0; i < mine.size(); ++i) mine.data()[i] = static_cast<float>(100 * r + i);
         const Tensor by_columns = ctx.all_to_all(mine, 1, cols);  // every replica's rows, my columns
-        EXPECT_EQ(by_columns.shape(), (Shape{6, cols[static_cast<size_t>(r)]}));
+        const int64_t width = cols[static_cast<size_t>(r)], first_col = 3 * r;  // cols: 3, 3, 2
+        EXPECT_EQ(by_columns.shape(), (Shape{6, width}));
+        for (int64_t row = 0, source = 0, local = 0; row < 6; ++row, ++local) {
+          if (local == rows[static_cast<size_t>(source)]) source += 1, local = 0;
+          for (int64_t j = 0; j < width; ++j) {
+            EXPECT_EQ(by_columns.data()[row * width + j], static_cast<float>(100 * source + local * 8 + first_col + j))
+                << "replica " << r << " row " << row << " column " << j;
+          }
+        }
         const Tensor back = ctx.all_to_all(by_columns, 0, rows);
         EXPECT_EQ(back.to_vector(), mine.to_vector()) << "replica " << r;
         return 0;

@@ -124,7 +124,7 @@ namespace {
 // what its training measured (recorded in its checkpoints).
 int memory_of_run(const po::variables_map& vm) {
   for (const char* flag : {"model", "input-shape", "classes", "device", "cores", "hosts", "hbm-per-core", "batch-per-core", "freeze",
-                           "shard", "remat", "precision"}) {
+                           "shard", "remat", "precision", "layout"}) {
     if (vm.count(flag)) throw UsageError(std::string("--") + flag + " describes a new run; `keel memory RUN` plans the run's own");
   }
   const std::string target = vm["run"].as<std::string>();

@@ -164,9 +164,25 @@ void check_layout(const RunConfig& c) {
   }
   distribution::LayoutMap::from_specs(c.layout);
   if (c.shard != ShardingMode::none) {
-    throw std::invalid_argument(std::string("--layout places variables itself: it runs with --shard none, not ") + sharding_mode_name(c.shard));
+    throw std::invalid_argument(std::string("--layout places variables itself: it runs with --shard none, not ") +
+                                sharding_mode_name(c.shard) + " (`--layout none` drops a resumed run's layout)");
   }
-  if (c.precision != "float32") throw std::invalid_argument("--layout runs in float32 only, not --precision " + c.precision);
+  if (c.precision != "float32") {
+    throw std::invalid_argument("--layout runs in float32 only, not --precision " + c.precision +
+                                " (`--layout none` drops a resumed run's layout)");
+  }
+}
+
+// Keras ignores a LayoutMap key that matches nothing; on the command line it is a typo to report.
+void check_layout_matches(const RunConfig& config, const Model& model) {
+  if (config.layout.empty()) return;
+  std::vector<std::string> paths;
+  for (Variable* v : model.variables()) paths.push_back(v->name());
+  const std::vector<std::string> unmatched = distribution::LayoutMap::from_specs(config.layout).unmatched(paths);
+  if (!unmatched.empty()) {
+    throw UsageError("--layout '" + quote_untrusted(unmatched.front()) + "' matches no variable of " + config.model +
+                     " (see `keel summary --model " + config.model + "` for its layers; variables are LAYER/kernel, LAYER/bias)");
+  }
 }
 
 }  // namespace
@@ -476,6 +492,7 @@ std::unique_ptr<Model> build_model_under_global_policy(const RunConfig& config) 
   options.pooling = config.pooling;
   std::unique_ptr<Model> model = zoo::build(config.model, options);
   freeze_layers(config, *model);
+  check_layout_matches(config, *model);
   std::shared_ptr<Optimizer> optimizer = make_optimizer(config.optimizer, config.learning_rate, config.momentum, config.nesterov,
                                                         config.weight_decay);
   // Training always knows its decay steps (run() sets them); planning and summaries do not need them.

@@ -4,6 +4,7 @@
 #include <regex>
 
 #include "framework/checkpoint/keras_weights.h"
+#include "framework/core/untrusted_regex.h"
 #include "framework/layers/layer.h"
 #include "tools/cli/run_config.h"
 
@@ -80,9 +81,9 @@ void freeze_layers(const RunConfig& config, Model& model) {
   if (config.freeze.empty()) return;
   std::regex pattern;
   try {
-    pattern = std::regex(config.freeze, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    throw UsageError("--freeze '" + config.freeze.substr(0, 100) + "' is not a regular expression (" + e.what() + ")");
+    pattern = compile_untrusted_regex(config.freeze, "--freeze");
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
   }
   int frozen = 0;
   for (Layer* layer : model.layers()) {
