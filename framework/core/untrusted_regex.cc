@@ -14,8 +14,8 @@ std::regex compile_untrusted_regex(const std::string& pattern, std::string_view 
   try {
     return std::regex(pattern, std::regex::ECMAScript | std::regex_constants::__polynomial);
   } catch (const std::regex_error& e) {
-    throw std::invalid_argument(std::string(what) + ": '" + quote_untrusted(pattern) + "' is not a regular expression keel accepts (" +
-                                e.what() + ")");
+    throw std::invalid_argument(std::string(what) + ": bad regular expression '" + quote_untrusted(pattern) + "' (" + e.what() +
+                                "; ECMAScript, without back-references)");
   }
 }
 
