@@ -59,7 +59,7 @@ struct Trained {
 
 // `steps` steps of fresh random batches; `ragged` makes every other global batch one row short of
 // the cores' multiple, so the replicas hold different numbers of rows.
-Trained train(const Case& c, const std::vector<std::string>& specs, int steps, bool ragged = false) {
+Trained train(const Case& c, const std::vector<std::string>& specs, int steps, bool ragged = false, Remat remat = Remat::none) {
   clear_session();
   set_random_seed(11);
   ReplicatedStrategy::Options options;
@@ -69,6 +69,7 @@ Trained train(const Case& c, const std::vector<std::string>& specs, int steps, b
   {
     auto scope = strategy.scope();
     model = build_compiled(c);
+    model->set_remat(remat);
     model->optimizer().build(model->trainable_variables());
   }
   int laid_out = 0;
@@ -87,9 +88,10 @@ Trained train(const Case& c, const std::vector<std::string>& specs, int steps, b
   return t;
 }
 
-void expect_same_bits(const Case& c, int steps, const std::vector<std::string>& specs, bool ragged = false) {
+void expect_same_bits(const Case& c, int steps, const std::vector<std::string>& specs, bool ragged = false,
+                      Remat remat = Remat::none) {
   const Trained plain = train(c, {}, steps, ragged);
-  const Trained laid_out = train(c, specs, steps, ragged);
+  const Trained laid_out = train(c, specs, steps, ragged, remat);
   ASSERT_EQ(laid_out.values.size(), plain.values.size());
   for (size_t i = 0; i < plain.values.size(); ++i) {
     const std::vector<float>&a = plain.values[i], &b = laid_out.values[i];
@@ -155,6 +157,13 @@ TEST(Layout, ACustomLoopTrainsToTheSameBits) {
                 std::memcmp(laid_out[i].data(), plain[i].data(), plain[i].size() * sizeof(float)) == 0)
         << "variable or slot " << i;
   }
+}
+
+// Remat recomputes a column-parallel layer's forward pass in backward, exchanges and all.
+TEST(Layout, UnderRematIsBitIdentical) {
+  expect_same_bits({"mlp", {784}, DeviceSpec::preset("v3-8"), 4}, 10, kColumns, false, Remat::full);
+  expect_same_bits({"resnet18", {32, 32, 1}, DeviceSpec::custom(2, 0), 2}, 3, {"predictions/kernel=None,model"}, false,
+                   Remat::segments);
 }
 
 int64_t peak(const CoreMemory& m, Category k) { return m.category_peak[static_cast<size_t>(k)]; }
