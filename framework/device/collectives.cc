@@ -188,7 +188,7 @@ void InProcessCollectives::local_sum_range(int64_t begin, int64_t end) {
   for_each_slice(begin, end, [&](size_t i, int64_t at, int64_t lo, int64_t hi) {
     for (size_t r = 0; r < in.size(); ++r) in[r] = posted_[r].values[i].data() + lo;
     // Several processes: into the packed buffer the processes exchange; else the sum in place.
-    float* out = several_processes() ? staging_.data() + at + lo : posted_[0].values[i].data() + lo;
+    float* out = several_processes() ? stage_ + at + lo : posted_[0].values[i].data() + lo;
     tree_sum(in, out, hi - lo);
   });
 }
@@ -196,8 +196,14 @@ void InProcessCollectives::local_sum_range(int64_t begin, int64_t end) {
 size_t InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite) {
   size_t first_non_finite = posted_[0].values.size();
   for_each_slice(begin, end, [&](size_t i, int64_t at, int64_t lo, int64_t hi) {
-    float* sum = several_processes() ? staging_.data() + at + lo : posted_[0].values[i].data() + lo;
-    if (op == ReduceOp::Mean) divide(sum, hi - lo, num_replicas_);
+    const float* sum = nullptr;
+    if (several_processes() && shared_memory_) {
+      sum = summed_ + at + lo;  // the sum across processes, divided already where it was summed
+    } else {
+      float* own = several_processes() ? staging_.data() + at + lo : posted_[0].values[i].data() + lo;
+      if (op == ReduceOp::Mean) divide(own, hi - lo, num_replicas_);
+      sum = own;
+    }
     if (find_non_finite && i < first_non_finite && !all_finite(sum, hi - lo)) first_non_finite = i;
     for (size_t r = several_processes() ? 0 : 1; r < posted_.size(); ++r) {
       std::memcpy(posted_[r].values[i].data() + lo, sum, static_cast<size_t>(hi - lo) * sizeof(float));
@@ -231,7 +237,7 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   }
   const std::vector<int> children = ReductionTree::children(replica, num_replicas_);
   WorkspaceCharge receive(ledger_, replica, children.empty() ? 0 : largest, "all_reduce");
-  if (several_processes() && replica == first_) staging_.resize(static_cast<size_t>(elements));
+  if (several_processes() && replica == first_) stage_partials(elements);
   posted(replica) = Posted{values, nullptr};
   barrier_(replica);
   check_same_shapes(replica, "all_reduce", first_, false);
@@ -239,7 +245,7 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   local_sum_range(mine.begin, mine.end);
   if (several_processes()) {
     barrier_(replica);
-    if (replica == first_) all_reduce_across_processes();
+    if (replica == first_) all_reduce_across_processes(elements, op);
     barrier_(replica);
   }
   // Every process's replicas together cover every element of the whole sum, so each process finds

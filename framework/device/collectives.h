@@ -150,8 +150,8 @@ class InProcessCollectives final : public Collectives {
   // shape from `reference`'s (beyond dim 0 only, when dim0_may_differ).
   void check_same_shapes(int replica, const char* op, int reference, bool dim0_may_differ) const;
   // Elements [begin, end) of the concatenation of every local replica's values: summed in tree order
-  // into the first local replica's values (several processes: into staging_, the concatenation the
-  // processes exchange, so nothing is packed or unpacked); then (finish_range) divided for a mean and
+  // into the first local replica's values (several processes: into stage_, this process's partials
+  // for the others, in shared memory or staging_: nothing is packed or unpacked); then (finish_range) divided for a mean and
   // copied to the other local replicas' values (several processes: to all of them).
   void local_sum_range(int64_t begin, int64_t end);
   // fn(i, at, lo, hi) for each of the first local replica's tensors (defined, with storage) that
@@ -161,8 +161,12 @@ class InProcessCollectives final : public Collectives {
   // Then the index of the first tensor with a non-finite element in [begin, end) (size() if none).
   size_t finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite);
   size_t all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite);
-  // Leader only, between barriers: staging_ (this process's partial sums) summed across processes.
-  void all_reduce_across_processes();
+  // Leader only, before the first barrier: where this process's partial sums go (stage_): its
+  // segment of the processes' shared memory (ProcessGroup::shared_partials), else staging_.
+  void stage_partials(int64_t elements);
+  // Leader only, between barriers: the partial sums summed across processes (a mean divided there
+  // too, with shared memory); summed_ points at the result.
+  void all_reduce_across_processes(int64_t elements, ReduceOp op);
   // Leader only: this process's shards of value's sum across processes (process_ranges) into staging_.
   void reduce_scatter_across_processes(int64_t elements);
   // Leader only: every process's shards of the first local replica's values, from the others.
@@ -177,6 +181,9 @@ class InProcessCollectives final : public Collectives {
   std::function<void(int)> barrier_;
   std::vector<Posted> posted_;
   std::vector<float> staging_;          // the leader's buffer for what crosses processes
+  float* stage_ = nullptr;              // all_reduce: this process's partial sums (staging_ or shared memory)
+  const float* summed_ = nullptr;       // all_reduce: the sum across processes
+  bool shared_memory_ = false;          // all_reduce: through the processes' shared memory
   std::vector<int64_t> rows_before_;    // all_gather: rows of the replicas before each
   std::vector<int64_t> votes_;          // all_reduce_min: each local replica's value
   std::vector<size_t> non_finite_votes_;  // all_reduce_and_find_non_finite: each local replica's

@@ -7,7 +7,21 @@
 
 namespace keel {
 
-void InProcessCollectives::all_reduce_across_processes() { processes_->all_reduce_tree(staging_); }
+void InProcessCollectives::stage_partials(int64_t elements) {
+  const std::span<float> shared = processes_->shared_partials(elements);
+  shared_memory_ = !shared.empty();
+  if (!shared_memory_) staging_.resize(static_cast<size_t>(elements));
+  stage_ = shared_memory_ ? shared.data() : staging_.data();
+}
+
+void InProcessCollectives::all_reduce_across_processes(int64_t elements, ReduceOp op) {
+  if (shared_memory_) {
+    summed_ = processes_->sum_shared_partials(elements, op == ReduceOp::Mean ? num_replicas_ : 1);
+    return;
+  }
+  processes_->all_reduce_tree(staging_);
+  summed_ = staging_.data();
+}
 
 void InProcessCollectives::reduce_scatter_across_processes(int64_t elements) {
   const std::vector<ShardRange> ranges = process_ranges(elements);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 namespace keel {
 namespace {
@@ -32,6 +33,102 @@ std::vector<int> begins_of(std::span<const ShardRange> ranges) {
 }
 
 }  // namespace
+
+// MPI-3 shared memory on one machine: each process's segment holds two halves of `capacity` floats,
+// used by alternate sums; `segments[p]` is process p's segment as mapped here.
+struct ProcessGroup::SharedWindow {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Win window = MPI_WIN_NULL;
+  int64_t capacity = 0;
+  std::vector<float*> segments;
+  int half = 0;  // the half the current sum uses
+
+  void release() {
+    if (window != MPI_WIN_NULL) {
+      MPI_Win_unlock_all(window);
+      MPI_Win_free(&window);
+    }
+    segments.clear();
+    capacity = 0;
+  }
+};
+
+ProcessGroup::~ProcessGroup() = default;
+
+bool ProcessGroup::allocate_shared(int64_t elements) {
+  if (shared_ == nullptr) {
+    shared_ = std::make_unique<SharedWindow>();
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared_->node);
+    MPI_Comm_set_errhandler(shared_->node, MPI_ERRORS_RETURN);
+  }
+  shared_->release();
+  float* base = nullptr;
+  const MPI_Aint bytes = static_cast<MPI_Aint>(2 * elements) * static_cast<MPI_Aint>(sizeof(float));
+  const int made = MPI_Win_allocate_shared(bytes, sizeof(float), MPI_INFO_NULL, shared_->node, &base, &shared_->window);
+  int ok = made == MPI_SUCCESS ? 1 : 0, all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);  // every process decides alike
+  if (!all_ok) {
+    if (made == MPI_SUCCESS) MPI_Win_free(&shared_->window);
+    shared_->window = MPI_WIN_NULL;
+    return false;
+  }
+  MPI_Win_lock_all(MPI_MODE_NOCHECK, shared_->window);  // a passive epoch: MPI_Win_sync orders the loads and stores
+  for (int p = 0; p < size_; ++p) {
+    MPI_Aint size = 0;
+    int unit = 0;
+    float* segment = nullptr;
+    MPI_Win_shared_query(shared_->window, p, &size, &unit, &segment);
+    shared_->segments.push_back(segment);
+  }
+  shared_->capacity = elements;
+  return true;
+}
+
+std::span<float> ProcessGroup::shared_partials(int64_t elements) {
+  if (size_ == 1 || elements <= 0) return {};
+  if (!shared_checked_) {  // the same answer on every process: the environment and the node's size
+    shared_checked_ = true;
+    const char* env = std::getenv("KEEL_MPI_SHARED_MEMORY");
+    int node_size = 0;
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    int wanted = (env == nullptr || std::string(env) != "0") && node_size == size_ ? 1 : 0, all = 0;
+    MPI_Allreduce(&wanted, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    shared_usable_ = all != 0;
+  }
+  if (!shared_usable_) return {};
+  if ((shared_ == nullptr || shared_->capacity < elements) && !allocate_shared(elements)) {
+    shared_usable_ = false;
+    return {};
+  }
+  shared_->half ^= 1;
+  return {shared_->segments[static_cast<size_t>(rank_)] + shared_->half * shared_->capacity, static_cast<size_t>(elements)};
+}
+
+const float* ProcessGroup::sum_shared_partials(int64_t elements, int divisor) {
+  const int64_t offset = shared_->half * shared_->capacity;
+  MPI_Win_sync(shared_->window);
+  MPI_Barrier(shared_->node);  // every process's partials are written
+  MPI_Win_sync(shared_->window);
+  const ShardRange mine = shard_range(elements, size_, rank_);
+  std::vector<const float*> partials;
+  for (float* segment : shared_->segments) partials.push_back(segment + offset + mine.begin);
+  float* sum = shared_->segments[0] + offset + mine.begin;  // process 0's partials, replaced by the sum
+  tree_sum(partials, sum, mine.size());
+  if (divisor > 1) {
+    const float n = static_cast<float>(divisor);
+    for (int64_t k = 0; k < mine.size(); ++k) sum[k] /= n;
+  }
+  MPI_Win_sync(shared_->window);
+  MPI_Barrier(shared_->node);  // every range is summed
+  MPI_Win_sync(shared_->window);
+  // What a reduce-scatter and an all-gather move, read in place here.
+  sent_bytes_ += 2 * (elements - mine.size()) * kFloat;
+  received_bytes_ += 2 * (elements - mine.size()) * kFloat;
+  return shared_->segments[0] + offset;
+}
 
 bool ProcessGroup::launched_by_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
@@ -167,6 +264,10 @@ void ProcessGroup::abort(int code) {
 void ProcessGroup::finalize() {
   if (!mpi_ || finalized_) return;
   finalized_ = true;
+  if (shared_ != nullptr) {
+    shared_->release();
+    if (shared_->node != MPI_COMM_NULL) MPI_Comm_free(&shared_->node);
+  }
   MPI_Finalize();
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +26,10 @@ class ProcessGroup {
   // True when this process was started by mpirun (or another launcher that sets Open MPI's or
   // PMIx's rank variables); decided from the environment, without initialising MPI.
   static bool launched_by_mpirun();
+
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -47,6 +52,20 @@ class ProcessGroup {
   void all_gather_bytes(const void* mine, int64_t bytes_per_process, void* all);
   // The string `root` holds, on every process.
   std::string broadcast_string(const std::string& value, int root);
+  // All-reduce through MPI-3 shared memory (MPI_Win_allocate_shared), where every process of the job
+  // runs on one machine: each process writes its partial sums into its own segment of a window the
+  // processes share, and each sums its range of every process's segment in place, with no copy
+  // through MPI. Two calls:
+  //   shared_partials(n): this process's segment for the next sum, n floats (collective; the window
+  //     grows when n does); empty where there is no shared memory (processes on several machines, a
+  //     window refused, or KEEL_MPI_SHARED_MEMORY=0) — the caller uses all_reduce_tree instead.
+  //   sum_shared_partials(n, divisor): after every process wrote its segment, the tree-ordered sum of
+  //     them (ReductionTree over ranks, as all_reduce_tree), divided by `divisor` (> 1: a mean), on
+  //     every process; the result stays valid until the call after the next one (segments alternate
+  //     between two halves, so a process may start the next sum while another still reads this one).
+  std::span<float> shared_partials(int64_t elements);
+  const float* sum_shared_partials(int64_t elements, int divisor);
+
   // The smallest of every process's `value`, on every process.
   int64_t min(int64_t value);
   // True on every process when `flag` is true on any.
@@ -65,6 +84,8 @@ class ProcessGroup {
 
  private:
   ProcessGroup();
+  // Allocates (collectively) a window of 2 x `elements` floats per process; false where refused.
+  bool allocate_shared(int64_t elements);
   void check_count(int64_t elements, const char* op) const;
 
   int rank_ = 0;
@@ -74,6 +95,10 @@ class ProcessGroup {
   int64_t sent_bytes_ = 0;
   int64_t received_bytes_ = 0;
   std::vector<float> staging_;  // what reduce-scatter receives: one slice from every process
+  struct SharedWindow;          // the MPI-3 shared memory of shared_partials (process_group.cc)
+  std::unique_ptr<SharedWindow> shared_;
+  bool shared_checked_ = false;  // whether every process shares one machine was asked already
+  bool shared_usable_ = false;
 };
 
 }  // namespace keel

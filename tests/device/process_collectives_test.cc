@@ -73,6 +73,22 @@ TEST_F(ProcessCollectives, AllReduceSumAndMeanAreOneProcessesBits) {
   }
 }
 
+// Consecutive all-reduces of growing and shrinking sizes: on one machine they go through the
+// processes' shared memory, whose window grows and whose halves alternate between calls; a replica
+// reads each result while another may already start the next call.
+TEST_F(ProcessCollectives, ConsecutiveAllReducesOfChangingSizesKeepTheirBits) {
+  const std::vector<int64_t> sizes = {10, 5000, 3, 5000, 20000, 1};
+  std::vector<std::vector<float>> expected;
+  for (size_t k = 0; k < sizes.size(); ++k) expected.push_back(reference_sum(sizes[k], 10 + static_cast<int>(k), k % 2 == 1));
+  strategy_.run_replicas([&](ReplicaContext& ctx) {
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      std::vector<Tensor> values = {inputs(ctx.replica_id(), sizes[k], 10 + static_cast<int>(k))};
+      ctx.all_reduce(k % 2 == 1 ? ReduceOp::Mean : ReduceOp::Sum, values);
+      EXPECT_EQ(values[0].to_vector(), expected[k]) << "call " << k << ", replica " << ctx.replica_id();
+    }
+  });
+}
+
 TEST_F(ProcessCollectives, ReduceScatterGivesEachReplicaItsShard) {
   const int64_t n = 1003;
   const std::vector<float> sum = reference_sum(n, 3, /*mean=*/true);
