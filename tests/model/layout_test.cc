@@ -16,6 +16,7 @@
 #include "framework/model/planner.h"
 #include "framework/train/losses.h"
 #include "models/zoo.h"
+#include "tests/support/training_cases.h"
 
 namespace keel {
 namespace {
@@ -23,33 +24,30 @@ namespace {
 using distribution::LayoutMap;
 using distribution::TensorLayout;
 
-struct Case {
-  std::string model;
-  Shape input;
-  DeviceSpec device;
-  int64_t batch_per_core;
-};
-
-std::unique_ptr<Model> build_compiled(const Case& c) {
-  std::unique_ptr<Model> m = zoo::build(c.model, {c.input, 10});
-  m->compile(std::make_shared<Adam>(), std::make_shared<CategoricalCrossentropy>());
-  return m;
-}
-
-Batch random_batch(const Case& c, uint64_t seed, int64_t rows) {
-  HostScope host;
-  Shape x = c.input;
-  x.insert(x.begin(), rows);
-  Batch b{Tensor::empty(x), Tensor::zeros({rows, 10})};
-  Rng rng(seed);
-  for (int64_t i = 0; i < b.images.size(); ++i) b.images.data()[i] = rng.next_float();
-  for (int64_t i = 0; i < rows; ++i) b.labels.data()[i * 10 + static_cast<int64_t>(rng.next_below(10))] = 1.0f;
-  return b;
-}
+using testing::build_compiled;
+using testing::Case;
+using testing::random_batch;
 
 std::shared_ptr<const LayoutMap> layout(const std::vector<std::string>& specs) {
   if (specs.empty()) return nullptr;
   return std::make_shared<const LayoutMap>(LayoutMap::from_specs(specs));
+}
+
+ReplicatedStrategy::Options options_with(const std::vector<std::string>& specs) {
+  ReplicatedStrategy::Options options;
+  options.layout_map = layout(specs);
+  return options;
+}
+
+// The case's model built in the strategy's scope from seed 11, with its optimizer's slots.
+std::unique_ptr<Model> build_in(ReplicatedStrategy& strategy, const Case& c, Remat remat) {
+  clear_session();
+  set_random_seed(11);
+  auto scope = strategy.scope();
+  std::unique_ptr<Model> model = build_compiled(c);
+  model->set_remat(remat);
+  model->optimizer().build(model->trainable_variables());
+  return model;
 }
 
 struct Trained {
@@ -60,18 +58,8 @@ struct Trained {
 // `steps` steps of fresh random batches; `ragged` makes every other global batch one row short of
 // the cores' multiple, so the replicas hold different numbers of rows.
 Trained train(const Case& c, const std::vector<std::string>& specs, int steps, bool ragged = false, Remat remat = Remat::none) {
-  clear_session();
-  set_random_seed(11);
-  ReplicatedStrategy::Options options;
-  options.layout_map = layout(specs);
-  ReplicatedStrategy strategy(c.device, options);
-  std::unique_ptr<Model> model;
-  {
-    auto scope = strategy.scope();
-    model = build_compiled(c);
-    model->set_remat(remat);
-    model->optimizer().build(model->trainable_variables());
-  }
+  ReplicatedStrategy strategy(c.device, options_with(specs));
+  const std::unique_ptr<Model> model = build_in(strategy, c, remat);
   int laid_out = 0;
   for (Variable* v : model->variables()) laid_out += v->sharded_axis() >= 0 ? 1 : 0;
   EXPECT_EQ(laid_out > 0, !specs.empty()) << "the layout must split some variable (else the test compares nothing)";
@@ -122,16 +110,8 @@ TEST(Layout, Resnet18WithAColumnParallelHeadIsBitIdentical) {
 TEST(Layout, ACustomLoopTrainsToTheSameBits) {
   const Case c{"mlp", {784}, DeviceSpec::custom(3, 0), 4};
   const auto run_loop = [&](const std::vector<std::string>& specs) {
-    clear_session();
-    set_random_seed(11);
-    ReplicatedStrategy::Options options;
-    options.layout_map = layout(specs);
-    ReplicatedStrategy strategy(c.device, options);
-    std::unique_ptr<Model> model;
-    {
-      auto scope = strategy.scope();
-      model = build_compiled(c);
-    }
+    ReplicatedStrategy strategy(c.device, options_with(specs));
+    const std::unique_ptr<Model> model = build_in(strategy, c, Remat::none);
     const std::vector<Variable*> vars = model->trainable_variables();
     for (int s = 0; s < 5; ++s) {
       strategy.run_distributed(

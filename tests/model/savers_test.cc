@@ -19,34 +19,14 @@
 #include "framework/model/planner.h"
 #include "framework/train/losses.h"
 #include "models/zoo.h"
+#include "tests/support/training_cases.h"
 
 namespace keel {
 namespace {
 
-struct Case {
-  std::string model;
-  Shape input;  // without the batch
-  DeviceSpec device;
-  int64_t batch_per_core;
-};
-
-std::unique_ptr<Model> build_compiled(const Case& c) {
-  std::unique_ptr<Model> m = zoo::build(c.model, {c.input, 10});
-  m->compile(std::make_shared<Adam>(), std::make_shared<CategoricalCrossentropy>());
-  return m;
-}
-
-Batch random_batch(const Case& c, uint64_t seed) {
-  HostScope host;
-  Shape x = c.input;
-  const int64_t global = c.batch_per_core * c.device.cores;
-  x.insert(x.begin(), global);
-  Batch b{Tensor::empty(x), Tensor::zeros({global, 10})};
-  Rng rng(seed);
-  for (int64_t i = 0; i < b.images.size(); ++i) b.images.data()[i] = rng.next_float();
-  for (int64_t i = 0; i < global; ++i) b.labels.data()[i * 10 + static_cast<int64_t>(rng.next_below(10))] = 1.0f;
-  return b;
-}
+using testing::build_compiled;
+using testing::Case;
+using testing::random_batch;
 
 struct Trained {
   std::vector<std::vector<float>> weights;  // every variable, then every slot
