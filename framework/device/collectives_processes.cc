@@ -32,10 +32,38 @@ void InProcessCollectives::reduce_scatter_across_processes(int64_t elements) {
 }
 
 void InProcessCollectives::all_gather_shards_across_processes() {
-  for (Tensor& t : posted_[0].values) {
-    if (!t.defined() || t.is_abstract()) continue;
-    processes_->all_gather_ranges(std::span<float>(t.data(), static_cast<size_t>(t.size())), process_ranges(t.size()));
+  int64_t elements = 0;
+  for (const Tensor& t : posted_[0].values) elements += t.defined() && !t.is_abstract() ? t.size() : 0;
+  const std::span<float> mine = processes_->shared_partials(elements);
+  if (mine.empty()) {  // between machines: one MPI all-gather per tensor
+    for (Tensor& t : posted_[0].values) {
+      if (!t.defined() || t.is_abstract()) continue;
+      processes_->all_gather_ranges(std::span<float>(t.data(), static_cast<size_t>(t.size())), process_ranges(t.size()));
+    }
+    return;
   }
+  // One machine: each process packs its range of every tensor into its shared segment, then copies
+  // every other process's ranges out of theirs.
+  const int me = processes_->rank();
+  const auto copy_ranges = [&](int process, const float* packed, bool pack) {
+    int64_t at = 0;
+    for (Tensor& t : posted_[0].values) {
+      if (!t.defined() || t.is_abstract()) continue;
+      const ShardRange r = process_ranges(t.size())[static_cast<size_t>(process)];
+      float* values = t.data() + r.begin;
+      if (pack) std::memcpy(mine.data() + at, values, static_cast<size_t>(r.size()) * sizeof(float));
+      if (!pack) std::memcpy(values, packed + at, static_cast<size_t>(r.size()) * sizeof(float));
+      at += r.size();
+    }
+    return at;
+  };
+  const int64_t own = copy_ranges(me, nullptr, /*pack=*/true);
+  processes_->shared_barrier();
+  for (int p = 0; p < processes_->size(); ++p) {
+    if (p != me) copy_ranges(p, processes_->shared_segment(p), /*pack=*/false);
+  }
+  processes_->count_shared_exchange(own * (processes_->size() - 1) * static_cast<int64_t>(sizeof(float)),
+                                    (elements - own) * static_cast<int64_t>(sizeof(float)));
 }
 
 // rows_before[r]: the rows of replicas before r, for every replica of the slice; and, in several

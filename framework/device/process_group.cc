@@ -109,9 +109,7 @@ std::span<float> ProcessGroup::shared_partials(int64_t elements) {
 
 const float* ProcessGroup::sum_shared_partials(int64_t elements, int divisor) {
   const int64_t offset = shared_->half * shared_->capacity;
-  MPI_Win_sync(shared_->window);
-  MPI_Barrier(shared_->node);  // every process's partials are written
-  MPI_Win_sync(shared_->window);
+  shared_barrier();  // every process's partials are written
   const ShardRange mine = shard_range(elements, size_, rank_);
   std::vector<const float*> partials;
   for (float* segment : shared_->segments) partials.push_back(segment + offset + mine.begin);
@@ -121,13 +119,26 @@ const float* ProcessGroup::sum_shared_partials(int64_t elements, int divisor) {
     const float n = static_cast<float>(divisor);
     for (int64_t k = 0; k < mine.size(); ++k) sum[k] /= n;
   }
-  MPI_Win_sync(shared_->window);
-  MPI_Barrier(shared_->node);  // every range is summed
-  MPI_Win_sync(shared_->window);
+  shared_barrier();  // every range is summed
   // What a reduce-scatter and an all-gather move, read in place here.
   sent_bytes_ += 2 * (elements - mine.size()) * kFloat;
   received_bytes_ += 2 * (elements - mine.size()) * kFloat;
   return shared_->segments[0] + offset;
+}
+
+void ProcessGroup::shared_barrier() {
+  MPI_Win_sync(shared_->window);
+  MPI_Barrier(shared_->node);
+  MPI_Win_sync(shared_->window);
+}
+
+const float* ProcessGroup::shared_segment(int process) const {
+  return shared_->segments[static_cast<size_t>(process)] + shared_->half * shared_->capacity;
+}
+
+void ProcessGroup::count_shared_exchange(int64_t sent, int64_t received) {
+  sent_bytes_ += sent;
+  received_bytes_ += received;
 }
 
 bool ProcessGroup::launched_by_mpirun() {

@@ -65,6 +65,12 @@ class ProcessGroup {
   //     between two halves, so a process may start the next sum while another still reads this one).
   std::span<float> shared_partials(int64_t elements);
   const float* sum_shared_partials(int64_t elements, int divisor);
+  // Other exchanges through the same memory: after shared_partials, each process writes its segment,
+  // then shared_barrier(), then may read any process's segment (shared_segment) until its next
+  // shared_partials call but one; count_shared_exchange records the bytes read in place.
+  void shared_barrier();
+  const float* shared_segment(int process) const;
+  void count_shared_exchange(int64_t sent, int64_t received);
 
   // The smallest of every process's `value`, on every process.
   int64_t min(int64_t value);
