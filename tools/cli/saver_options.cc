@@ -82,6 +82,9 @@ std::string saver_flags(const Savers& savers) {
   if (savers.precision.compute_dtype() != DType::float32) {
     flags += std::string(flags.empty() ? "" : " ") + "--precision " + savers.precision.name();
   }
+  if (savers.layout != nullptr) {
+    for (const std::string& spec : savers.layout->specs()) flags += std::string(flags.empty() ? "" : " ") + "--layout '" + spec + "'";
+  }
   return flags.empty() ? "(none)" : flags;
 }
 

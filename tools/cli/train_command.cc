@@ -246,6 +246,18 @@ int nothing_to_do(const RunControl& control, Model& model, const RunDirectory& d
   return kExitOk;
 }
 
+// With --layout: which variables are split across the cores, and along which axis.
+void print_laid_out(const Model& model) {
+  std::string names;
+  int count = 0;
+  for (const Variable* v : model.variables()) {
+    if (v->sharded_axis() < 0) continue;
+    if (++count <= 8) names += (count > 1 ? ", " : "") + v->name() + " (axis " + std::to_string(v->sharded_axis()) + ")";
+  }
+  if (count == 0) return;
+  std::printf("Split across the cores by --layout: %s%s\n", names.c_str(), count > 8 ? (" and " + std::to_string(count - 8) + " more").c_str() : "");
+}
+
 // Keras's optimizer.build(model.trainable_variables): a fresh run's slots (zeros) exist before its
 // first step, as the first step would create them, so the checkpoint snapshot is sized up front.
 // Then the device line, and the augmentation's.
@@ -268,6 +280,7 @@ void build_slots_and_print_device(const RunConfig& config, ReplicatedStrategy& s
     std::printf("Augmenting each training example (--augment %s; evaluation and validation data are not)\n",
                 config.augment.c_str());
   }
+  print_laid_out(model);
   std::fflush(stdout);
 }
 
