@@ -32,9 +32,13 @@ void InProcessCollectives::reduce_scatter_across_processes(int64_t elements) {
 }
 
 void InProcessCollectives::all_gather_shards_across_processes() {
-  int64_t elements = 0;
-  for (const Tensor& t : posted_[0].values) elements += t.defined() && !t.is_abstract() ? t.size() : 0;
-  const std::span<float> mine = processes_->shared_partials(elements);
+  int64_t elements = 0, largest_share = 0;  // process 0's ranges are the largest (shard_range)
+  for (const Tensor& t : posted_[0].values) {
+    if (!t.defined() || t.is_abstract()) continue;
+    elements += t.size();
+    largest_share += process_ranges(t.size())[0].size();
+  }
+  const std::span<float> mine = processes_->shared_partials(largest_share);
   if (mine.empty()) {  // between machines: one MPI all-gather per tensor
     for (Tensor& t : posted_[0].values) {
       if (!t.defined() || t.is_abstract()) continue;

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <sys/statvfs.h>
+
 namespace keel {
 namespace {
 
@@ -55,23 +57,34 @@ struct ProcessGroup::SharedWindow {
 
 ProcessGroup::~ProcessGroup() = default;
 
+// Whether the file system that backs Open MPI's shared windows (osc/sm: /dev/shm unless
+// osc_sm_backing_directory says otherwise) has `bytes` free. A window it cannot hold is not refused
+// cleanly: the process that creates the file fails alone and the others wait for it for ever, and
+// a container's /dev/shm is often 64 MiB. So the processes ask first.
+namespace {
+
+bool backing_has_room(int64_t bytes) {
+  const char* dir = std::getenv("OMPI_MCA_osc_sm_backing_directory");
+  struct statvfs fs {};
+  if (statvfs(dir != nullptr && *dir != '\0' ? dir : "/dev/shm", &fs) != 0) return false;
+  const long double free_bytes = static_cast<long double>(fs.f_bavail) * static_cast<long double>(fs.f_frsize);
+  return free_bytes >= static_cast<long double>(bytes) + static_cast<long double>(int64_t{64} << 20);  // and a margin
+}
+
+}  // namespace
+
 bool ProcessGroup::allocate_shared(int64_t elements) {
   if (shared_ == nullptr) {
     shared_ = std::make_unique<SharedWindow>();
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared_->node);
-    MPI_Comm_set_errhandler(shared_->node, MPI_ERRORS_RETURN);
   }
   shared_->release();
-  float* base = nullptr;
   const MPI_Aint bytes = static_cast<MPI_Aint>(2 * elements) * static_cast<MPI_Aint>(sizeof(float));
-  const int made = MPI_Win_allocate_shared(bytes, sizeof(float), MPI_INFO_NULL, shared_->node, &base, &shared_->window);
-  int ok = made == MPI_SUCCESS ? 1 : 0, all_ok = 0;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);  // every process decides alike
-  if (!all_ok) {
-    if (made == MPI_SUCCESS) MPI_Win_free(&shared_->window);
-    shared_->window = MPI_WIN_NULL;
-    return false;
-  }
+  int room = backing_has_room(static_cast<int64_t>(bytes) * size_) ? 1 : 0, all_room = 0;
+  MPI_Allreduce(&room, &all_room, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);  // every process decides alike
+  if (!all_room) return false;
+  float* base = nullptr;
+  MPI_Win_allocate_shared(bytes, sizeof(float), MPI_INFO_NULL, shared_->node, &base, &shared_->window);  // fatal on error
   MPI_Win_lock_all(MPI_MODE_NOCHECK, shared_->window);  // a passive epoch: MPI_Win_sync orders the loads and stores
   for (int p = 0; p < size_; ++p) {
     MPI_Aint size = 0;
@@ -120,9 +133,10 @@ const float* ProcessGroup::sum_shared_partials(int64_t elements, int divisor) {
     for (int64_t k = 0; k < mine.size(); ++k) sum[k] /= n;
   }
   shared_barrier();  // every range is summed
-  // What a reduce-scatter and an all-gather move, read in place here.
-  sent_bytes_ += 2 * (elements - mine.size()) * kFloat;
-  received_bytes_ += 2 * (elements - mine.size()) * kFloat;
+  // What all_reduce_tree's reduce-scatter and all-gather move, read in place here.
+  const int64_t moved = (elements - mine.size()) + mine.size() * (size_ - 1);
+  sent_bytes_ += moved * kFloat;
+  received_bytes_ += moved * kFloat;
   return shared_->segments[0] + offset;
 }
 
