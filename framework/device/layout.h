@@ -17,7 +17,7 @@
 // What keel lays out today (a variable matched otherwise is refused when the layer builds it): a Dense
 // kernel along its output axis (None, "model") — the layer then computes column-parallel, each core
 // its own columns of every replica's rows (framework/ops/column_parallel.cc) — and the Dense bias
-// beside it ("model",). Layouts run in one process, in float32, with --shard none.
+// beside it ("model",), in either precision policy. Layouts run in one process, with --shard none.
 #pragma once
 
 #include <memory>

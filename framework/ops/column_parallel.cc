@@ -14,6 +14,7 @@
 // and cut (gemm_operands' as_if_columns), each bias column sums the same rows in the same order, and
 // the stack is summed in the collectives' tree order — bit-identical training.
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -140,6 +141,35 @@ std::vector<Tensor> column_gradients(const ReplicaContext& ctx, const Tensor& x,
 
 }  // namespace
 
+namespace {
+
+// Rounds to bfloat16 in place under a bfloat16 policy (what finish() and widening again give).
+void round_if(Tensor& t, DType compute) {
+  if (compute != DType::float32 && !t.is_abstract() && t.size() > 0) round_bfloat16(t.data(), t.data(), t.size());
+}
+
+// Every replica's rows of xv (gathered; rows_before: each one's first) times this core's columns of
+// kv, plus its columns of bv when defined, each step rounded as the replicated layer's matmul and
+// bias_add round their outputs (`workspace`).
+Tensor columns_for_every_replica(const ReplicaContext& ctx, const Tensor& xv, const Tensor& kv, const Tensor& bv,
+                                 ShardRange cols, std::vector<int64_t>& rows_before, DType compute) {
+  const CategoryScope scratch(Category::workspace);
+  const Tensor x_all = ctx.all_gather(xv, &rows_before);
+  Tensor mine = Tensor::empty({x_all.dim(0), cols.size()});
+  detail::count_forward_flops(2 * x_all.dim(0) * xv.dim(1) * cols.size());
+  if (!detail::compute(mine, {&x_all, &kv})) return mine;
+  multiply_columns(x_all, rows_before, kv, cols, mine);
+  round_if(mine, compute);
+  if (bv.defined() && cols.size() > 0) {
+    const Eigen::Map<const Eigen::RowVectorXf> b(bv.data() + cols.begin, cols.size());
+    MatrixMap(mine.data(), mine.dim(0), cols.size()).rowwise() += b;
+    round_if(mine, compute);
+  }
+  return mine;
+}
+
+}  // namespace
+
 Tensor column_parallel_matmul(const Tensor& x, const Tensor& kernel, const Tensor& bias) {
   ReplicaContext* ctx = current_replica_context();
   if (ctx == nullptr || !ctx->has_collectives()) throw std::logic_error("column_parallel_matmul runs inside strategy.run");
@@ -149,48 +179,43 @@ Tensor column_parallel_matmul(const Tensor& x, const Tensor& kernel, const Tenso
                                                       shape_string(kernel.shape()) + " and add " +
                                                       (bias.defined() ? shape_string(bias.shape()) : std::string("no bias")));
   }
-  if (compute_dtype() != DType::float32) {
-    throw std::invalid_argument("a Dense kernel split by a LayoutMap computes in float32 only; use the float32 policy");
-  }
-  const int n = ctx->num_replicas();
-  const int64_t width = kernel.dim(1);
-  const ShardRange cols = shard_range(width, n, ctx->replica_id());
+  // Mixed precision as the replicated matmul and bias_add: operands rounded to bfloat16, float32
+  // products, each output rounded; x kept as they keep it.
+  const DType dt = compute_dtype();
+  const detail::Operand xo = detail::operand(x, dt);
+  const ShardRange cols = shard_range(kernel.dim(1), ctx->num_replicas(), ctx->replica_id());
   std::vector<int64_t> rows_before;
-  Tensor mine;  // every replica's rows, this core's columns
-  {
-    CategoryScope scratch(Category::workspace);
-    const Tensor x_all = ctx->all_gather(x, &rows_before);
-    mine = Tensor::empty({x_all.dim(0), cols.size()});
-    detail::count_forward_flops(2 * x_all.dim(0) * x.dim(1) * cols.size());
-    if (detail::compute(mine, {&x_all, &kernel})) {
-      multiply_columns(x_all, rows_before, kernel, cols, mine);
-      if (bias.defined() && cols.size() > 0) {
-        const Eigen::Map<const Eigen::RowVectorXf> b(bias.data() + cols.begin, cols.size());
-        MatrixMap(mine.data(), mine.dim(0), cols.size()).rowwise() += b;
-      }
-    }
-  }
+  Tensor mine = columns_for_every_replica(*ctx, xo.value, detail::compute_values(kernel, dt),
+                                          bias.defined() ? detail::compute_values(bias, dt) : Tensor(), cols, rows_before, dt);
   std::vector<int64_t> row_splits;
   for (size_t i = 0; i + 1 < rows_before.size(); ++i) row_splits.push_back(rows_before[i + 1] - rows_before[i]);
-  Tensor y = ctx->all_to_all(mine, 0, row_splits);
+  Tensor y;
+  {
+    std::optional<CategoryScope> widened;  // under bfloat16 the float32 exchange is a temporary
+    if (dt != DType::float32) widened.emplace(Category::workspace);
+    y = ctx->all_to_all(mine, 0, row_splits);
+  }
   mine = Tensor();
+  y = detail::finish(y, dt);
   const bool recording = bias.defined() ? GradientTape::is_recording({&x, &kernel, &bias}) : GradientTape::is_recording({&x, &kernel});
   if (recording) {
     std::vector<Tensor> inputs{x, kernel};
     if (bias.defined()) inputs.push_back(bias);
-    GradientTape::record(inputs, {y}, [x, kernel, rows_before, owner = device_context().owner](
+    GradientTape::record(inputs, {y}, [x_kept = xo.kept, x_shape = x.shape(), kernel, rows_before, dt, owner = device_context().owner](
                                           const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
       const ReplicaContext* ctx = current_replica_context();
       if (ctx == nullptr || !ctx->has_collectives()) throw std::logic_error("a column-parallel layer's backward runs inside strategy.run");
       std::vector<Tensor> grads(needs.size());
+      const Tensor kv = detail::compute_values(kernel, dt);
       if (needs[0]) {  // dx = dy · kernelᵀ, with the whole kernel, as the replicated layer
         const GatheredKernel whole(*ctx, kernel, owner);
-        grads[0] = Tensor::empty(x.shape());
-        if (detail::compute(grads[0], {&dy[0]})) detail::gemm(grads[0].matrix(), dy[0].matrix(), kernel.matrix().transpose());
+        grads[0] = Tensor::empty(x_shape);
+        if (detail::compute(grads[0], {&dy[0]})) detail::gemm(grads[0].matrix(), dy[0].matrix(), kv.matrix().transpose());
       }
       const bool bias_needed = needs.size() > 2 && needs[2];
       if (needs[1] || bias_needed) {
-        std::vector<Tensor> stacks = column_gradients(*ctx, x, kernel, dy[0], rows_before, needs[1], bias_needed);
+        const Tensor xv = detail::compute_values(x_kept, dt);
+        std::vector<Tensor> stacks = column_gradients(*ctx, xv, kv, dy[0], rows_before, needs[1], bias_needed);
         if (needs[1]) grads[1] = std::move(stacks[0]);
         if (bias_needed) grads[2] = std::move(stacks[1]);
       }

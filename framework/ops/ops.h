@@ -27,7 +27,8 @@ Tensor reshape(const Tensor& x, const Shape& shape);
 // the bias, when given) along N across the cores, inside strategy.run: each core computes its columns
 // for every replica's rows (framework/ops/column_parallel.cc). The kernel's gradient is the stack
 // (replicas, K, this core's columns) of every replica's, the bias's likewise (replicas, columns);
-// the optimizer reduces them. Float32 only. Saves x.
+// the optimizer reduces them. Under a bfloat16 policy, rounded as matmul and bias_add round. Saves x
+// (as matmul keeps it).
 Tensor column_parallel_matmul(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor());
 
 // Sum / mean of all elements -> scalar (shape ()).

@@ -68,6 +68,18 @@ TEST_F(LayoutCli, HostilePatternsEndQuickly) {
   EXPECT_EQ(again.exit_code, 2) << again.err;
 }
 
+// Mixed precision: the column-parallel layer rounds as the replicated one does.
+TEST_F(LayoutCli, MixedPrecisionTrainsToTheSameBits) {
+  const std::string mixed = kRun + "--precision mixed_bfloat16 --stop-after-steps 8 ";
+  ASSERT_EQ(run_keel(mixed + "--checkpoint-dir " + dir_ + "/plain").exit_code, 0);
+  const CommandResult columns = run_keel(mixed + kColumns + "--checkpoint-dir " + dir_ + "/columns");
+  ASSERT_EQ(columns.exit_code, 0) << columns.err;
+  expect_bit_identical(dir_ + "/plain/ckpt-8.h5", dir_ + "/columns/ckpt-8.h5");
+  const CommandResult memory = run_keel("memory " + dir_ + "/columns --json");
+  ASSERT_EQ(memory.exit_code, 0) << memory.err;
+  EXPECT_EQ(nlohmann::json::parse(memory.out)["plan_equals_measured"], true);
+}
+
 // The plan: each core holds its columns only.
 TEST_F(LayoutCli, MemoryPlansEachCoresColumns) {
   const std::string args = "memory --model mlp --device v3-8 --batch-per-core 16 --json ";
@@ -88,7 +100,7 @@ TEST_F(LayoutCli, WhatItCannotRunExits2WithOneLine) {
   for (const std::string flags :
        {"--model resnet18 --layout 'conv1_conv/kernel=None,None,None,model'", "--layout 'dense=model'",
         "--layout 'dense.*kernel=None,model' --shard optimizer", "--layout 'dense.*kernel=None,batch'",
-        "--layout 'dense.*kernel=None,model' --precision mixed_bfloat16", "--layout 'dense.*kernel'",
+        "--layout 'dense.*kernel'",
         "--layout '(=None,model'", "--layout 'dens.*kernl=None,model'", "--layout '(.*)*(.*)*\\1=None,model'"}) {
     const CommandResult r = run_keel("train --device v3-8 --epochs 1 --quiet " + out + flags);
     EXPECT_EQ(r.exit_code, 2) << flags << ": " << r.err;

@@ -139,6 +139,17 @@ TEST(Layout, ACustomLoopTrainsToTheSameBits) {
   }
 }
 
+// Under mixed_bfloat16 the column-parallel layer rounds its operands and outputs as matmul and
+// bias_add do, so the bits still match (and differ from float32's: the policy is in force).
+TEST(Layout, MixedPrecisionIsBitIdentical) {
+  const Case c{"mlp", {784}, DeviceSpec::preset("v3-8"), 4};
+  const Trained f32 = train(c, kColumns, 3);
+  const mixed_precision::GlobalPolicyScope policy(mixed_precision::Policy("mixed_bfloat16"));
+  EXPECT_NE(train(c, kColumns, 3).values, f32.values) << "mixed precision must change the numbers";
+  expect_same_bits(c, 12, kColumns);
+  expect_same_bits({"mlp", {784}, DeviceSpec::custom(3, 0), 5}, 8, kColumns, /*ragged=*/true);
+}
+
 // Remat recomputes a column-parallel layer's forward pass in backward, exchanges and all.
 TEST(Layout, UnderRematIsBitIdentical) {
   expect_same_bits({"mlp", {784}, DeviceSpec::preset("v3-8"), 4}, 10, kColumns, false, Remat::full);
@@ -174,10 +185,17 @@ TEST(Layout, EachCoreHoldsItsColumns) {
 
 // The plan equals the peaks of a real step, per core and category.
 TEST(Layout, PlanEqualsARealStep) {
+  for (const bool mixed : {false, true}) {
   for (const Case& c : {Case{"mlp", {784}, DeviceSpec::preset("v3-8"), 4}, Case{"mlp", {784}, DeviceSpec::custom(3, 0), 3}}) {
-    const Trained run = train(c, kColumns, 1);
+    const mixed_precision::Policy policy(mixed ? "mixed_bfloat16" : "float32");
+    Trained run;
+    {
+      const mixed_precision::GlobalPolicyScope scope(policy);
+      run = train(c, kColumns, 1);
+    }
     clear_session();
     Savers savers;
+    savers.precision = policy;
     savers.layout = layout(kColumns);
     const MemoryPlan plan = plan_training_step([&] { return build_compiled(c); }, c.device, c.batch_per_core, {10}, savers);
     ASSERT_EQ(plan.per_core.size(), run.memory.size());
@@ -186,8 +204,9 @@ TEST(Layout, PlanEqualsARealStep) {
         EXPECT_EQ(plan.per_core[core].category_peak[static_cast<size_t>(k)], run.memory[core].category_peak[static_cast<size_t>(k)])
             << c.device.name << " core " << core << " " << category_name(static_cast<Category>(k));
       }
-      EXPECT_EQ(plan.per_core[core].peak, run.memory[core].peak) << c.device.name << " core " << core;
+      EXPECT_EQ(plan.per_core[core].peak, run.memory[core].peak) << c.device.name << " core " << core << " mixed " << mixed;
     }
+  }
   }
 }
 

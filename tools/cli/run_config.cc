@@ -167,10 +167,6 @@ void check_layout(const RunConfig& c) {
     throw std::invalid_argument(std::string("--layout places variables itself: it runs with --shard none, not ") +
                                 sharding_mode_name(c.shard) + " (`--layout none` drops a resumed run's layout)");
   }
-  if (c.precision != "float32") {
-    throw std::invalid_argument("--layout runs in float32 only, not --precision " + c.precision +
-                                " (`--layout none` drops a resumed run's layout)");
-  }
 }
 
 // Keras ignores a LayoutMap key that matches nothing; on the command line it is a typo to report.
