@@ -90,8 +90,8 @@ class GatheredKernel {
   uint64_t handle_ = 0;
 };
 
-// The kernel's (and a split bias's) gradient stacks for this core's columns, from dy (rows_j x N).
-// rows_before: each replica's first row among all replicas' rows (the forward pass's).
+// The kernel's (and a split bias's) gradient stacks for this core's columns, from dy (rows_j x N) and
+// x as the layer computed with it; `kernel` gives the shape. rows_before: each replica's first row among all replicas' rows (the forward pass's).
 std::vector<Tensor> column_gradients(const ReplicaContext& ctx, const Tensor& x, const Tensor& kernel, const Tensor& dy,
                                      const std::vector<int64_t>& rows_before, bool kernel_needed, bool bias_needed) {
   const int n = ctx.num_replicas();
@@ -138,10 +138,6 @@ std::vector<Tensor> column_gradients(const ReplicaContext& ctx, const Tensor& x,
   }
   return out;
 }
-
-}  // namespace
-
-namespace {
 
 // Rounds to bfloat16 in place under a bfloat16 policy (what finish() and widening again give).
 void round_if(Tensor& t, DType compute) {
@@ -206,16 +202,16 @@ Tensor column_parallel_matmul(const Tensor& x, const Tensor& kernel, const Tenso
       const ReplicaContext* ctx = current_replica_context();
       if (ctx == nullptr || !ctx->has_collectives()) throw std::logic_error("a column-parallel layer's backward runs inside strategy.run");
       std::vector<Tensor> grads(needs.size());
-      const Tensor kv = detail::compute_values(kernel, dt);
       if (needs[0]) {  // dx = dy · kernelᵀ, with the whole kernel, as the replicated layer
         const GatheredKernel whole(*ctx, kernel, owner);
+        const Tensor kv = detail::compute_values(kernel, dt);
         grads[0] = Tensor::empty(x_shape);
         if (detail::compute(grads[0], {&dy[0]})) detail::gemm(grads[0].matrix(), dy[0].matrix(), kv.matrix().transpose());
       }
       const bool bias_needed = needs.size() > 2 && needs[2];
       if (needs[1] || bias_needed) {
         const Tensor xv = detail::compute_values(x_kept, dt);
-        std::vector<Tensor> stacks = column_gradients(*ctx, xv, kv, dy[0], rows_before, needs[1], bias_needed);
+        std::vector<Tensor> stacks = column_gradients(*ctx, xv, kernel, dy[0], rows_before, needs[1], bias_needed);
         if (needs[1]) grads[1] = std::move(stacks[0]);
         if (bias_needed) grads[2] = std::move(stacks[1]);
       }
