@@ -15,6 +15,7 @@
 #include "framework/core/thread_pool.h"
 #include "framework/data/data.h"
 #include "framework/device/device_spec.h"
+#include "framework/device/input_context.h"
 #include "framework/device/layout.h"
 #include "framework/device/ledger.h"
 #include "framework/device/sharding.h"

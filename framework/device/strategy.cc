@@ -157,6 +157,11 @@ Batch ReplicatedStrategy::infeed(const Batch& global, int replica) {
   return shard;
 }
 
+InputContext ReplicatedStrategy::input_context(int64_t global_batch) const {
+  if (processes_ == nullptr) return keel::input_context(spec(), 1, 0, global_batch);
+  return keel::input_context(spec(), processes_->size(), processes_->rank(), global_batch);
+}
+
 std::vector<Batch> ReplicatedStrategy::distribute(const Batch& global) {
   std::vector<Batch> shards(static_cast<size_t>(num_replicas()));
   for (int c = first_local_; c < first_local_ + local_replicas_; ++c) {

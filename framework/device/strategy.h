@@ -24,6 +24,7 @@
 #include "framework/core/tensor.h"
 #include "framework/device/context.h"
 #include "framework/device/device_spec.h"
+#include "framework/device/input_context.h"
 #include "framework/device/layout.h"
 #include "framework/device/ledger.h"
 #include "framework/device/replica_context.h"
@@ -91,6 +92,10 @@ class ReplicatedStrategy {
   bool is_local(int replica) const { return replica >= first_local_ && replica < first_local_ + local_replicas_; }
   // The processes sharing the slice; null in one process.
   ProcessGroup* processes() const { return processes_; }
+  // Which rows of each global batch of `global_batch` rows this process's replicas train on, for an
+  // input pipeline that decodes only those (framework/device/input_context.h); all of them in one
+  // process.
+  InputContext input_context(int64_t global_batch) const;
   // Every process's entries of a per-replica vector (one per replica of the slice) to every process,
   // so that a sum over replicas adds the same values in the same order everywhere. T is trivially
   // copyable. In one process, nothing to do.

@@ -194,6 +194,29 @@ TEST_F(DataCli, MidEpochResumeOnATFRecordPipelineIsBitIdentical) {
   expect_bit_identical(dir_ + "/straight/ckpt-936.h5", dir_ + "/split/ckpt-936.h5");
 }
 
+// A checkpoint saved in mid-epoch before keel decoded per host (its decode map unkeyed, as the state
+// shows) resumes bit-identically: keel rebuilds that pipeline for it.
+TEST_F(DataCli, MidEpochStateFromBeforePerHostDecodingStillResumes) {
+  const std::string records = exported("tfrecord_jpeg", "--format tfrecord --shards 4");
+  const std::string run = kMlp + "--dataset tfrecord:" + records + " --shuffle-buffer 500 --epochs 1 ";
+  ASSERT_EQ(run_keel("train " + run + "--stop-after-steps 20 --checkpoint-dir " + dir_ + "/straight").exit_code, 0);
+  ASSERT_EQ(run_keel("train " + run + "--stop-after-steps 12 --checkpoint-dir " + dir_ + "/old").exit_code, 0);
+  const std::string checkpoint = dir_ + "/old/ckpt-12.h5";
+  nlohmann::json state = read_train_state(checkpoint);
+  nlohmann::json& iterator = state["iterator_state"];
+  std::string pipeline = iterator["pipeline"].get<std::string>();
+  const size_t keyed = pipeline.find("-> map(keyed) -> filter");
+  ASSERT_NE(keyed, std::string::npos) << pipeline;
+  iterator["pipeline"] = pipeline.replace(keyed, std::string("-> map(keyed)").size(), "-> map");
+  nlohmann::json& map = iterator["state"]["input"]["input"]["input"];  // prefetch <- batch <- filter <- map
+  ASSERT_EQ(map["op"], "map") << iterator.dump();
+  map.erase("index");
+  rewrite_train_state(checkpoint, state);
+  const CommandResult r = run_keel("resume " + dir_ + "/old --stop-after-steps 8 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_bit_identical(dir_ + "/straight/ckpt-20.h5", dir_ + "/old/ckpt-20.h5");
+}
+
 TEST_F(DataCli, MidEpochResumeOnAnImageFolderIsBitIdentical) {
   // 400 PNGs in 10 class folders under train/: 12 steps of 32 per epoch.
   const std::string data = dir_ + "/folder";

@@ -5,7 +5,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <hdf5.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/checkpoint/h5_file.h"
+#include "tests/support/checkpoint_state.h"
 #include "tests/support/cli_runner.h"
 
 namespace keel::testing {
@@ -92,28 +92,9 @@ TEST_F(MemoryReport, ResumingExtendsTheRecordAndOldCheckpointsSayUnknown) {
 
   // A checkpoint written before keel recorded it: its train state has no "memory".
   const std::string old = run + "/ckpt-15.h5";
-  nlohmann::json state;
-  {
-    H5File f = H5File::open_read(old);
-    state = nlohmann::json::parse(f.read_string("keel/train_state"));
-  }
+  nlohmann::json state = read_train_state(old);
   state.erase("memory");
-  const std::string text = state.dump();
-  hid_t f = H5Fopen(old.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  H5Ldelete(f, "/keel/train_state", H5P_DEFAULT);
-  hid_t type = H5Tcopy(H5T_C_S1);
-  H5Tset_size(type, text.size());
-  hid_t scalar = H5Screate(H5S_SCALAR);
-  hid_t d = H5Dcreate2(f, "/keel/train_state", type, scalar, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data());
-  const uint32_t crc = H5File::crc32(text.data(), text.size());
-  hid_t a = H5Acreate2(d, "keel_crc32", H5T_STD_U32LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_UINT32, &crc);
-  H5Aclose(a);
-  H5Dclose(d);
-  H5Sclose(scalar);
-  H5Tclose(type);
-  H5Fclose(f);
+  rewrite_train_state(old, state);
   const nlohmann::json e = json_of("evaluate " + old + " --json");
   EXPECT_TRUE(e["training_memory"].is_null());
   EXPECT_EQ(e["inference_memory"]["per_core"][0]["optimizer"], 0);

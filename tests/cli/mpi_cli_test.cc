@@ -85,6 +85,23 @@ TEST_F(MpiCli, ResNet18OnTwoProcessesEqualsOneProcess) {
   expect_same_run(dir_ + "/one/ckpt-20.h5", dir_ + "/two/ckpt-20.h5");
 }
 
+// Per-host input pipelines: from TFRecords of JPEGs, augmented, each process decodes, augments and
+// resizes only its rows of every global batch (tests/cli/run_datasets_test.cc checks the rows); the
+// run is still one process's, and a state saved under 2 processes resumes under 1. A slice of 2 hosts
+// x 2 cores.
+TEST_F(MpiCli, FileInputDecodedPerProcessTrainsAsOneProcessAndResumesUnderAnother) {
+  const std::string records = shared_export("tfrecord_jpeg", "--format tfrecord --shards 4");
+  const std::string run = "train --model resnet18 --input-shape 32x32x1 --dataset tfrecord:" + records +
+                          " --hosts 2 --cores 4 --hbm-per-core 4GiB --batch-per-core 2 --epochs 1 --seed 4 "
+                          "--shuffle-buffer 128 --augment flip,crop:4 --quiet --checkpoint-dir ";
+  ASSERT_EQ(run_keel(run + dir_ + "/one --stop-after-steps 8").exit_code, 0);
+  CommandResult r = mpirun_keel(2, run + dir_ + "/two --stop-after-steps 5");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_keel("resume " + dir_ + "/two --stop-after-steps 3 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_bit_identical(dir_ + "/one/ckpt-8.h5", dir_ + "/two/ckpt-8.h5");
+}
+
 // Started on 2 processes, resumed on 4, finished on 1: the bits of one uninterrupted process. With
 // --shard gradients, the sharded Adam slots are gathered into each checkpoint; with --shard full the
 // parameters too (each process's copy is current in its own cores' shards only between steps).

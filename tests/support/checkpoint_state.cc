@@ -1,6 +1,7 @@
 #include "tests/support/checkpoint_state.h"
 
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <cstring>
 
@@ -48,6 +49,30 @@ void expect_bit_identical(const std::string& a, const std::string& b, size_t min
     EXPECT_EQ(std::memcmp(values.data(), sb.at(name).data(), values.size() * sizeof(float)), 0)
         << name << " differs between " << a << " and " << b;
   }
+}
+
+nlohmann::json read_train_state(const std::string& checkpoint) {
+  return nlohmann::json::parse(H5File::open_read(checkpoint).read_string("keel/train_state"));
+}
+
+void rewrite_train_state(const std::string& checkpoint, const nlohmann::json& state) {
+  const std::string text = state.dump();
+  hid_t f = H5Fopen(checkpoint.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0) << checkpoint;
+  H5Ldelete(f, "/keel/train_state", H5P_DEFAULT);
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, text.size());
+  hid_t scalar = H5Screate(H5S_SCALAR);
+  hid_t d = H5Dcreate2(f, "/keel/train_state", type, scalar, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data());
+  const uint32_t crc = H5File::crc32(text.data(), text.size());
+  hid_t a = H5Acreate2(d, "keel_crc32", H5T_STD_U32LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_UINT32, &crc);
+  H5Aclose(a);
+  H5Dclose(d);
+  H5Sclose(scalar);
+  H5Tclose(type);
+  H5Fclose(f);
 }
 
 }  // namespace keel::testing

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace keel::testing {
 
 // Every dataset under model_weights/ and optimizer_weights/ by path; iterations as one float.
@@ -14,5 +16,10 @@ std::map<std::string, std::vector<float>> read_checkpoint_values(const std::stri
 // GoogleTest expectations that two checkpoints hold the same values under the same names, bit for
 // bit, and at least `min_values` of them (so that an empty or unreadable pair cannot pass).
 void expect_bit_identical(const std::string& a, const std::string& b, size_t min_values = 13);
+
+// A checkpoint's /keel/train_state JSON, and the same replaced (with its checksum, as keel writes it):
+// to make a checkpoint look as an older keel wrote it.
+nlohmann::json read_train_state(const std::string& checkpoint);
+void rewrite_train_state(const std::string& checkpoint, const nlohmann::json& state);
 
 }  // namespace keel::testing

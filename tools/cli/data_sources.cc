@@ -40,27 +40,43 @@ Tensor label_for_loss(int64_t id, const std::string& where, const ExampleOptions
   return y;
 }
 
+// A stand-in for an element another process decodes (per-host decoding): zeros of the shapes
+// decoding would give.
+Element placeholder_example(const ExampleOptions& o) {
+  HostScope host;
+  return Element{Tensor::zeros(o.input), o.one_hot ? Tensor::zeros({o.classes}) : Tensor::scalar(0.0f)};
+}
+
 // With --skip-corrupt, a bad element becomes an empty one (filtered out next) and is counted. The
 // filter is there either way, so that a run can be resumed with or without --skip-corrupt (the saved
-// state names the pipeline's ops).
+// state names the pipeline's ops). Elements outside this process's rows are not decoded (see
+// ExampleOptions::input_context).
 template <class Fn>
 Dataset decode_stage(Dataset ds, const ExampleOptions& o, Fn decode) {
   const bool skip = o.skip_corrupt;
   std::shared_ptr<std::atomic<int64_t>> skipped = o.skipped;
+  auto decode_or_skip = [decode, skip, skipped](const Element& e) -> Element {
+    if (!skip) return decode(e);
+    try {
+      return decode(e);
+    } catch (const DataError& error) {
+      if (skipped) ++*skipped;
+      std::fprintf(stderr, "keel: skipped (--skip-corrupt): %s\n", error.what());
+      return Element{};
+    }
+  };
+  const auto not_skipped = [](const Element& e) { return !e.empty(); };
+  if (!o.keyed_decode) return ds.map(decode_or_skip, AUTOTUNE).filter(not_skipped);
+  const bool every_element = skip || o.input_context.feeds_everything();
+  const InputContext input = o.input_context;
+  const Element placeholder = every_element ? Element{} : placeholder_example(o);
   return ds
-      .map(
-          [decode, skip, skipped](const Element& e) -> Element {
-            if (!skip) return decode(e);
-            try {
-              return decode(e);
-            } catch (const DataError& error) {
-              if (skipped) ++*skipped;
-              std::fprintf(stderr, "keel: skipped (--skip-corrupt): %s\n", error.what());
-              return Element{};
-            }
+      .map_with_key(
+          [decode_or_skip, every_element, input, placeholder](const Element& e, const ElementKey& key) {
+            return every_element || input.feeds(key.index) ? decode_or_skip(e) : placeholder;
           },
           AUTOTUNE)
-      .filter([](const Element& e) { return !e.empty(); });
+      .filter(not_skipped);
 }
 
 Dataset tfrecord_examples(const DatasetSource& source, const std::string& split, const ExampleOptions& o) {

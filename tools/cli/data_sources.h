@@ -14,6 +14,7 @@
 #include "framework/data/dataset.h"
 #include "datasets/tfrecord.h"
 #include "framework/core/shape.h"
+#include "framework/device/input_context.h"
 
 namespace keel::cli {
 
@@ -42,6 +43,13 @@ struct ExampleOptions {
   int64_t shuffle_buffer = 60000;
   bool skip_corrupt = false;
   std::shared_ptr<std::atomic<int64_t>> skipped;  // counts skipped records/images when skip_corrupt
+  // Per-host decoding (keel train under mpirun): the elements this process's rows of each global
+  // batch need are decoded; the others become zeros of the same shapes, which nothing reads. Not with
+  // skip_corrupt, where which element lands in which row depends on every element before it.
+  InputContext input_context;
+  // false: the decode map of runs saved before keel decoded per host (unkeyed: describe() "map"), so
+  // that such a run's saved iterator state still restores; every element is decoded then.
+  bool keyed_decode = true;
 };
 
 // The number of examples in `split` of a tfrecord:/images: source, or -1 if unknown: the image files

@@ -15,6 +15,7 @@
 
 #include "framework/data/dataset.h"
 #include "framework/device/device_spec.h"
+#include "framework/device/input_context.h"
 #include "framework/device/sharding.h"
 #include "framework/model/model.h"
 #include "framework/model/planner.h"
@@ -152,7 +153,16 @@ Shape model_input(const RunConfig& config);
 // The configured dataset's split, as batches of the global batch size: shuffled and with the last
 // partial batch dropped for training; in order and complete for evaluation.
 // --dataset forms: see tools/cli/data_sources.h.
-Dataset training_dataset(const RunConfig& config);
+// Under mpirun, `share.input_context` names this process's rows of each global batch: only the
+// examples they need are decoded, augmented and resized (per-host input pipelines); the other rows
+// stay zeros, which no replica of this process reads. The examples and their order, hence the
+// pipeline's description and saved iterator states, are the same whatever the process count.
+// `share.keyed_decode` false builds the file pipelines of runs saved before that (see ExampleOptions).
+struct TrainingInput {
+  InputContext input_context;
+  bool keyed_decode = true;
+};
+Dataset training_dataset(const RunConfig& config, const TrainingInput& share = {});
 Dataset evaluation_dataset(const RunConfig& config, const std::string& split);
 // fit's validation_data: the last config.validation_split of the training arrays (Fashion-MNIST), or
 // the split config.validation_data names; nullopt when neither is set.

@@ -2,6 +2,7 @@
 // augmentation), validation and evaluation pipelines built from a RunConfig.
 #include "tools/cli/run_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -51,16 +52,30 @@ Tensor one_hot(const Tensor& ids, int64_t classes) {
   return y;
 }
 
+// adapt_images of rows [input.first_row, input.end_row) of a batch; the other rows zeros.
+Tensor adapt_rows(const Tensor& batch, const Shape& shape, const InputContext& input) {
+  if (input.feeds_everything() || input.global_batch != batch.dim(0)) return adapt_images(batch, shape);
+  HostScope host;
+  const Tensor mine = adapt_images(batch.slice_rows(input.first_row, input.end_row), shape);
+  Shape out_shape = mine.shape();
+  out_shape[0] = batch.dim(0);
+  Tensor out = Tensor::zeros(out_shape);
+  const int64_t row = mine.size() / std::max<int64_t>(mine.dim(0), 1);
+  std::copy_n(mine.data(), mine.size(), out.data() + input.first_row * row);
+  return out;
+}
+
 // Per batch, in the pipeline (so on the prefetch thread), never the whole set at once: image models
 // get each batch resized to their input (bilinear, half-pixel centres) with the gray channel repeated
-// to C; a categorical loss gets one-hot labels.
-Dataset adapted(const RunConfig& config, Dataset batched) {
-  const Shape input = model_input(config);
-  const bool images = input.size() == 3;
+// to C — this process's rows only (the others stay zeros: per-host input); a categorical loss gets
+// one-hot labels.
+Dataset adapted(const RunConfig& config, Dataset batched, const InputContext& input = {}) {
+  const Shape input_shape = model_input(config);
+  const bool images = input_shape.size() == 3;
   const int64_t classes = label_shape(config).empty() ? 0 : config.classes;
   if (!images && classes == 0) return batched;
-  return batched.map([input, images, classes](const Element& e) {
-    return Element{images ? adapt_images(e[0], input) : e[0], classes > 0 ? one_hot(e[1], classes) : e[1]};
+  return batched.map([input_shape, images, classes, input](const Element& e) {
+    return Element{images ? adapt_rows(e[0], input_shape, input) : e[0], classes > 0 ? one_hot(e[1], classes) : e[1]};
   });
 }
 
@@ -76,18 +91,24 @@ void check_enough_examples(const RunConfig& config, int64_t examples) {
 // --augment: each training example through the augmentation, after the shuffle and before batching,
 // on the pipeline's map threads (outside any replica), keyed by (seed, epoch, index in the epoch).
 // Fashion-MNIST's 28x28 images are first resized to the model's input, so that the steps' pixels
-// are the model's; file sources already give that size.
-Dataset augmented(const RunConfig& config, const Dataset& examples) {
+// are the model's; file sources already give that size. Examples outside this process's rows
+// (per-host input) become zeros of the model's input shape instead.
+Dataset augmented(const RunConfig& config, const Dataset& examples, const InputContext& input = {}) {
   if (config.augment.empty()) return examples;
-  const Shape input = model_input(config);
+  const Shape input_shape = model_input(config);
   const uint64_t seed = combine_keys(config.seed, 0x6175676d656e74ull);  // "augment": a stream of its own
-  const preprocessing::Augmentation augmentation = preprocessing::Augmentation::parse(config.augment, input, seed);
+  const preprocessing::Augmentation augmentation = preprocessing::Augmentation::parse(config.augment, input_shape, seed);
+  const Tensor placeholder = [&] {
+    HostScope host;
+    return Tensor::zeros(input_shape);
+  }();
   return examples.map_with_key(
-      [augmentation, input](const Element& e, const ElementKey& key) {
+      [augmentation, input_shape, input, placeholder](const Element& e, const ElementKey& key) {
+        if (!input.feeds(key.index)) return Element{placeholder, e[1]};
         Element example = e;
         Tensor& x = example[0];
         if (x.rank() == 2) x = x.reshape({x.dim(0), x.dim(1), 1});  // Fashion-MNIST: (28, 28) gray
-        if (x.dim(0) != input[0] || x.dim(1) != input[1]) x = resize(x, input[0], input[1]);
+        if (x.dim(0) != input_shape[0] || x.dim(1) != input_shape[1]) x = resize(x, input_shape[0], input_shape[1]);
         return augmentation(example, key);
       },
       AUTOTUNE);
@@ -140,19 +161,25 @@ std::optional<Dataset> validation_dataset(const RunConfig& config) {
       .prefetch(AUTOTUNE);
 }
 
-Dataset training_dataset(const RunConfig& config) {
+Dataset training_dataset(const RunConfig& config, const TrainingInput& share) {
   const DatasetSource source = parse_dataset_source(config.dataset);
+  const InputContext& input = share.input_context;
   if (source.kind != DatasetSource::Kind::kFashionMnist) {
     if (config.validation_split > 0.0) validation_dataset(config);  // the message above
     check_enough_examples(config, file_examples_count(source, "train"));
-    return augmented(config, file_examples(source, "train", example_options(config, /*training=*/true)))
+    ExampleOptions options = example_options(config, /*training=*/true);
+    options.input_context = input;
+    options.keyed_decode = share.keyed_decode;
+    return augmented(config, file_examples(source, "train", options), input)
         .batch(config.global_batch(), /*drop_remainder=*/true)
         .prefetch(AUTOTUNE);
   }
   const Dataset slices = training_slices(config);
   check_enough_examples(config, slices.cardinality());
-  return adapted(config, augmented(config, slices.shuffle(config.shuffle_buffer, config.seed))
-                             .batch(config.global_batch(), /*drop_remainder=*/true))
+  return adapted(config,
+                 augmented(config, slices.shuffle(config.shuffle_buffer, config.seed), input)
+                     .batch(config.global_batch(), /*drop_remainder=*/true),
+                 input)
       .prefetch(AUTOTUNE);
 }
 

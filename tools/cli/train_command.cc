@@ -291,10 +291,31 @@ ReplicatedStrategy::Options run_strategy_options(const RunConfig& config, const 
   return options;
 }
 
+// This process's share of the training input: under mpirun, its replicas' rows of every global batch.
+TrainingInput training_input(const RunConfig& config, const RunControl& control) {
+  TrainingInput share;
+  if (control.processes != nullptr) {
+    share.input_context =
+        input_context(config.device, control.processes->size(), control.processes->rank(), config.global_batch());
+  }
+  return share;
+}
+
+// A run saved in mid-epoch before keel decoded per host has a file pipeline whose decode map was
+// unkeyed: rebuilt that way (every process decoding every example) so that its iterator state restores.
+void match_saved_pipeline(const RunConfig& config, const FitOptions& fit, TrainingInput share, Dataset& train) {
+  const nlohmann::json& state = fit.initial_iterator_state;
+  if (!state.is_object() || !state.contains("pipeline") || !state["pipeline"].is_string()) return;
+  if (state["pipeline"].get<std::string>() == train.describe()) return;
+  share.keyed_decode = false;
+  Dataset legacy = training_dataset(config, share);
+  if (state["pipeline"].get<std::string>() == legacy.describe()) train = std::move(legacy);
+}
+
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
 int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const RunControl& control) {
   check_step_fits(config);
-  Dataset train = training_dataset(config);  // data errors before any model work
+  Dataset train = training_dataset(config, training_input(config, control));  // data errors before any model work
   set_cosine_decay_steps(config, train);
   if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
   clear_session();
@@ -320,6 +341,7 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
       return nothing_to_do(control, *model, dir, resume_from->file);
     }
     if (config.restore_best_weights) best_weights = read_best_weights(resume_from->file, *model);
+    match_saved_pipeline(config, fit, training_input(config, control), train);
   }
   if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
   build_slots_and_print_device(config, strategy, *model);
