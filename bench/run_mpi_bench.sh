@@ -7,6 +7,9 @@
 # gradients' bytes (keel prints both at the end of an mpirun run).
 #
 #   bench/run_mpi_bench.sh                     # MLP (global batch 128) and ResNet18 (global batch 32)
+#   MODELS="mlp-tfrecord resnet18-tfrecord" bench/run_mpi_bench.sh   # from TFRecords of JPEGs
+#       (ResNet18's augmented): per-host input pipelines (each process decodes its rows of every
+#       batch), and a second row with every process decoding every example (KEEL_PER_HOST_INPUT=0)
 #   MODELS=mlp SHORT=20 LONG=820 REPEATS=3 NP=2 bench/run_mpi_bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,21 +40,34 @@ calc() { awk "BEGIN { printf \"%.6f\", $1 }"; }
 printf '| model | global batch | 1 process x %d cores, ms/step | %d processes x 1 core, ms/step | ratio | MPI bytes per process and step (sent / received) | all-reduce minimum |\n' "$NP" "$NP"
 printf '|---|---|---|---|---|---|---|\n'
 for model in $MODELS; do
+  variants=("")
   case "$model" in
-    mlp) short=${SHORT:-20}; long=${LONG:-820}; batch=$((128 / NP)) ;;
-    resnet18) short=${SHORT:-4}; long=${LONG:-24}; batch=$((32 / NP)) ;;
+    mlp) short=${SHORT:-20}; long=${LONG:-820}; batch=$((128 / NP)); data="--model mlp --dataset fashion_mnist" ;;
+    resnet18) short=${SHORT:-4}; long=${LONG:-24}; batch=$((32 / NP)); data="--model resnet18 --dataset fashion_mnist" ;;
+    mlp-tfrecord)
+      short=${SHORT:-20}; long=${LONG:-220}; batch=$((128 / NP)); variants=("" "KEEL_PER_HOST_INPUT=0")
+      [ -d "$work/records" ] || "$KEEL" data export --format tfrecord --shards 4 --split train --out "$work/records" > /dev/null
+      data="--model mlp --dataset tfrecord:$work/records --shuffle-buffer 4096" ;;
+    resnet18-tfrecord)
+      short=${SHORT:-4}; long=${LONG:-24}; batch=$((32 / NP)); variants=("" "KEEL_PER_HOST_INPUT=0")
+      [ -d "$work/records" ] || "$KEEL" data export --format tfrecord --shards 4 --split train --out "$work/records" > /dev/null
+      data="--model resnet18 --input-shape 32x32x1 --dataset tfrecord:$work/records --augment flip,crop:4 --shuffle-buffer 4096" ;;
     *) echo "unknown model $model" >&2; exit 2 ;;
   esac
-  ARGS="--model $model --dataset fashion_mnist --hosts $NP --cores $NP --hbm-per-core 4GiB --batch-per-core $batch --epochs 3 --seed 1"
-  best_one=1e9; best_mpi=1e9
-  for _ in $(seq "$REPEATS"); do
-    one=$(calc "($(seconds "$long" env) - $(seconds "$short" env)) / ($long - $short) * 1000")
-    mpi=$(calc "($(seconds "$long" "${MPIRUN[@]}") - $(seconds "$short" "${MPIRUN[@]}")) / ($long - $short) * 1000")
-    best_one=$(calc "($one < $best_one) ? $one : $best_one")
-    best_mpi=$(calc "($mpi < $best_mpi) ? $mpi : $best_mpi")
+  ARGS="$data --hosts $NP --cores $NP --hbm-per-core 4GiB --batch-per-core $batch --epochs 3 --seed 1"
+  for variant in "${variants[@]}"; do
+    mpi_launcher=(env $variant "${MPIRUN[@]}")
+    [ -n "$variant" ] && mpi_launcher=(env "${MPIRUN[@]}" -x "$variant")
+    best_one=1e9; best_mpi=1e9
+    for _ in $(seq "$REPEATS"); do
+      one=$(calc "($(seconds "$long" env) - $(seconds "$short" env)) / ($long - $short) * 1000")
+      mpi=$(calc "($(seconds "$long" "${mpi_launcher[@]}") - $(seconds "$short" "${mpi_launcher[@]}")) / ($long - $short) * 1000")
+      best_one=$(calc "($one < $best_one) ? $one : $best_one")
+      best_mpi=$(calc "($mpi < $best_mpi) ? $mpi : $best_mpi")
+    done
+    traffic=$(grep -m1 "process 0:" "$work/last.out" | sed 's/^ *process 0: //')
+    minimum=$(grep -m1 "all-reduce minimum" "$work/last.out" | sed 's/.*all-reduce minimum \(.*\)):/\1/')
+    printf '| %s | %d | %.2f | %.2f | %.2f | %s | %s |\n' "$model${variant:+ ($variant)}" $((batch * NP)) "$best_one" \
+      "$best_mpi" "$(calc "$best_mpi / $best_one")" "$traffic" "$minimum"
   done
-  traffic=$(grep -m1 "process 0:" "$work/last.out" | sed 's/^ *process 0: //')
-  minimum=$(grep -m1 "all-reduce minimum" "$work/last.out" | sed 's/.*all-reduce minimum \(.*\)):/\1/')
-  printf '| %s | %d | %.2f | %.2f | %.2f | %s | %s |\n' "$model" $((batch * NP)) "$best_one" "$best_mpi" \
-    "$(calc "$best_mpi / $best_one")" "$traffic" "$minimum"
 done

@@ -1,4 +1,5 @@
 // `keel train` and `keel resume`: fit with checkpoints, preemption-safe.
+#include <cstdlib>
 #include <unistd.h>
 
 #include <atomic>
@@ -291,10 +292,12 @@ ReplicatedStrategy::Options run_strategy_options(const RunConfig& config, const 
   return options;
 }
 
-// This process's share of the training input: under mpirun, its replicas' rows of every global batch.
+// This process's share of the training input: under mpirun, its replicas' rows of every global batch
+// (KEEL_PER_HOST_INPUT=0: every row, as before keel decoded per host; for benchmarks).
 TrainingInput training_input(const RunConfig& config, const RunControl& control) {
   TrainingInput share;
-  if (control.processes != nullptr) {
+  const char* per_host = std::getenv("KEEL_PER_HOST_INPUT");
+  if (control.processes != nullptr && !(per_host != nullptr && std::string(per_host) == "0")) {
     share.input_context =
         input_context(config.device, control.processes->size(), control.processes->rank(), config.global_batch());
   }
