@@ -202,7 +202,7 @@ TEST_F(DataCli, MidEpochStateFromBeforePerHostDecodingStillResumes) {
   ASSERT_EQ(run_keel("train " + run + "--stop-after-steps 20 --checkpoint-dir " + dir_ + "/straight").exit_code, 0);
   ASSERT_EQ(run_keel("train " + run + "--stop-after-steps 12 --checkpoint-dir " + dir_ + "/old").exit_code, 0);
   const std::string checkpoint = dir_ + "/old/ckpt-12.h5";
-  nlohmann::json state = read_train_state(checkpoint);
+  nlohmann::json state = train_state_json(checkpoint);
   nlohmann::json& iterator = state["iterator_state"];
   std::string pipeline = iterator["pipeline"].get<std::string>();
   const size_t keyed = pipeline.find("-> map(keyed) -> filter");

@@ -92,7 +92,7 @@ TEST_F(MemoryReport, ResumingExtendsTheRecordAndOldCheckpointsSayUnknown) {
 
   // A checkpoint written before keel recorded it: its train state has no "memory".
   const std::string old = run + "/ckpt-15.h5";
-  nlohmann::json state = read_train_state(old);
+  nlohmann::json state = train_state_json(old);
   state.erase("memory");
   rewrite_train_state(old, state);
   const nlohmann::json e = json_of("evaluate " + old + " --json");

@@ -94,6 +94,9 @@ TEST(RunDatasets, InputContextNamesEachProcessesRows) {
 TEST(RunDatasets, FashionMnistAugmentedPerProcessHoldsTheOneProcessRows) {
   const RunConfig c = image_run("fashion_mnist", "flip,crop:4");
   for (int rank : {0, 1}) expect_share_of_one_process(c, 2, rank, 3);
+  RunConfig rgb = c;  // the gray images are augmented first, their channel repeated per batch
+  rgb.input_shape = {32, 32, 3};
+  expect_share_of_one_process(rgb, 2, 1, 2);
 }
 
 TEST(RunDatasets, FashionMnistResizedPerProcessHoldsTheOneProcessRows) {

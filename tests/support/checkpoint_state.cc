@@ -51,7 +51,7 @@ void expect_bit_identical(const std::string& a, const std::string& b, size_t min
   }
 }
 
-nlohmann::json read_train_state(const std::string& checkpoint) {
+nlohmann::json train_state_json(const std::string& checkpoint) {
   return nlohmann::json::parse(H5File::open_read(checkpoint).read_string("keel/train_state"));
 }
 

@@ -19,7 +19,7 @@ void expect_bit_identical(const std::string& a, const std::string& b, size_t min
 
 // A checkpoint's /keel/train_state JSON, and the same replaced (with its checksum, as keel writes it):
 // to make a checkpoint look as an older keel wrote it.
-nlohmann::json read_train_state(const std::string& checkpoint);
+nlohmann::json train_state_json(const std::string& checkpoint);
 void rewrite_train_state(const std::string& checkpoint, const nlohmann::json& state);
 
 }  // namespace keel::testing

@@ -98,13 +98,17 @@ Dataset augmented(const RunConfig& config, const Dataset& examples, const InputC
   const Shape input_shape = model_input(config);
   const uint64_t seed = combine_keys(config.seed, 0x6175676d656e74ull);  // "augment": a stream of its own
   const preprocessing::Augmentation augmentation = preprocessing::Augmentation::parse(config.augment, input_shape, seed);
-  const Tensor placeholder = [&] {
-    HostScope host;
-    return Tensor::zeros(input_shape);
-  }();
+  // Zeros shaped as the augmented example: file sources decode to the input's channels; Fashion-MNIST
+  // stays gray here (adapted() repeats the channel per batch).
+  HostScope host;
+  const Tensor placeholder = Tensor::zeros(input_shape);
+  const Tensor gray_placeholder = Tensor::zeros({input_shape[0], input_shape[1], 1});
   return examples.map_with_key(
-      [augmentation, input_shape, input, placeholder](const Element& e, const ElementKey& key) {
-        if (!input.feeds(key.index)) return Element{placeholder, e[1]};
+      [augmentation, input_shape, input, placeholder, gray_placeholder](const Element& e, const ElementKey& key) {
+        if (!input.feeds(key.index)) {
+          const bool gray = e[0].rank() == 2 || e[0].dim(2) == 1;
+          return Element{gray ? gray_placeholder : placeholder, e[1]};
+        }
         Element example = e;
         Tensor& x = example[0];
         if (x.rank() == 2) x = x.reshape({x.dim(0), x.dim(1), 1});  // Fashion-MNIST: (28, 28) gray
