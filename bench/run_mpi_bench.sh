@@ -10,7 +10,7 @@
 #   MODELS="mlp-tfrecord resnet18-tfrecord" bench/run_mpi_bench.sh   # from TFRecords of JPEGs
 #       (ResNet18's augmented): per-host input pipelines (each process decodes its rows of every
 #       batch), and a second row with every process decoding every example (KEEL_PER_HOST_INPUT=0)
-#   MODELS=mlp SHORT=20 LONG=820 REPEATS=3 NP=2 bench/run_mpi_bench.sh
+#   MODELS=mlp SHORT=20 LONG=820 REPEATS=3 NP=2 EXTRA_ARGS="--shard gradients" bench/run_mpi_bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEEL="${KEEL:-build/keel}"
@@ -54,7 +54,7 @@ for model in $MODELS; do
       data="--model resnet18 --input-shape 32x32x1 --dataset tfrecord:$work/records --augment flip,crop:4 --shuffle-buffer 4096" ;;
     *) echo "unknown model $model" >&2; exit 2 ;;
   esac
-  ARGS="$data --hosts $NP --cores $NP --hbm-per-core 4GiB --batch-per-core $batch --epochs 3 --seed 1"
+  ARGS="$data --hosts $NP --cores $NP --hbm-per-core 4GiB --batch-per-core $batch --epochs 3 --seed 1 ${EXTRA_ARGS:-}"
   for variant in "${variants[@]}"; do
     mpi_launcher=(env $variant "${MPIRUN[@]}")
     [ -n "$variant" ] && mpi_launcher=(env "${MPIRUN[@]}" -x "$variant")

@@ -11,19 +11,44 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
   return ops::reduce_mean(per_example(y_true, y_pred));
 }
 
+CategoricalCrossentropy::CategoricalCrossentropy(bool from_logits, float label_smoothing)
+    : from_logits_(from_logits), label_smoothing_(label_smoothing) {
+  if (!(label_smoothing >= 0.0f && label_smoothing <= 1.0f)) {
+    throw std::invalid_argument("label_smoothing must be in [0, 1], got " + std::to_string(label_smoothing));
+  }
+}
+
+namespace {
+
+// Keras's categorical_crossentropy: y_true * (1 - s) + s / classes, in float32 (rows still sum to 1,
+// which the cross-entropy's gradient assumes). A new tensor of the labels' shape: no gradient.
+Tensor smoothed_labels(const Tensor& y_true, float s) {
+  Tensor y = Tensor::empty(y_true.shape());
+  if (y.is_abstract() || y_true.is_abstract() || y_true.size() == 0) return y;
+  const float keep = 1.0f - s;
+  const float spread = s / static_cast<float>(y_true.shape().back());
+  const float* in = y_true.data();
+  float* out = y.data();
+  for (int64_t i = 0; i < y_true.size(); ++i) out[i] = in[i] * keep + spread;
+  return y;
+}
+
+}  // namespace
+
 // When y_pred is a softmax output whose logits are known, Keras computes the loss from the logits:
 // the same value, without the log of a clipped probability.
 Tensor CategoricalCrossentropy::per_example(const Tensor& y_true, const Tensor& y_pred) const {
-  if (from_logits_) return ops::softmax_cross_entropy_with_logits(y_true, y_pred);
+  const Tensor y = label_smoothing_ > 0.0f ? smoothed_labels(y_true, label_smoothing_) : y_true;
+  if (from_logits_) return ops::softmax_cross_entropy_with_logits(y, y_pred);
   if (Tensor logits = y_pred.keras_logits(); logits.defined()) {
-    return ops::softmax_cross_entropy_with_logits(y_true, logits);
+    return ops::softmax_cross_entropy_with_logits(y, logits);
   }
-  return ops::categorical_crossentropy(y_true, y_pred);
+  return ops::categorical_crossentropy(y, y_pred);
 }
 
 nlohmann::json CategoricalCrossentropy::get_config() const {
-  return {{"reduction", "auto"}, {"name", name()}, {"from_logits", from_logits_}, {"label_smoothing", 0.0},
-          {"axis", -1}};
+  return {{"reduction", "auto"}, {"name", name()}, {"from_logits", from_logits_},
+          {"label_smoothing", label_smoothing_}, {"axis", -1}};
 }
 
 Tensor SparseCategoricalCrossentropy::per_example(const Tensor& y_true, const Tensor& y_pred) const {
@@ -38,9 +63,15 @@ nlohmann::json SparseCategoricalCrossentropy::get_config() const {
   return {{"reduction", "auto"}, {"name", name()}, {"from_logits", from_logits_}, {"ignore_class", nullptr}};
 }
 
-std::shared_ptr<Loss> make_loss(const std::string& name, bool from_logits) {
-  if (name == "categorical_crossentropy") return std::make_shared<CategoricalCrossentropy>(from_logits);
-  if (name == "sparse_categorical_crossentropy") return std::make_shared<SparseCategoricalCrossentropy>(from_logits);
+std::shared_ptr<Loss> make_loss(const std::string& name, bool from_logits, float label_smoothing) {
+  if (name == "categorical_crossentropy") return std::make_shared<CategoricalCrossentropy>(from_logits, label_smoothing);
+  if (name == "sparse_categorical_crossentropy") {
+    if (label_smoothing != 0.0f) {
+      throw std::invalid_argument("label smoothing needs one-hot labels: use categorical_crossentropy (Keras's "
+                                  "sparse_categorical_crossentropy has no label_smoothing)");
+    }
+    return std::make_shared<SparseCategoricalCrossentropy>(from_logits);
+  }
   throw std::invalid_argument("unknown loss '" + quote_untrusted(name) +
                               "' (known: categorical_crossentropy, sparse_categorical_crossentropy)");
 }

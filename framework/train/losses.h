@@ -22,16 +22,20 @@ class Loss {
   virtual bool sparse_labels() const = 0;
 };
 
+// label_smoothing (Keras's, in [0, 1]): the one-hot labels become y (1 - label_smoothing) +
+// label_smoothing / classes before the cross-entropy (std::invalid_argument outside [0, 1]).
 class CategoricalCrossentropy : public Loss {
  public:
-  explicit CategoricalCrossentropy(bool from_logits = false) : from_logits_(from_logits) {}
+  explicit CategoricalCrossentropy(bool from_logits = false, float label_smoothing = 0.0f);
   std::string name() const override { return "categorical_crossentropy"; }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
   nlohmann::json get_config() const override;
   bool sparse_labels() const override { return false; }
+  float label_smoothing() const { return label_smoothing_; }
 
  private:
   bool from_logits_;
+  float label_smoothing_;
 };
 
 class SparseCategoricalCrossentropy : public Loss {
@@ -46,8 +50,9 @@ class SparseCategoricalCrossentropy : public Loss {
   bool from_logits_;
 };
 
-// "categorical_crossentropy" | "sparse_categorical_crossentropy"; std::invalid_argument otherwise.
-std::shared_ptr<Loss> make_loss(const std::string& name, bool from_logits = false);
+// "categorical_crossentropy" | "sparse_categorical_crossentropy"; std::invalid_argument otherwise,
+// and for label smoothing with the sparse loss (Keras's has none: its labels are class ids).
+std::shared_ptr<Loss> make_loss(const std::string& name, bool from_logits = false, float label_smoothing = 0.0f);
 
 // Number of rows whose argmax prediction equals the label (class id, or argmax of one-hot labels):
 // Keras's (sparse_)categorical_accuracy, summed rather than averaged so replicas can be combined.

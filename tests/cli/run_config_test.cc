@@ -42,6 +42,7 @@ TEST(RunConfigTest, AStoredConfigRoundTrips) {
   c.optimizer = "sgd";
   c.momentum = 0.9f;
   c.weight_decay = 5e-4f;
+  c.label_smoothing = 0.1f;
   c.lr_schedule = "cosine";
   c.decay_steps = 1000;
   c.seed = std::numeric_limits<uint64_t>::max();
@@ -93,6 +94,9 @@ TEST(RunConfigTest, StoredValuesPastTheLimitsAreRefusedNamingTheLimit) {
       {"weight decay -0.1", {{"weight_decay", -0.1}}, "--weight-decay must be finite and non-negative"},
       {"weight decay 1e39", {{"weight_decay", 1e39}}, "finite float"},
       {"weight decay as a string", {{"weight_decay", "0.1"}}, "weight_decay"},
+      {"label smoothing 1.5", {{"label_smoothing", 1.5}}, "--label-smoothing must be in [0, 1]"},
+      {"label smoothing of a sparse loss", {{"label_smoothing", 0.1}, {"loss", "sparse_categorical_crossentropy"}},
+       "--label-smoothing needs one-hot labels"},
   };
   for (const Case& c : cases) {
     json stored = stored_default();
@@ -188,6 +192,8 @@ TEST(RunConfigTest, AStoredRunWithoutWeightDecayHasNone) {
   json stored = stored_default();
   stored.erase("weight_decay");
   EXPECT_EQ(RunConfig::from_json(stored).weight_decay, 0.0f);
+  stored.erase("label_smoothing");  // and before --label-smoothing: none
+  EXPECT_EQ(RunConfig::from_json(stored).label_smoothing, 0.0f);
 }
 
 // Pod slices: the stored device keeps its hosts; a run saved before hosts existed is one host; stored

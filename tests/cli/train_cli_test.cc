@@ -94,6 +94,23 @@ TEST_F(TrainCli, WeightDecayIsStoredAndResumesExactly) {
   EXPECT_NE(read_checkpoint_values(dir_ + "/none/ckpt-468.h5"), read_checkpoint_values(dir_ + "/straight/ckpt-468.h5"));
 }
 
+TEST_F(TrainCli, LabelSmoothingIsStoredAndResumesExactly) {
+  const std::string ls = "--stop-after-steps 60 --label-smoothing 0.1 ";
+  ASSERT_EQ(run_keel("train " + kRun + ls + "--checkpoint-dir " + dir_ + "/straight").exit_code, 0);
+  ASSERT_EQ(run_keel("train " + kRun + "--stop-after-steps 25 --label-smoothing 0.1 --checkpoint-dir " + dir_ + "/split").exit_code, 0);
+  CommandResult r = run_keel("resume " + dir_ + "/split --stop-after-steps 35 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_bit_identical(dir_ + "/straight/ckpt-60.h5", dir_ + "/split/ckpt-60.h5");
+  ASSERT_EQ(run_keel("train " + kRun + "--stop-after-steps 60 --checkpoint-dir " + dir_ + "/none").exit_code, 0);
+  EXPECT_NE(read_checkpoint_values(dir_ + "/none/ckpt-60.h5"), read_checkpoint_values(dir_ + "/straight/ckpt-60.h5"));
+  r = run_keel("train " + kRun + "--label-smoothing 0.1 --loss sparse_categorical_crossentropy --checkpoint-dir " + dir_ + "/bad");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--label-smoothing needs one-hot labels"));
+  r = run_keel("train " + kRun + "--label-smoothing 2 --checkpoint-dir " + dir_ + "/bad");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--label-smoothing must be in [0, 1]"));
+}
+
 TEST_F(TrainCli, SigtermSavesACheckpointAndExitsCleanly) {
   const std::string run = dir_ + "/sig";
   const std::string log = dir_ + "/log";

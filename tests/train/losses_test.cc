@@ -1,6 +1,7 @@
 #include "framework/train/losses.h"
 
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -61,6 +62,48 @@ TEST(CategoricalCrossentropyLossTest, FromLogits) {
   Tensor z = host({1, 2}, {0, std::log(3.0f)});
   EXPECT_NEAR(loss(host({1, 2}, {0, 1}), z).item(), std::log(4.0 / 3.0), 1e-6);
   EXPECT_EQ(loss.get_config()["from_logits"], true);
+}
+
+// Keras's label_smoothing: y (1 - s) + s / classes, then the cross-entropy. Checked against
+// PyTorch's definition of the same loss (F.cross_entropy(label_smoothing=s): (1 - s) times the
+// cross-entropy of the true class plus s times the mean over classes of -log p), in double.
+TEST(CategoricalCrossentropyLossTest, LabelSmoothingAsKerasAndPyTorchDefineIt) {
+  const double s = 0.3;
+  const std::vector<double> z = {1.0, 2.0, 3.5};
+  double norm = 0;
+  for (double v : z) norm += std::exp(v);
+  std::vector<double> neg_log_p;
+  for (double v : z) neg_log_p.push_back(std::log(norm) - v);
+  const double expected = (1 - s) * neg_log_p[1] + s * (neg_log_p[0] + neg_log_p[1] + neg_log_p[2]) / 3;
+  const Tensor y = host({1, 3}, {0, 1, 0});
+  const Tensor logits = host({1, 3}, {1.0f, 2.0f, 3.5f});
+  const CategoricalCrossentropy smoothing(/*from_logits=*/false, 0.3f);
+  EXPECT_NEAR(smoothing(y, layers::apply_activation("softmax", logits)).item(), expected, 1e-5);
+  EXPECT_NEAR(CategoricalCrossentropy(/*from_logits=*/true, 0.3f)(y, logits).item(), expected, 1e-5);
+  const Tensor probs = host({1, 3}, layers::apply_activation("softmax", logits).to_vector());  // no logits: clipped form
+  EXPECT_NEAR(smoothing(y, probs).item(), expected, 1e-5);
+  // The same bits as the plain loss on labels smoothed beforehand, in float32 as Keras smooths them.
+  const float keep = 1.0f - 0.3f, spread = 0.3f / 3.0f;
+  const Tensor smoothed = host({1, 3}, {0 * keep + spread, 1 * keep + spread, 0 * keep + spread});
+  EXPECT_EQ(smoothing(y, probs).item(), CategoricalCrossentropy()(smoothed, probs).item());
+  EXPECT_FLOAT_EQ(smoothing.get_config()["label_smoothing"].get<float>(), 0.3f);
+  EXPECT_EQ(CategoricalCrossentropy().get_config()["label_smoothing"], 0.0);
+  EXPECT_THROW(CategoricalCrossentropy(false, 1.5f), std::invalid_argument);
+  EXPECT_THROW(CategoricalCrossentropy(false, std::nanf("")), std::invalid_argument);
+  EXPECT_THROW(make_loss("sparse_categorical_crossentropy", false, 0.1f), std::invalid_argument);
+  EXPECT_FLOAT_EQ(std::static_pointer_cast<CategoricalCrossentropy>(make_loss("categorical_crossentropy", false, 0.1f))
+                      ->label_smoothing(),
+                  0.1f);
+}
+
+TEST(CategoricalCrossentropyLossTest, LabelSmoothingGradientFlowsToTheLogits) {
+  auto opts = tolerances("CategoricalCrossentropy(softmax, label_smoothing=0.2)", 1e-3, 1e-5, 1e-2);
+  opts.check_inputs = {1};
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        return CategoricalCrossentropy(false, 0.2f)(in[0], layers::apply_activation("softmax", in[1]));
+      },
+      {host({3, 3}, {1, 0, 0, 0, 0, 1, 0, 1, 0}), random_host({3, 3}, -2, 2, 202)}, opts);
 }
 
 TEST(SparseCategoricalCrossentropyLossTest, ValuesAndFusedPath) {

@@ -39,6 +39,7 @@ nlohmann::json RunConfig::to_json() const {
           {"nesterov", nesterov},
           {"weight_decay", weight_decay},
           {"loss", loss},
+          {"label_smoothing", label_smoothing},
           {"seed", seed},
           {"shuffle_buffer", shuffle_buffer},
           {"input_shape", input_shape},
@@ -210,6 +211,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& j) {
   c.momentum = float_field(j, "momentum");
   c.nesterov = bool_field(j, "nesterov");
   if (j.contains("weight_decay")) c.weight_decay = float_field(j, "weight_decay");  // runs from before it: none
+  if (j.contains("label_smoothing")) c.label_smoothing = float_field(j, "label_smoothing");  // idem
   c.loss = string_field(j, "loss", kMaxNameBytes);
   const json& seed = field(j, "seed");
   if (!seed.is_number_unsigned() && !(seed.is_number_integer() && seed.get<int64_t>() >= 0)) {
@@ -275,6 +277,13 @@ void RunConfig::validate() const {
   }
   make_optimizer(optimizer, learning_rate, momentum, nesterov, weight_decay);
   if (metrics.empty() || metrics.front() != "accuracy") throw std::invalid_argument("the metrics must start with accuracy");
+  if (!(label_smoothing >= 0.0f && label_smoothing <= 1.0f)) {
+    throw std::invalid_argument("--label-smoothing must be in [0, 1], got " + std::to_string(label_smoothing));
+  }
+  if (label_smoothing != 0.0f && make_loss(loss)->sparse_labels()) {
+    throw std::invalid_argument("--label-smoothing needs one-hot labels: use --loss categorical_crossentropy (Keras's "
+                                "sparse_categorical_crossentropy has no label_smoothing)");
+  }
   check_metrics(metrics, make_loss(loss)->sparse_labels());
   if (lr_schedule != "constant" && lr_schedule != "cosine") {
     throw std::invalid_argument("--lr-schedule must be constant or cosine, got '" + quote_untrusted(lr_schedule) + "'");
@@ -316,7 +325,8 @@ void add_model_options(po::options_description& d) {
       ("momentum", po::value<float>(), "SGD momentum (default 0)")
       ("nesterov", po::bool_switch(), "SGD with Nesterov momentum")
       ("weight-decay", po::value<float>(), "Keras's weight_decay (decoupled, as AdamW): each step w -= w * F * lr before the update (default 0: none)")
-      ("loss", po::value<std::string>(), "categorical_crossentropy | sparse_categorical_crossentropy");
+      ("loss", po::value<std::string>(), "categorical_crossentropy | sparse_categorical_crossentropy")
+      ("label-smoothing", po::value<float>(), "Keras's label_smoothing of categorical_crossentropy: one-hot labels become y (1 - F) + F / classes (default 0)");
 }
 
 namespace {
@@ -389,6 +399,7 @@ void apply_model_options(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("nesterov") && vm["nesterov"].as<bool>()) c.nesterov = true;
   if (vm.count("weight-decay")) c.weight_decay = vm["weight-decay"].as<float>();
   if (vm.count("loss")) c.loss = vm["loss"].as<std::string>();
+  if (vm.count("label-smoothing")) c.label_smoothing = vm["label-smoothing"].as<float>();
 }
 
 void apply_device_options(const po::variables_map& vm, RunConfig& c) {
@@ -495,7 +506,7 @@ std::unique_ptr<Model> build_model_under_global_policy(const RunConfig& config) 
   if (config.lr_schedule == "cosine" && config.decay_steps > 0) {
     optimizer->set_schedule(std::make_shared<CosineDecay>(optimizer->learning_rate(), config.decay_steps));
   }
-  model->compile(optimizer, make_loss(config.loss), config.metrics);
+  model->compile(optimizer, make_loss(config.loss, /*from_logits=*/false, config.label_smoothing), config.metrics);
   return model;
 }
 

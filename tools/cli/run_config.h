@@ -60,6 +60,7 @@ struct RunConfig {
   bool nesterov = false;
   float weight_decay = 0.0f;  // --weight-decay: Keras 3's optimizer weight_decay; 0 none
   std::string loss = "categorical_crossentropy";
+  float label_smoothing = 0.0f;  // --label-smoothing: Keras's, categorical_crossentropy only; stored runs without it: 0
   uint64_t seed = 1;
   int64_t shuffle_buffer = 60000;
   Shape input_shape;  // empty: the model's default
