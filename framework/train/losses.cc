@@ -23,8 +23,14 @@ namespace {
 // Keras's categorical_crossentropy: y_true * (1 - s) + s / classes, in float32 (rows still sum to 1,
 // which the cross-entropy's gradient assumes). A new tensor of the labels' shape: no gradient.
 Tensor smoothed_labels(const Tensor& y_true, float s) {
+  if (y_true.rank() < 1) {
+    throw std::invalid_argument("categorical_crossentropy: labels must be one-hot rows (batch, classes), got " +
+                                shape_string(y_true.shape()));
+  }
   Tensor y = Tensor::empty(y_true.shape());
-  if (y.is_abstract() || y_true.is_abstract() || y_true.size() == 0) return y;
+  if (y.is_abstract()) return y;
+  if (y_true.is_abstract()) throw std::logic_error("categorical_crossentropy: abstract labels outside an abstract context");
+  if (y_true.size() == 0) return y;
   const float keep = 1.0f - s;
   const float spread = s / static_cast<float>(y_true.shape().back());
   const float* in = y_true.data();

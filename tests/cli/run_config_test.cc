@@ -95,6 +95,7 @@ TEST(RunConfigTest, StoredValuesPastTheLimitsAreRefusedNamingTheLimit) {
       {"weight decay 1e39", {{"weight_decay", 1e39}}, "finite float"},
       {"weight decay as a string", {{"weight_decay", "0.1"}}, "weight_decay"},
       {"label smoothing 1.5", {{"label_smoothing", 1.5}}, "--label-smoothing must be in [0, 1]"},
+      {"label smoothing -0.1", {{"label_smoothing", -0.1}}, "--label-smoothing must be in [0, 1]"},
       {"label smoothing of a sparse loss", {{"label_smoothing", 0.1}, {"loss", "sparse_categorical_crossentropy"}},
        "--label-smoothing needs one-hot labels"},
   };

@@ -109,6 +109,10 @@ TEST_F(TrainCli, LabelSmoothingIsStoredAndResumesExactly) {
   r = run_keel("train " + kRun + "--label-smoothing 2 --checkpoint-dir " + dir_ + "/bad");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--label-smoothing must be in [0, 1]"));
+  // A run evaluates with the loss it trained with; the flag goes with --weights.
+  r = run_keel("evaluate " + dir_ + "/straight --label-smoothing 0.2");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--label-smoothing goes with --weights"));
 }
 
 TEST_F(TrainCli, SigtermSavesACheckpointAndExitsCleanly) {

@@ -309,7 +309,8 @@ int evaluate_command(const std::vector<std::string>& args) {
   if (vm["json"].as<bool>() && vm["csv"].as<bool>()) throw UsageError("give --json or --csv, not both");
   if (vm.count("weights")) return evaluate_weights(vm, split);
   if (!vm.count("target")) throw UsageError("keel evaluate needs a run directory or checkpoint, e.g. `keel evaluate checkpoints/mlp`");
-  for (const char* flag : {"model", "input-shape", "classes", "device", "cores", "hosts", "hbm-per-core", "batch-per-core"}) {
+  for (const char* flag : {"model", "input-shape", "classes", "device", "cores", "hosts", "hbm-per-core", "batch-per-core",
+                           "loss", "label-smoothing"}) {
     if (vm.count(flag)) throw UsageError(std::string("--") + flag + " goes with --weights; a run evaluates with its own");
   }
   const std::vector<std::string> targets = vm["target"].as<std::vector<std::string>>();
