@@ -109,6 +109,10 @@ TEST_F(TrainCli, LabelSmoothingIsStoredAndResumesExactly) {
   r = run_keel("train " + kRun + "--label-smoothing 2 --checkpoint-dir " + dir_ + "/bad");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--label-smoothing must be in [0, 1]"));
+  // The smoothed labels are planned as they were charged.
+  const CommandResult memory = run_keel("memory " + dir_ + "/straight --json");
+  ASSERT_EQ(memory.exit_code, 0) << memory.err;
+  EXPECT_EQ(nlohmann::json::parse(memory.out)["plan_equals_measured"], true);
   // A run evaluates with the loss it trained with; the flag goes with --weights.
   r = run_keel("evaluate " + dir_ + "/straight --label-smoothing 0.2");
   EXPECT_EQ(r.exit_code, 2);
