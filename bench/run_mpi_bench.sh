@@ -36,6 +36,10 @@ seconds() {  # seconds <steps> <launcher...> : wall time of one run of <steps> s
   awk -v a="$start" -v b="$end" 'BEGIN { printf "%.6f", b - a }'
 }
 calc() { awk "BEGIN { printf \"%.6f\", $1 }"; }
+records() {  # Fashion-MNIST's training split as JPEG TFRecords, exported once
+  [ -d "$work/records" ] || "$KEEL" data export --format tfrecord --shards 4 --split train --out "$work/records" > /dev/null
+  echo "$work/records"
+}
 
 printf '| model | global batch | 1 process x %d cores, ms/step | %d processes x 1 core, ms/step | ratio | MPI bytes per process and step (sent / received) | all-reduce minimum |\n' "$NP" "$NP"
 printf '|---|---|---|---|---|---|---|\n'
@@ -46,18 +50,16 @@ for model in $MODELS; do
     resnet18) short=${SHORT:-4}; long=${LONG:-24}; batch=$((32 / NP)); data="--model resnet18 --dataset fashion_mnist" ;;
     mlp-tfrecord)
       short=${SHORT:-20}; long=${LONG:-220}; batch=$((128 / NP)); variants=("" "KEEL_PER_HOST_INPUT=0")
-      [ -d "$work/records" ] || "$KEEL" data export --format tfrecord --shards 4 --split train --out "$work/records" > /dev/null
-      data="--model mlp --dataset tfrecord:$work/records --shuffle-buffer 4096" ;;
+      data="--model mlp --dataset tfrecord:$(records) --shuffle-buffer 4096" ;;
     resnet18-tfrecord)
       short=${SHORT:-4}; long=${LONG:-24}; batch=$((32 / NP)); variants=("" "KEEL_PER_HOST_INPUT=0")
-      [ -d "$work/records" ] || "$KEEL" data export --format tfrecord --shards 4 --split train --out "$work/records" > /dev/null
-      data="--model resnet18 --input-shape 32x32x1 --dataset tfrecord:$work/records --augment flip,crop:4 --shuffle-buffer 4096" ;;
+      data="--model resnet18 --input-shape 32x32x1 --dataset tfrecord:$(records) --augment flip,crop:4 --shuffle-buffer 4096" ;;
     *) echo "unknown model $model" >&2; exit 2 ;;
   esac
   ARGS="$data --hosts $NP --cores $NP --hbm-per-core 4GiB --batch-per-core $batch --epochs 3 --seed 1 ${EXTRA_ARGS:-}"
   for variant in "${variants[@]}"; do
-    mpi_launcher=(env $variant "${MPIRUN[@]}")
-    [ -n "$variant" ] && mpi_launcher=(env "${MPIRUN[@]}" -x "$variant")
+    mpi_launcher=("${MPIRUN[@]}")
+    [ -n "$variant" ] && mpi_launcher+=(-x "$variant")  # set in every rank's environment
     best_one=1e9; best_mpi=1e9
     for _ in $(seq "$REPEATS"); do
       one=$(calc "($(seconds "$long" env) - $(seconds "$short" env)) / ($long - $short) * 1000")

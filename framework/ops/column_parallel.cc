@@ -91,7 +91,8 @@ class GatheredKernel {
 };
 
 // The kernel's (and a split bias's) gradient stacks for this core's columns, from dy (rows_j x N) and
-// x as the layer computed with it; `kernel` gives the shape. rows_before: each replica's first row among all replicas' rows (the forward pass's).
+// x as the layer computed with it; `kernel` gives the shape. rows_before: each replica's first row
+// among all replicas' rows (the forward pass's).
 std::vector<Tensor> column_gradients(const ReplicaContext& ctx, const Tensor& x, const Tensor& kernel, const Tensor& dy,
                                      const std::vector<int64_t>& rows_before, bool kernel_needed, bool bias_needed) {
   const int n = ctx.num_replicas();

@@ -280,11 +280,12 @@ void RunConfig::validate() const {
   if (!(label_smoothing >= 0.0f && label_smoothing <= 1.0f)) {
     throw std::invalid_argument("--label-smoothing must be in [0, 1], got " + std::to_string(label_smoothing));
   }
-  if (label_smoothing != 0.0f && make_loss(loss)->sparse_labels()) {
+  const bool sparse_labels = make_loss(loss)->sparse_labels();
+  if (label_smoothing != 0.0f && sparse_labels) {
     throw std::invalid_argument("--label-smoothing needs one-hot labels: use --loss categorical_crossentropy (Keras's "
                                 "sparse_categorical_crossentropy has no label_smoothing)");
   }
-  check_metrics(metrics, make_loss(loss)->sparse_labels());
+  check_metrics(metrics, sparse_labels);
   if (lr_schedule != "constant" && lr_schedule != "cosine") {
     throw std::invalid_argument("--lr-schedule must be constant or cosine, got '" + quote_untrusted(lr_schedule) + "'");
   }

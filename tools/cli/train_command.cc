@@ -318,7 +318,8 @@ void match_saved_pipeline(const RunConfig& config, const FitOptions& fit, Traini
 // Builds everything, restores `resume_from` if given, trains to config.epochs. Returns the exit status.
 int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const RunControl& control) {
   check_step_fits(config);
-  Dataset train = training_dataset(config, training_input(config, control));  // data errors before any model work
+  const TrainingInput input = training_input(config, control);
+  Dataset train = training_dataset(config, input);  // data errors before any model work
   set_cosine_decay_steps(config, train);
   if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
   clear_session();
@@ -344,7 +345,7 @@ int run(RunConfig config, RunDirectory& dir, const StoredRun* resume_from, const
       return nothing_to_do(control, *model, dir, resume_from->file);
     }
     if (config.restore_best_weights) best_weights = read_best_weights(resume_from->file, *model);
-    match_saved_pipeline(config, fit, training_input(config, control), train);
+    match_saved_pipeline(config, fit, input, train);
   }
   if (g_signal != 0) return interrupted_before_training(dir, resume_from != nullptr);
   build_slots_and_print_device(config, strategy, *model);
