@@ -6,7 +6,7 @@
 #   STOP_AFTER_STEPS=3 bench/run_resnet18_augment.sh    # a smoke test of the script: 3 steps, then evaluate
 # Settings (environment): EPOCHS=16, INPUT_SHAPE=56x56x1 (28x28 images resized x2), AUGMENT=flip,crop:4,
 # LR=0.001 (Adam; cosine decay to 0 over the run), WEIGHT_DECAY=0 (--weight-decay), LABEL_SMOOTHING=0
-# (--label-smoothing), DEVICE=v3-8,
+# (--label-smoothing), PRECISION=float32 (--precision: float32 or mixed_bfloat16), DEVICE=v3-8,
 # BATCH_PER_CORE=32 (global batch 256), SEED=1, RUN_DIR=checkpoints/resnet18-augment
 # (replaced if it holds a run: --overwrite moves the old one aside), BUILD_DIR=build (a Release build).
 set -euo pipefail
@@ -17,6 +17,7 @@ AUGMENT="${AUGMENT:-flip,crop:4}"
 LR="${LR:-0.001}"
 WEIGHT_DECAY="${WEIGHT_DECAY:-0}"
 LABEL_SMOOTHING="${LABEL_SMOOTHING:-0}"
+PRECISION="${PRECISION:-float32}"
 DEVICE="${DEVICE:-v3-8}"
 # DEVICE_ARGS replaces --device DEVICE, e.g. "--cores 2 --hbm-per-core 16GiB" (a custom device).
 read -r -a DEVICE_ARGS <<<"${DEVICE_ARGS:---device $DEVICE}"
@@ -36,7 +37,7 @@ KEEL="$BUILD/keel"
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 TRAIN=("$KEEL" train --model resnet18 --input-shape "$INPUT_SHAPE" --dataset fashion_mnist "${DEVICE_ARGS[@]}"
-       --batch-per-core "$BATCH_PER_CORE" --epochs "$EPOCHS" --lr "$LR" --weight-decay "$WEIGHT_DECAY" --label-smoothing "$LABEL_SMOOTHING" --lr-schedule cosine --augment "$AUGMENT"
+       --batch-per-core "$BATCH_PER_CORE" --epochs "$EPOCHS" --lr "$LR" --weight-decay "$WEIGHT_DECAY" --label-smoothing "$LABEL_SMOOTHING" --precision "$PRECISION" --lr-schedule cosine --augment "$AUGMENT"
        --seed "$SEED" --checkpoint-dir "$RUN" --overwrite "${STOP[@]}")
 echo "${TRAIN[*]}"
 start="$(date +%s.%N)"

@@ -318,9 +318,11 @@ bool backward_needs_cols(const ConvGeometry& g, bool bf16, bool dx, bool dk) {
 
 // The gradients of conv2d given dy: dx (N, H, W, Cin) and dkernel, where `real_*` (planning charges
 // the same buffers and skips the arithmetic). x is the kept input, float32 or bfloat16; kernel the
-// float32 values forward computed with.
+// float32 values forward computed with. Under bfloat16 (`bfloat16`: the op computed in it) the
+// products read dy rounded to bfloat16 as well: oneDNN's bfloat16 kernels round it themselves, the
+// others read its rounded values (a float32 workspace).
 void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel, const Tensor& dy, Tensor* dx, Tensor* dk,
-                   bool onednn) {
+                   bool onednn, bool bfloat16) {
   const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
   if (rows == 0 || cout == 0 || patch == 0) {  // nothing flows: zero gradients
     if (dx != nullptr) dx->fill(0.0f);
@@ -328,23 +330,32 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
     return;
   }
   const bool bf16 = x.dtype() == DType::bfloat16;
+  const bool native = onednn && bfloat16 && bf16;  // oneDNN's bfloat16 kernels
+  Tensor dyv = bfloat16 && !native ? detail::compute_values(dy, DType::bfloat16) : dy;
   if (onednn) {  // dkernel, and dx where oneDNN computes it; else dx below
     const bool onednn_dx = dx != nullptr && detail::onednn_runs_dx(g);
-    const void* xd = bf16 ? static_cast<const void*>(x.bfloat16_data()) : static_cast<const void*>(x.data());
-    detail::onednn_conv_backward(g, xd, bf16, kernel.data(), dy.data(), onednn_dx ? dx->data() : nullptr,
-                                 dk != nullptr ? dk->data() : nullptr, onednn_dx, dk != nullptr, /*real=*/true);
+    float* dxd = onednn_dx ? dx->data() : nullptr;
+    float* dkd = dk != nullptr ? dk->data() : nullptr;
+    if (native) {
+      detail::onednn_conv_backward_bfloat16(g, x.bfloat16_data(), kernel.data(), dy.data(), dxd, dkd, onednn_dx, dk != nullptr,
+                                            /*real=*/true);
+    } else {
+      const void* xd = bf16 ? static_cast<const void*>(x.bfloat16_data()) : static_cast<const void*>(x.data());
+      detail::onednn_conv_backward(g, xd, bf16, kernel.data(), dyv.data(), dxd, dkd, onednn_dx, dk != nullptr, /*real=*/true);
+    }
     if (onednn_dx) dx = nullptr;
     dk = nullptr;
     if (dx == nullptr) return;
+    if (native) dyv = detail::compute_values(dy, DType::bfloat16);
   }
   if (g.pointwise() && dx != nullptr) {  // dx = dy · kernelᵀ
-    detail::gemm(MatrixMap(dx->data(), rows, patch), ConstMatrixMap(dy.data(), rows, cout),
+    detail::gemm(MatrixMap(dx->data(), rows, patch), ConstMatrixMap(dyv.data(), rows, cout),
                  ConstMatrixMap(kernel.data(), patch, cout).transpose());
     dx = nullptr;
   }
   if (g.pointwise() && !bf16 && dk != nullptr) {  // dkernel = xᵀ · dy with x viewed as (N*H*W, Cin)
     detail::gemm(MatrixMap(dk->data(), patch, cout), ConstMatrixMap(x.data(), rows, patch).transpose(),
-                 ConstMatrixMap(dy.data(), rows, cout));
+                 ConstMatrixMap(dyv.data(), rows, cout));
     dk = nullptr;
   }
   if (!backward_needs_cols(g, bf16, dx != nullptr, dk != nullptr)) return;
@@ -354,18 +365,27 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
   float* dxd = dx != nullptr ? dx->data() : nullptr;
   float* dkd = dk != nullptr ? dk->data() : nullptr;
   if (bf16) {
-    backward_chunks(g, x.bfloat16_data(), kernel.data(), dy.data(), cols.data(), dxd, dkd);
+    backward_chunks(g, x.bfloat16_data(), kernel.data(), dyv.data(), cols.data(), dxd, dkd);
   } else {
-    backward_chunks(g, x.data(), kernel.data(), dy.data(), cols.data(), dxd, dkd);
+    backward_chunks(g, x.data(), kernel.data(), dyv.data(), cols.data(), dxd, dkd);
   }
 }
 
-// Planning: charges what conv_backward would, in its order (oneDNN's buffers, then im2col's).
-void plan_backward(const ConvGeometry& g, bool bf16, bool onednn, bool dx, bool dk) {
+// Planning: charges what conv_backward would, in its order (dy's rounded values, oneDNN's buffers,
+// then im2col's).
+void plan_backward(const ConvGeometry& g, const Tensor& dy, bool bf16, bool onednn, bool dx, bool dk, bool bfloat16) {
+  const bool native = onednn && bfloat16 && bf16;
+  Tensor dyv = bfloat16 && !native ? detail::compute_values(dy, DType::bfloat16) : Tensor();
   if (onednn) {
     const bool onednn_dx = dx && detail::onednn_runs_dx(g);
-    detail::onednn_conv_backward(g, nullptr, bf16, nullptr, nullptr, nullptr, nullptr, onednn_dx, dk, /*real=*/false);
-    if (dx && !onednn_dx && backward_needs_cols(g, false, true, false)) const Tensor cols = cols_workspace(g);
+    if (native) {
+      detail::onednn_conv_backward_bfloat16(g, nullptr, nullptr, nullptr, nullptr, nullptr, onednn_dx, dk, /*real=*/false);
+    } else {
+      detail::onednn_conv_backward(g, nullptr, bf16, nullptr, nullptr, nullptr, nullptr, onednn_dx, dk, /*real=*/false);
+    }
+    if (!dx || onednn_dx) return;
+    if (native) dyv = detail::compute_values(dy, DType::bfloat16);
+    if (backward_needs_cols(g, false, true, false)) const Tensor cols = cols_workspace(g);
   } else if (backward_needs_cols(g, bf16, dx, dk)) {
     const Tensor cols = cols_workspace(g);
   }
@@ -448,9 +468,10 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
       const bool real_dx = needs[0] && detail::compute(grads[0], {&dy[0], &x, &kernel});
       const bool real_dk = needs[1] && detail::compute(grads[1], {&dy[0], &x, &kernel});
       if (real_dx || real_dk) {
-        conv_backward(g, x, kernel, dy[0], real_dx ? &grads[0] : nullptr, real_dk ? &grads[1] : nullptr, onednn);
+        conv_backward(g, x, kernel, dy[0], real_dx ? &grads[0] : nullptr, real_dk ? &grads[1] : nullptr, onednn,
+                      dt == DType::bfloat16);
       } else {
-        plan_backward(g, x.dtype() == DType::bfloat16, onednn, needs[0], needs[1]);
+        plan_backward(g, dy[0], x.dtype() == DType::bfloat16, onednn, needs[0], needs[1], dt == DType::bfloat16);
       }
       return grads;
     });

@@ -100,21 +100,23 @@ void set_reorder(ConvPrimitive& p, const memory::desc& from, const memory::desc&
   p.reorder_scratch = pd.scratchpad_desc();
 }
 
-// Forward in `dt`; the backward passes in float32 alone.
+// Every pass in `dt`: its activations and kernel (forward's x, y; backward's x, dy) in `dt`, what
+// backward computes (dx, the kernel's gradient) in float32, and float32 sums either way.
 std::unique_ptr<ConvPrimitive> build(const ConvGeometry& g, int64_t images, Pass pass, DataType dt) {
   auto p = std::make_unique<ConvPrimitive>();
-  const dnnl::convolution_forward::primitive_desc fwd = forward_desc(g, images, pass == Pass::forward ? dt : DataType::f32);
+  const dnnl::convolution_forward::primitive_desc fwd = forward_desc(g, images, dt);
   const memory::desc hwio = kernel_desc(g, Tag::hwio);
   const Window w(g);
-  const memory::desc src = images_desc(images, g.h.input, g.w.input, g.in_channels);
-  const memory::desc dst = images_desc(images, g.h.output, g.w.output, g.out_channels);
+  const memory::desc x = images_desc(images, g.h.input, g.w.input, g.in_channels, dt);
+  const memory::desc dx = images_desc(images, g.h.input, g.w.input, g.in_channels);
+  const memory::desc dy = images_desc(images, g.h.output, g.w.output, g.out_channels, dt);
   if (pass == Pass::forward) {
     p->conv = dnnl::convolution_forward(fwd);
     p->kernel_layout = fwd.weights_desc();
     p->scratch = fwd.scratchpad_desc();
     set_reorder(*p, hwio, p->kernel_layout);
   } else if (pass == Pass::backward_data) {
-    const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src, kernel_desc(g, Tag::any), dst,
+    const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, dx, kernel_desc(g, Tag::any, dt), dy,
                                                   w.strides, w.dilates, w.pad_l, w.pad_r);
     const dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad(), cpu_engine(), fwd);
     p->conv = dnnl::convolution_backward_data(pd);
@@ -122,8 +124,8 @@ std::unique_ptr<ConvPrimitive> build(const ConvGeometry& g, int64_t images, Pass
     p->scratch = pd.scratchpad_desc();
     set_reorder(*p, hwio, p->kernel_layout);
   } else {
-    const dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src, kernel_desc(g, Tag::any),
-                                                     dst, w.strides, w.dilates, w.pad_l, w.pad_r);
+    const dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, x, kernel_desc(g, Tag::any), dy,
+                                                     w.strides, w.dilates, w.pad_l, w.pad_r);
     const dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad(), cpu_engine(), fwd);
     p->conv = dnnl::convolution_backward_weights(pd);
     p->kernel_layout = pd.diff_weights_desc();
@@ -228,29 +230,30 @@ void execute(const ConvPrimitive& p, const std::unordered_map<int, memory>& args
   s.wait();
 }
 
-// One task's images as oneDNN sees them (x and y), and the distance between two tasks' first
-// elements (x_step, y_step) and bytes (x_bytes, y_bytes).
+// One task's images as oneDNN sees them (x in x_dt, y in y_dt), and the distance between two
+// tasks' first elements (x_step, y_step) and bytes (x_bytes, y_bytes).
 struct TaskImages {
   int64_t images;
   memory::desc x, y;
   int64_t x_step, y_step;
   int64_t x_bytes, y_bytes;
-  TaskImages(const ConvGeometry& g, int64_t n, DataType dt = DataType::f32)
+  TaskImages(const ConvGeometry& g, int64_t n, DataType x_dt, DataType y_dt)
       : images(n),
-        x(images_desc(n, g.h.input, g.w.input, g.in_channels, dt)),
-        y(images_desc(n, g.h.output, g.w.output, g.out_channels, dt)),
+        x(images_desc(n, g.h.input, g.w.input, g.in_channels, x_dt)),
+        y(images_desc(n, g.h.output, g.w.output, g.out_channels, y_dt)),
         x_step(n * g.h.input * g.w.input * g.in_channels),
         y_step(n * g.h.output * g.w.output * g.out_channels),
-        x_bytes(x_step * static_cast<int64_t>(element_bytes(dt))),
-        y_bytes(y_step * static_cast<int64_t>(element_bytes(dt))) {}
+        x_bytes(x_step * static_cast<int64_t>(element_bytes(x_dt))),
+        y_bytes(y_step * static_cast<int64_t>(element_bytes(y_dt))) {}
 };
 
-// Forward (x -> y, in `dt`) or backward_data (dy -> dx, float32): the kernel (float32 HWIO) into
-// the primitive's layout and dtype, then one call per task. real == false charges the workspace only.
+// Forward (x -> y, both in `dt`) or backward_data (dy in `dt` -> dx in float32): the kernel
+// (float32 HWIO) into the primitive's layout and dtype, then one call per task. real == false
+// charges the workspace only.
 void kernel_pass(const ConvGeometry& g, Pass pass, const float* kernel, const void* in, void* out, bool real,
                  DataType dt = DataType::f32) {
   const int64_t tasks = image_tasks(g);
-  const TaskImages ti(g, g.batch / tasks, dt);
+  const TaskImages ti(g, g.batch / tasks, pass == Pass::forward ? dt : DataType::f32, dt);
   const ConvPrimitive& p = primitive(g, ti.images, pass, dt);
   PassWorkspace w(p, tasks);
   if (!real) return;
@@ -301,29 +304,30 @@ void onednn_conv_forward_bfloat16(const ConvGeometry& g, const uint16_t* x, cons
 
 namespace {
 
-// dkernel = the sum over tasks of each task's partial gradient, added in task order. A bfloat16 x
-// is widened (exactly) into a float32 workspace, task by task, for the float32 primitive.
-void backward_weights(const ConvGeometry& g, const void* x, bool x_bfloat16, const float* dy, float* dkernel, bool real) {
+// dkernel = the sum over tasks of each task's partial gradient, added in task order. On the
+// bfloat16 kernels (dt bf16) x and dy are bfloat16 bits; on the float32 ones dy is float32 and a
+// bfloat16 x is widened (exactly) into a float32 workspace, task by task.
+void backward_weights(const ConvGeometry& g, const void* x, bool x_bfloat16, const void* dy, DataType dt, float* dkernel,
+                      bool real) {
   const int64_t tasks = kernel_gradient_tasks(g);
-  const TaskImages ti(g, g.batch / tasks);
-  const ConvPrimitive& p = primitive(g, ti.images, Pass::backward_weights);
+  const TaskImages ti(g, g.batch / tasks, dt, dt);
+  const ConvPrimitive& p = primitive(g, ti.images, Pass::backward_weights, dt);
   PassWorkspace w(p, tasks);
   const int64_t partial_floats = static_cast<int64_t>(p.kernel_layout.get_size() / sizeof(float));
   Tensor partials = workspace_bytes(p.kernel_layout.get_size() * static_cast<size_t>(tasks));
-  Tensor widened = x_bfloat16 ? workspace_bytes(static_cast<size_t>(ti.x_bytes) * static_cast<size_t>(tasks)) : Tensor();
+  const bool widen = x_bfloat16 && dt == DataType::f32;
+  Tensor widened = widen ? workspace_bytes(static_cast<size_t>(ti.x_bytes) * static_cast<size_t>(tasks)) : Tensor();
   if (!real) return;
   float* part = address(partials);
   parallel_for(tasks, [&](int64_t t) {
-    const float* xt = nullptr;
-    if (x_bfloat16) {
+    const void* xt = static_cast<const char*>(x) + t * ti.x_bytes;
+    if (widen) {
       float* wide = address(widened) + t * ti.x_step;
       from_bfloat16(static_cast<const uint16_t*>(x) + t * ti.x_step, wide, ti.x_step);
       xt = wide;
-    } else {
-      xt = static_cast<const float*>(x) + t * ti.x_step;
     }
     execute(p, {{DNNL_ARG_SRC, wrap(ti.x, xt)},
-                {DNNL_ARG_DIFF_DST, wrap(ti.y, dy + t * ti.y_step)},
+                {DNNL_ARG_DIFF_DST, wrap(ti.y, static_cast<const char*>(dy) + t * ti.y_bytes)},
                 {DNNL_ARG_DIFF_WEIGHTS, wrap(p.kernel_layout, part + t * partial_floats)},
                 {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}});
   });
@@ -353,7 +357,26 @@ void backward_weights(const ConvGeometry& g, const void* x, bool x_bfloat16, con
 void onednn_conv_backward(const ConvGeometry& g, const void* x, bool x_bfloat16, const float* kernel, const float* dy,
                           float* dx, float* dkernel, bool want_dx, bool want_dk, bool real) {
   if (want_dx) kernel_pass(g, Pass::backward_data, kernel, dy, dx, real);
-  if (want_dk) backward_weights(g, x, x_bfloat16, dy, dkernel, real);
+  if (want_dk) backward_weights(g, x, x_bfloat16, dy, DataType::f32, dkernel, real);
+}
+
+void onednn_conv_backward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, const float* dy, float* dx,
+                                   float* dkernel, bool want_dx, bool want_dk, bool real) {
+  const int64_t dy_elements = g.batch * g.h.output * g.w.output * g.out_channels;
+  Tensor dy_bits = workspace_bytes(static_cast<size_t>(dy_elements) * sizeof(uint16_t));
+  auto* dyb = reinterpret_cast<uint16_t*>(address(dy_bits));
+  if (real && dy_elements > 0) {
+    constexpr int64_t kBlock = 1 << 16;
+    parallel_for(
+        (dy_elements + kBlock - 1) / kBlock,
+        [&](int64_t b) {
+          const int64_t lo = b * kBlock;
+          to_bfloat16(dy + lo, dyb + lo, std::min(kBlock, dy_elements - lo));
+        },
+        threads_worth(static_cast<double>(dy_elements), kMinElementsPerThread));
+  }
+  if (want_dx) kernel_pass(g, Pass::backward_data, kernel, dyb, dx, real, DataType::bf16);
+  if (want_dk) backward_weights(g, x, true, dyb, DataType::bf16, dkernel, real);
 }
 
 }  // namespace keel::ops::detail

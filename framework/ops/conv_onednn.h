@@ -1,9 +1,10 @@
 // conv2d's kernels on oneDNN (Debian's libdnnl, the library PyTorch's CPU convolutions use):
 // its JIT convolutions for this CPU (brgconv/jit, AVX-512 where the CPU has it) read NHWC activations
 // in place; the HWIO kernel is reordered into the layout each primitive wants, in a workspace buffer.
-// Under bfloat16 (mixed precision) the forward pass runs on oneDNN's bfloat16 kernels (vdpbf16ps /
-// AMX: bfloat16 operands, float32 sums, subnormal inputs and results flushed to zero) where the CPU
-// has them; the gradients stay float32, as keel's gradients are, on the float32 kernels.
+// Under bfloat16 (mixed precision) every pass runs on oneDNN's bfloat16 kernels (vdpbf16ps / AMX:
+// bfloat16 operands, float32 sums, subnormal inputs and results flushed to zero) where the CPU has
+// them: forward from bfloat16 x into bfloat16 y, backward from bfloat16 x and dy (rounded) into
+// float32 dx and dkernel, as keel's gradients are float32.
 //
 // Threads: the images of the batch are cut into equal tasks fixed by the shape alone, each run on
 // one thread of the replica's share (oneDNN's own OpenMP threading is held at 1 in keel's threads).
@@ -49,5 +50,10 @@ void onednn_conv_forward_bfloat16(const ConvGeometry& g, const uint16_t* x, cons
 // pointers are unused).
 void onednn_conv_backward(const ConvGeometry& g, const void* x, bool x_bfloat16, const float* kernel, const float* dy,
                           float* dx, float* dkernel, bool want_dx, bool want_dk, bool real);
+// The same under bfloat16, on oneDNN's bfloat16 kernels (where onednn_runs_bfloat16): x bfloat16
+// bits, the kernel's float32 values already bfloat16 numbers, dy rounded to nearest even into a
+// bfloat16 workspace here; dx and dkernel float32 (float32 sums of exact products, oneDNN's order).
+void onednn_conv_backward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, const float* dy, float* dx,
+                                   float* dkernel, bool want_dx, bool want_dk, bool real);
 
 }  // namespace keel::ops::detail

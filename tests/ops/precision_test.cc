@@ -36,9 +36,10 @@ std::vector<uint32_t> bits(const Tensor& t) {
 }
 
 // f under bfloat16 equals f in float32 on rounded inputs, rounded; and so do the gradients (float32)
-// of sum(y * w) for a fixed w.
+// of sum(y * w) for a fixed w — which a convolution's products read rounded to bfloat16 too
+// (round_dy: the reference gets the rounded w).
 void expect_bfloat16_semantics(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
-                               const std::string& what, bool round_inputs = true) {
+                               const std::string& what, bool round_inputs = true, bool round_dy = false) {
   std::vector<Tensor> ref_inputs;
   for (const Tensor& x : inputs) ref_inputs.push_back(round_inputs ? rounded(x) : x);
   Tensor y, y_ref;
@@ -59,7 +60,8 @@ void expect_bfloat16_semantics(const std::function<Tensor(const std::vector<Tens
     GradientTape tape;
     for (const Tensor& x : ref_inputs) tape.watch(x);
     y_ref = f(ref_inputs);
-    const Tensor w = random_host(y_ref.shape(), -1.0f, 1.0f, 7);
+    const Tensor w_drawn = random_host(y_ref.shape(), -1.0f, 1.0f, 7);
+    const Tensor w = round_dy ? rounded(w_drawn) : w_drawn;
     g_ref = tape.gradient(ops::reduce_sum(ops::matmul(ops::reshape(y_ref, {1, y_ref.size()}), w.reshape({y_ref.size(), 1}))),
                           ref_inputs);
   }
@@ -77,11 +79,11 @@ TEST(PrecisionTest, EveryOpIsItsFloat32FormOnRoundedOperandsRounded) {
   expect_bfloat16_semantics([](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); }, {a, b}, "matmul");
   const Tensor x = random_host({2, 5, 5, 3}, -1, 1, 3), k = random_host({3, 3, 3, 4}, -1, 1, 4);
   expect_bfloat16_semantics(
-      [](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], {1, 1}, ops::Padding::same); }, {x, k}, "conv2d");
+      [](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], {1, 1}, ops::Padding::same); }, {x, k}, "conv2d", true, /*round_dy=*/true);
   const Tensor k1 = random_host({1, 1, 3, 4}, -1, 1, 5);
   expect_bfloat16_semantics(
       [](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], {1, 1}, ops::Padding::valid); }, {x, k1},
-      "pointwise conv2d");
+      "pointwise conv2d", true, /*round_dy=*/true);
   const Tensor bias = random_host({5}, -1, 1, 6), m = random_host({4, 5}, -3, 3, 7);
   expect_bfloat16_semantics([](const std::vector<Tensor>& in) { return ops::bias_add(in[0], in[1]); }, {m, bias}, "bias_add");
   expect_bfloat16_semantics([](const std::vector<Tensor>& in) { return ops::add(in[0], in[1]); }, {m, rounded(m)}, "add");
