@@ -332,6 +332,7 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
   const bool bf16 = x.dtype() == DType::bfloat16;
   const bool native = onednn && bfloat16 && bf16;  // oneDNN's bfloat16 kernels
   Tensor dyv = bfloat16 && !native ? detail::compute_values(dy, DType::bfloat16) : dy;
+  Tensor kv = kernel;
   if (onednn) {  // dkernel, and dx where oneDNN computes it; else dx below
     const bool onednn_dx = dx != nullptr && detail::onednn_runs_dx(g);
     float* dxd = onednn_dx ? dx->data() : nullptr;
@@ -346,11 +347,14 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
     if (onednn_dx) dx = nullptr;
     dk = nullptr;
     if (dx == nullptr) return;
-    if (native) dyv = detail::compute_values(dy, DType::bfloat16);
+    if (native) {  // dx below on the rounded values of dy and of the kernel (which may come unrounded)
+      dyv = detail::compute_values(dy, DType::bfloat16);
+      kv = detail::compute_values(kernel, DType::bfloat16);
+    }
   }
   if (g.pointwise() && dx != nullptr) {  // dx = dy · kernelᵀ
     detail::gemm(MatrixMap(dx->data(), rows, patch), ConstMatrixMap(dyv.data(), rows, cout),
-                 ConstMatrixMap(kernel.data(), patch, cout).transpose());
+                 ConstMatrixMap(kv.data(), patch, cout).transpose());
     dx = nullptr;
   }
   if (g.pointwise() && !bf16 && dk != nullptr) {  // dkernel = xᵀ · dy with x viewed as (N*H*W, Cin)
@@ -365,15 +369,16 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
   float* dxd = dx != nullptr ? dx->data() : nullptr;
   float* dkd = dk != nullptr ? dk->data() : nullptr;
   if (bf16) {
-    backward_chunks(g, x.bfloat16_data(), kernel.data(), dyv.data(), cols.data(), dxd, dkd);
+    backward_chunks(g, x.bfloat16_data(), kv.data(), dyv.data(), cols.data(), dxd, dkd);
   } else {
-    backward_chunks(g, x.data(), kernel.data(), dyv.data(), cols.data(), dxd, dkd);
+    backward_chunks(g, x.data(), kv.data(), dyv.data(), cols.data(), dxd, dkd);
   }
 }
 
 // Planning: charges what conv_backward would, in its order (dy's rounded values, oneDNN's buffers,
 // then im2col's).
-void plan_backward(const ConvGeometry& g, const Tensor& dy, bool bf16, bool onednn, bool dx, bool dk, bool bfloat16) {
+void plan_backward(const ConvGeometry& g, const Tensor& dy, const Tensor& kernel, bool bf16, bool onednn, bool dx, bool dk,
+                   bool bfloat16) {
   const bool native = onednn && bfloat16 && bf16;
   Tensor dyv = bfloat16 && !native ? detail::compute_values(dy, DType::bfloat16) : Tensor();
   if (onednn) {
@@ -384,7 +389,11 @@ void plan_backward(const ConvGeometry& g, const Tensor& dy, bool bf16, bool oned
       detail::onednn_conv_backward(g, nullptr, bf16, nullptr, nullptr, nullptr, nullptr, onednn_dx, dk, /*real=*/false);
     }
     if (!dx || onednn_dx) return;
-    if (native) dyv = detail::compute_values(dy, DType::bfloat16);
+    Tensor kv;
+    if (native) {
+      dyv = detail::compute_values(dy, DType::bfloat16);
+      kv = detail::compute_values(kernel, DType::bfloat16);
+    }
     if (backward_needs_cols(g, false, true, false)) const Tensor cols = cols_workspace(g);
   } else if (backward_needs_cols(g, bf16, dx, dk)) {
     const Tensor cols = cols_workspace(g);
@@ -422,14 +431,18 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   // Under bfloat16 the input is read as bfloat16 (a float32 one is kept as its bfloat16 copy), the
   // kernel as its rounded float32 values.
   const Tensor x_kept = dt == DType::bfloat16 && !x.is_trainable_variable() ? x.to(DType::bfloat16) : detail::operand(x, dt).kept;
-  detail::Operand ko = detail::operand(kernel, dt);
-  detail::count_forward_flops(2 * rows * patch * cout);
-  const bool empty = rows == 0 || cout == 0 || patch == 0;
-  Tensor y;
   // Convolutions go to oneDNN unless the im2col kernels were asked for (bfloat16 ones where this
   // CPU has oneDNN's bfloat16 kernels); the gradients follow forward's choice.
   const bool bf16 = x_kept.dtype() == DType::bfloat16 && dt == DType::bfloat16;
   const bool onednn = conv_backend() == ConvBackend::onednn && (bf16 ? detail::onednn_runs_bfloat16(g) : detail::onednn_runs(g));
+  // On oneDNN's bfloat16 kernels a float32 variable goes in as it is: the reorder into the
+  // primitive's bfloat16 layout rounds it to nearest even (a subnormal to zero, which those kernels
+  // make of subnormal operands anyway), so no rounded copy is made, in forward or backward.
+  const bool raw_kernel = bf16 && onednn && kernel.is_trainable_variable() && kernel.dtype() == DType::float32;
+  detail::Operand ko = raw_kernel ? detail::Operand{kernel, kernel} : detail::operand(kernel, dt);
+  detail::count_forward_flops(2 * rows * patch * cout);
+  const bool empty = rows == 0 || cout == 0 || patch == 0;
+  Tensor y;
   if (bf16) {
     y = Tensor::empty(y_shape, dt);
     const bool real = detail::compute(y, {&x_kept, &ko.value});
@@ -456,14 +469,14 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   ko.value = Tensor();
   if (GradientTape::is_recording({&x, &kernel})) {
     const bool x_is_variable = x.is_trainable_variable(), kernel_is_variable = kernel.is_trainable_variable();
-    GradientTape::record({x, kernel}, {y}, [x_kept, kernel_kept = ko.kept, g, dt, x_is_variable, kernel_is_variable,
-                                            onednn](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
+    GradientTape::record({x, kernel}, {y}, [x_kept, kernel_kept = ko.kept, g, dt, x_is_variable, kernel_is_variable, onednn,
+                                            raw_kernel](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
       std::vector<Tensor> grads(2);
       if (needs[0]) grads[0] = detail::grad_buffer(x_kept.shape(), x_is_variable);            // dx (N, H, W, Cin)
       if (needs[1]) grads[1] = detail::grad_buffer(kernel_kept.shape(), kernel_is_variable);  // dkernel
       // The kernel as forward computed with it (the variable itself in float32); x as kept, read
       // (widened) where it is used.
-      const Tensor kernel = detail::compute_values(kernel_kept, dt);
+      const Tensor kernel = raw_kernel ? kernel_kept : detail::compute_values(kernel_kept, dt);
       const Tensor x = x_kept.dtype() == DType::bfloat16 ? x_kept : detail::compute_values(x_kept, dt);
       const bool real_dx = needs[0] && detail::compute(grads[0], {&dy[0], &x, &kernel});
       const bool real_dk = needs[1] && detail::compute(grads[1], {&dy[0], &x, &kernel});
@@ -471,7 +484,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
         conv_backward(g, x, kernel, dy[0], real_dx ? &grads[0] : nullptr, real_dk ? &grads[1] : nullptr, onednn,
                       dt == DType::bfloat16);
       } else {
-        plan_backward(g, dy[0], x.dtype() == DType::bfloat16, onednn, needs[0], needs[1], dt == DType::bfloat16);
+        plan_backward(g, dy[0], kernel, x.dtype() == DType::bfloat16, onednn, needs[0], needs[1], dt == DType::bfloat16);
       }
       return grads;
     });

@@ -38,10 +38,11 @@ void onednn_conv_forward(const ConvGeometry& g, const float* x, const float* ker
 // Whether oneDNN computes the forward pass of a bfloat16 convolution of this geometry: where it
 // computes float32 ones (onednn_runs) and this CPU has its bfloat16 kernels (AVX512_BF16 or AMX).
 bool onednn_runs_bfloat16(const ConvGeometry& g);
-// y (bfloat16 bits) = conv(x (bfloat16 bits), kernel), the kernel's float32 values already
-// bfloat16 numbers (rounded): products exact in float32, summed in float32, rounded to nearest even
-// into y — the semantics of conv2d under bfloat16 (framework/ops/precision.h), in oneDNN's summation
-// order. x == nullptr plans.
+// y (bfloat16 bits) = conv(x (bfloat16 bits), kernel), the float32 kernel rounded to nearest even
+// by the reorder into the primitive's bfloat16 layout (values that are bfloat16 numbers stay as they
+// are): products exact in float32, summed in float32, rounded to nearest even into y — the
+// semantics of conv2d under bfloat16 (framework/ops/precision.h), in oneDNN's summation order.
+// x == nullptr plans.
 void onednn_conv_forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, uint16_t* y);
 
 // The gradients given dy, in float32: dx (N, H, W, Cin) when want_dx, dkernel (KH, KW, Cin, Cout)
@@ -51,8 +52,8 @@ void onednn_conv_forward_bfloat16(const ConvGeometry& g, const uint16_t* x, cons
 void onednn_conv_backward(const ConvGeometry& g, const void* x, bool x_bfloat16, const float* kernel, const float* dy,
                           float* dx, float* dkernel, bool want_dx, bool want_dk, bool real);
 // The same under bfloat16, on oneDNN's bfloat16 kernels (where onednn_runs_bfloat16): x bfloat16
-// bits, the kernel's float32 values already bfloat16 numbers, dy rounded to nearest even into a
-// bfloat16 workspace here; dx and dkernel float32 (float32 sums of exact products, oneDNN's order).
+// bits, the float32 kernel rounded as forward rounds it, dy rounded to nearest even into a bfloat16
+// workspace here; dx and dkernel float32 (float32 sums of exact products, oneDNN's order).
 void onednn_conv_backward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, const float* dy, float* dx,
                                    float* dkernel, bool want_dx, bool want_dk, bool real);
 

@@ -8,9 +8,11 @@
 // their own order, subnormals flushed to zero) — and stores its output as a real 2-byte bfloat16
 // tensor; what an op keeps for backward is bfloat16 too (a float32 activation it reads is kept as its
 // bfloat16 copy; variables are kept as they are, in float32, and rounded again in backward).
-// Gradients stay float32. BatchNormalization computes in float32 on its bfloat16 input (as Keras's
-// does) and softmax always returns float32 (Keras's advice for the last activation). Any op accepts
-// bfloat16 inputs outside such a scope too.
+// Gradients stay float32; a convolution's backward products read the incoming gradient rounded to
+// bfloat16 as well (as TensorFlow's gradient of a bfloat16 op is bfloat16), which lets them run on
+// oneDNN's bfloat16 kernels, and return float32. BatchNormalization computes in float32 on its
+// bfloat16 input (as Keras's does) and softmax always returns float32 (Keras's advice for the last
+// activation). Any op accepts bfloat16 inputs outside such a scope too.
 #pragma once
 
 #include "framework/core/dtype.h"

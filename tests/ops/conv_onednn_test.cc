@@ -108,5 +108,35 @@ TEST(Conv2dTest, Bfloat16OnOneDnnIsTheFloat32ConvolutionOfRoundedOperands) {
   }
 }
 
+// A float32 variable goes into oneDNN's bfloat16 kernels unrounded (the reorder into their layout
+// rounds it): output and both gradients are bit for bit those of the variable rounded beforehand.
+TEST(Conv2dTest, Bfloat16OnOneDnnRoundsAVariableAsRoundingItFirstWould) {
+  if (!onednn_has_bfloat16()) GTEST_SKIP() << "this CPU has no oneDNN bfloat16 convolutions";
+  const testing::ConvBackendScope backend(ops::ConvBackend::onednn);
+  const Tensor x = random_host({4, 16, 16, 32}, -1, 1, 610);
+  const Tensor drawn = random_host({3, 3, 32, 40}, -1, 1, 611);
+  const Tensor dy = random_host({4, 16, 16, 40}, -1, 1, 612);
+  auto run = [&](const Tensor& kernel_values) {
+    Tensor kernel = kernel_values.clone();
+    kernel.mark_trainable_variable(true);
+    GradientTape tape;
+    tape.watch(x);
+    tape.watch(kernel);
+    Tensor y;
+    {
+      const ops::ComputeDTypeScope compute(DType::bfloat16);
+      y = ops::conv2d(x, kernel, {1, 1}, Padding::same);
+    }
+    const Tensor y32 = ops::cast(y, DType::float32);
+    std::vector<Tensor> got = tape.gradient(ops::matmul(ops::reshape(y32, {1, y32.size()}), ops::reshape(dy, {dy.size(), 1})), {x, kernel});
+    got.push_back(y32);
+    return got;
+  };
+  const std::vector<Tensor> raw = run(drawn), pre = run(drawn.to(DType::bfloat16).to(DType::float32));
+  ASSERT_NE(drawn.to_vector(), drawn.to(DType::bfloat16).to(DType::float32).to_vector());
+  const char* what[] = {"dx", "dkernel", "y"};
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(raw[i].to_vector() == pre[i].to_vector()) << what[i];
+}
+
 }  // namespace
 }  // namespace keel
