@@ -379,6 +379,7 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
 // then im2col's).
 void plan_backward(const ConvGeometry& g, const Tensor& dy, const Tensor& kernel, bool bf16, bool onednn, bool dx, bool dk,
                    bool bfloat16) {
+  if (g.rows() == 0 || g.out_channels == 0 || g.patch() == 0) return;  // conv_backward charges nothing
   const bool native = onednn && bfloat16 && bf16;
   Tensor dyv = bfloat16 && !native ? detail::compute_values(dy, DType::bfloat16) : Tensor();
   if (onednn) {

@@ -100,33 +100,43 @@ void set_reorder(ConvPrimitive& p, const memory::desc& from, const memory::desc&
   p.reorder_scratch = pd.scratchpad_desc();
 }
 
-// Every pass in `dt`: its activations and kernel (forward's x, y; backward's x, dy) in `dt`, what
-// backward computes (dx, the kernel's gradient) in float32, and float32 sums either way.
+// The backward passes' primitive descriptors in `dt` (built against forward's): x and dy in `dt`,
+// what they compute (dx, the kernel's gradient) in float32, float32 sums either way.
+dnnl::convolution_backward_data::primitive_desc backward_data_desc(const ConvGeometry& g, int64_t images, DataType dt,
+                                                                   const dnnl::convolution_forward::primitive_desc& fwd) {
+  const Window w(g);
+  const dnnl::convolution_backward_data::desc d(
+      dnnl::algorithm::convolution_direct, images_desc(images, g.h.input, g.w.input, g.in_channels), kernel_desc(g, Tag::any, dt),
+      images_desc(images, g.h.output, g.w.output, g.out_channels, dt), w.strides, w.dilates, w.pad_l, w.pad_r);
+  return dnnl::convolution_backward_data::primitive_desc(d, user_scratchpad(), cpu_engine(), fwd);
+}
+dnnl::convolution_backward_weights::primitive_desc backward_weights_desc(const ConvGeometry& g, int64_t images, DataType dt,
+                                                                         const dnnl::convolution_forward::primitive_desc& fwd) {
+  const Window w(g);
+  const dnnl::convolution_backward_weights::desc d(
+      dnnl::algorithm::convolution_direct, images_desc(images, g.h.input, g.w.input, g.in_channels, dt), kernel_desc(g, Tag::any),
+      images_desc(images, g.h.output, g.w.output, g.out_channels, dt), w.strides, w.dilates, w.pad_l, w.pad_r);
+  return dnnl::convolution_backward_weights::primitive_desc(d, user_scratchpad(), cpu_engine(), fwd);
+}
+
+// Every pass in `dt` (forward's x, y and kernel; backward's x, dy and kernel), the rest float32.
 std::unique_ptr<ConvPrimitive> build(const ConvGeometry& g, int64_t images, Pass pass, DataType dt) {
   auto p = std::make_unique<ConvPrimitive>();
   const dnnl::convolution_forward::primitive_desc fwd = forward_desc(g, images, dt);
   const memory::desc hwio = kernel_desc(g, Tag::hwio);
-  const Window w(g);
-  const memory::desc x = images_desc(images, g.h.input, g.w.input, g.in_channels, dt);
-  const memory::desc dx = images_desc(images, g.h.input, g.w.input, g.in_channels);
-  const memory::desc dy = images_desc(images, g.h.output, g.w.output, g.out_channels, dt);
   if (pass == Pass::forward) {
     p->conv = dnnl::convolution_forward(fwd);
     p->kernel_layout = fwd.weights_desc();
     p->scratch = fwd.scratchpad_desc();
     set_reorder(*p, hwio, p->kernel_layout);
   } else if (pass == Pass::backward_data) {
-    const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, dx, kernel_desc(g, Tag::any, dt), dy,
-                                                  w.strides, w.dilates, w.pad_l, w.pad_r);
-    const dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad(), cpu_engine(), fwd);
+    const auto pd = backward_data_desc(g, images, dt, fwd);
     p->conv = dnnl::convolution_backward_data(pd);
     p->kernel_layout = pd.weights_desc();
     p->scratch = pd.scratchpad_desc();
     set_reorder(*p, hwio, p->kernel_layout);
   } else {
-    const dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, x, kernel_desc(g, Tag::any), dy,
-                                                     w.strides, w.dilates, w.pad_l, w.pad_r);
-    const dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad(), cpu_engine(), fwd);
+    const auto pd = backward_weights_desc(g, images, dt, fwd);
     p->conv = dnnl::convolution_backward_weights(pd);
     p->kernel_layout = pd.diff_weights_desc();
     p->scratch = pd.scratchpad_desc();
@@ -282,15 +292,21 @@ void onednn_conv_forward(const ConvGeometry& g, const float* x, const float* ker
 }
 
 bool onednn_runs_bfloat16(const ConvGeometry& g) {
-  // Whether this CPU has oneDNN kernels for bfloat16 convolutions (AVX512_BF16 or AMX), decided once
-  // on a small 3x3 convolution: elsewhere oneDNN has none, or only its slow reference code.
+  // Whether this CPU has oneDNN kernels for bfloat16 convolutions (AVX512_BF16 or AMX), all three
+  // passes, decided once on a small 3x3 convolution: elsewhere oneDNN has none, or only its slow
+  // reference code.
   static const bool native = [] {
     try {
       ConvGeometry probe;
       probe.batch = 1, probe.in_channels = 16, probe.out_channels = 16;
       probe.h = {16, 3, 1, 1, 16, 1, 1}, probe.w = probe.h;  // 16x16, 3x3, "same"
-      const std::string impl = forward_desc(probe, 1, DataType::bf16).impl_info_str();
-      return impl.rfind("ref", 0) != 0;
+      const auto fwd = forward_desc(probe, 1, DataType::bf16);
+      for (const std::string& impl : {std::string(fwd.impl_info_str()),
+                                      std::string(backward_data_desc(probe, 1, DataType::bf16, fwd).impl_info_str()),
+                                      std::string(backward_weights_desc(probe, 1, DataType::bf16, fwd).impl_info_str())}) {
+        if (impl.rfind("ref", 0) == 0) return false;
+      }
+      return true;
     } catch (const dnnl::error&) {
       return false;
     }
@@ -320,11 +336,13 @@ void backward_weights(const ConvGeometry& g, const void* x, bool x_bfloat16, con
   if (!real) return;
   float* part = address(partials);
   parallel_for(tasks, [&](int64_t t) {
-    const void* xt = static_cast<const char*>(x) + t * ti.x_bytes;
+    const void* xt = nullptr;
     if (widen) {
       float* wide = address(widened) + t * ti.x_step;
       from_bfloat16(static_cast<const uint16_t*>(x) + t * ti.x_step, wide, ti.x_step);
       xt = wide;
+    } else {
+      xt = static_cast<const char*>(x) + t * ti.x_bytes;
     }
     execute(p, {{DNNL_ARG_SRC, wrap(ti.x, xt)},
                 {DNNL_ARG_DIFF_DST, wrap(ti.y, static_cast<const char*>(dy) + t * ti.y_bytes)},
@@ -362,6 +380,7 @@ void onednn_conv_backward(const ConvGeometry& g, const void* x, bool x_bfloat16,
 
 void onednn_conv_backward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, const float* dy, float* dx,
                                    float* dkernel, bool want_dx, bool want_dk, bool real) {
+  if (!want_dx && !want_dk) return;
   const int64_t dy_elements = g.batch * g.h.output * g.w.output * g.out_channels;
   Tensor dy_bits = workspace_bytes(static_cast<size_t>(dy_elements) * sizeof(uint16_t));
   auto* dyb = reinterpret_cast<uint16_t*>(address(dy_bits));

@@ -109,33 +109,47 @@ TEST(Conv2dTest, Bfloat16OnOneDnnIsTheFloat32ConvolutionOfRoundedOperands) {
 }
 
 // A float32 variable goes into oneDNN's bfloat16 kernels unrounded (the reorder into their layout
-// rounds it): output and both gradients are bit for bit those of the variable rounded beforehand.
+// rounds it): output and both gradients are bit for bit those of the variable rounded beforehand —
+// dx of the 3-channel stem too, which im2col computes from the kernel's rounded values.
 TEST(Conv2dTest, Bfloat16OnOneDnnRoundsAVariableAsRoundingItFirstWould) {
   if (!onednn_has_bfloat16()) GTEST_SKIP() << "this CPU has no oneDNN bfloat16 convolutions";
   const testing::ConvBackendScope backend(ops::ConvBackend::onednn);
-  const Tensor x = random_host({4, 16, 16, 32}, -1, 1, 610);
-  const Tensor drawn = random_host({3, 3, 32, 40}, -1, 1, 611);
-  const Tensor dy = random_host({4, 16, 16, 40}, -1, 1, 612);
-  auto run = [&](const Tensor& kernel_values) {
-    Tensor kernel = kernel_values.clone();
-    kernel.mark_trainable_variable(true);
-    GradientTape tape;
-    tape.watch(x);
-    tape.watch(kernel);
-    Tensor y;
-    {
-      const ops::ComputeDTypeScope compute(DType::bfloat16);
-      y = ops::conv2d(x, kernel, {1, 1}, Padding::same);
-    }
-    const Tensor y32 = ops::cast(y, DType::float32);
-    std::vector<Tensor> got = tape.gradient(ops::matmul(ops::reshape(y32, {1, y32.size()}), ops::reshape(dy, {dy.size(), 1})), {x, kernel});
-    got.push_back(y32);
-    return got;
+  struct Config {
+    Shape x, kernel;
+    std::array<int, 2> strides;
+    Padding padding;
   };
-  const std::vector<Tensor> raw = run(drawn), pre = run(drawn.to(DType::bfloat16).to(DType::float32));
-  ASSERT_NE(drawn.to_vector(), drawn.to(DType::bfloat16).to(DType::float32).to_vector());
-  const char* what[] = {"dx", "dkernel", "y"};
-  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(raw[i].to_vector() == pre[i].to_vector()) << what[i];
+  const Config configs[] = {{{4, 16, 16, 32}, {3, 3, 32, 40}, {1, 1}, Padding::same},
+                            {{2, 40, 40, 3}, {7, 7, 3, 16}, {2, 2}, Padding::valid}};
+  uint64_t seed = 610;
+  for (const Config& c : configs) {
+    SCOPED_TRACE(shape_string(c.x) + " * " + shape_string(c.kernel));
+    const Tensor x = random_host(c.x, -1, 1, seed++);
+    const Tensor drawn = random_host(c.kernel, -1, 1, seed++);
+    const Tensor dy = random_host(ops::conv2d_output_shape(c.x, c.kernel, c.strides, c.padding, {1, 1}), -1, 1, seed++);
+    auto run = [&](const Tensor& kernel_values) {
+      Tensor kernel = kernel_values.clone();
+      kernel.mark_trainable_variable(true);
+      GradientTape tape;
+      tape.watch(x);
+      tape.watch(kernel);
+      Tensor y;
+      {
+        const ops::ComputeDTypeScope compute(DType::bfloat16);
+        y = ops::conv2d(x, kernel, c.strides, c.padding);
+      }
+      const Tensor y32 = ops::cast(y, DType::float32);
+      std::vector<Tensor> got =
+          tape.gradient(ops::matmul(ops::reshape(y32, {1, y32.size()}), ops::reshape(dy, {dy.size(), 1})), {x, kernel});
+      got.push_back(y32);
+      return got;
+    };
+    const Tensor pre_rounded = drawn.to(DType::bfloat16).to(DType::float32);
+    ASSERT_NE(drawn.to_vector(), pre_rounded.to_vector());
+    const std::vector<Tensor> raw = run(drawn), pre = run(pre_rounded);
+    const char* what[] = {"dx", "dkernel", "y"};
+    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(raw[i].to_vector() == pre[i].to_vector()) << what[i];
+  }
 }
 
 }  // namespace

@@ -355,6 +355,34 @@ TEST(Conv2dTest, AbstractRunChargesLikeRealRun) {
   }
 }
 
+// Under bfloat16 too: dy's rounded values (im2col), oneDNN's bfloat16 workspace, and a kernel
+// variable that goes into oneDNN unrounded and is rounded for an im2col dx (the 3-channel stem).
+TEST(Conv2dTest, AbstractRunChargesLikeRealRunUnderBfloat16) {
+  const std::vector<ConvConfig> configs = {
+      {{2, 6, 5, 3}, {3, 3, 3, 4}, {2, 1}, Padding::same, {1, 1}},
+      {{2, 4, 4, 3}, {1, 1, 3, 2}, {1, 1}, Padding::valid, {1, 1}},
+      {{8, 40, 40, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}},
+      {{2, 40, 40, 3}, {7, 7, 3, 16}, {2, 2}, Padding::valid, {1, 1}},
+      {{2, 20, 20, 64}, {1, 1, 64, 32}, {1, 1}, Padding::valid, {1, 1}},
+  };
+  for (const ConvConfig& c : configs) {
+    for (bool variable : {false, true}) {
+      for (ops::ConvBackend b : kBackends) {
+        SCOPED_TRACE(backend_name(b) + std::string(variable ? ", kernel a variable" : ""));
+        const BackendScope backend(b);
+        expect_abstract_matches_real(
+            [c, variable](const std::vector<Tensor>& in) {
+              Tensor kernel = in[1];
+              kernel.mark_trainable_variable(variable);
+              const ops::ComputeDTypeScope compute(DType::bfloat16);
+              return ops::cast(ops::conv2d(in[0], kernel, c.strides, c.padding, c.dilation), DType::float32);
+            },
+            {random_host(c.x, -1, 1, 30), random_host(c.kernel, -1, 1, 31)});
+      }
+    }
+  }
+}
+
 // --- errors ---
 
 TEST(Conv2dTest, ShapeErrorsThrowInvalidArgument) {
