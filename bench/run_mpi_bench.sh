@@ -22,7 +22,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # MPIRUN_OPTIONS replaces the defaults below (oversubscribed, as on 2 cores; shared memory without
 # the single-copy mechanism containers forbid; loopback).
 read -r -a mpirun_options <<< "${MPIRUN_OPTIONS:---oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none --mca oob_tcp_if_include lo}"
-MPIRUN=("$MPIRUN_BIN" -np "$NP" "${mpirun_options[@]}")
+# Each side gets one thread per core of the slice: KEEL_NUM_THREADS=NP for the one process, 1 in each
+# rank (on a machine with more cores than NP both would otherwise take more).
+MPIRUN=("$MPIRUN_BIN" -np "$NP" "${mpirun_options[@]}" -x KEEL_NUM_THREADS=1)
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
@@ -62,7 +64,7 @@ for model in $MODELS; do
     [ -n "$variant" ] && mpi_launcher+=(-x "$variant")  # set in every rank's environment
     best_one=1e9; best_mpi=1e9
     for _ in $(seq "$REPEATS"); do
-      one=$(calc "($(seconds "$long" env) - $(seconds "$short" env)) / ($long - $short) * 1000")
+      one=$(calc "($(seconds "$long" env KEEL_NUM_THREADS="$NP") - $(seconds "$short" env KEEL_NUM_THREADS="$NP")) / ($long - $short) * 1000")
       mpi=$(calc "($(seconds "$long" "${mpi_launcher[@]}") - $(seconds "$short" "${mpi_launcher[@]}")) / ($long - $short) * 1000")
       best_one=$(calc "($one < $best_one) ? $one : $best_one")
       best_mpi=$(calc "($mpi < $best_mpi) ? $mpi : $best_mpi")
