@@ -49,6 +49,11 @@ void Storage::retag(Category category, const std::string& owner) {
   for (const Charge& c : charges_) device_hooks::retag(c, category, owner);
 }
 
+uint64_t Storage::next_id() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
 uint64_t Tensor::next_id() {
   static std::atomic<uint64_t> counter{1};
   return counter.fetch_add(1, std::memory_order_relaxed);
@@ -212,7 +217,7 @@ Tensor Tensor::clone(Category category, const std::string& owner) const {
   if (is_string()) return from_string(string_value());  // host bytes: never charged
   Tensor t = empty(shape(), dtype(), category, owner);
   if (!t.is_abstract() && !is_abstract() && size() > 0) {
-    std::memcpy(t.raw(dtype()), const_cast<Tensor*>(this)->raw(dtype()), static_cast<size_t>(bytes()));
+    std::memcpy(t.raw(dtype()), raw(dtype()), static_cast<size_t>(bytes()));
   }
   return t;
 }
@@ -223,7 +228,7 @@ void Tensor::copy_from(const Tensor& other) {
                                 " into " + dtype_name(dtype()) + " " + shape_string(shape()));
   }
   if (is_abstract() || other.is_abstract() || size() == 0) return;
-  std::memcpy(raw(dtype()), const_cast<Tensor&>(other).raw(dtype()), static_cast<size_t>(bytes()));
+  std::memcpy(raw(dtype()), other.raw(dtype()), static_cast<size_t>(bytes()));
 }
 
 void Tensor::fill(float value) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>
@@ -42,8 +43,18 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() { return data_; }
+  // A mutable access counts as a change of the contents (version() moves), whether or not it writes.
+  void* data() {
+    version_.fetch_add(1, std::memory_order_relaxed);
+    return data_;
+  }
   const void* data() const { return data_; }
+  // Which contents this buffer holds: id() is unique in the process (never reused, unlike an address)
+  // and version() moves on every mutable access, so something derived from the values (oneDNN's
+  // reordered convolution kernel of a variable, shared by the replicas) stays valid while both match.
+  // Code that writes through a pointer held from an earlier data() must not let a reader in between.
+  uint64_t id() const { return id_; }
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   int64_t elements() const { return elements_; }
   bool abstract() const { return data_ == nullptr && elements_ > 0; }
   // Re-charges this buffer to another category/owner on every core it is charged to.
@@ -52,7 +63,10 @@ class Storage {
 
  private:
   Storage() = default;
+  static uint64_t next_id();
   void* data_ = nullptr;
+  uint64_t id_ = next_id();
+  std::atomic<uint64_t> version_{0};
   int64_t elements_ = 0;
   int64_t bytes_ = 0;
   std::vector<Charge> charges_;
@@ -94,10 +108,10 @@ class Tensor {
   // nullptr for an abstract tensor. data() is float32's (std::logic_error on a bfloat16 tensor: kernels
   // read one through ops' operands, framework/ops/precision.h); bfloat16_data() is bfloat16's.
   float* data() { return static_cast<float*>(raw(DType::float32)); }
-  const float* data() const { return static_cast<const float*>(const_cast<Tensor*>(this)->raw(DType::float32)); }
+  const float* data() const { return static_cast<const float*>(raw(DType::float32)); }
   uint16_t* bfloat16_data() { return static_cast<uint16_t*>(raw(DType::bfloat16)); }
   const uint16_t* bfloat16_data() const {
-    return static_cast<const uint16_t*>(const_cast<Tensor*>(this)->raw(DType::bfloat16));
+    return static_cast<const uint16_t*>(raw(DType::bfloat16));
   }
   float item() const;  // the value of a one-element tensor
   std::vector<float> to_vector() const;  // as float32 whatever the dtype
@@ -155,6 +169,12 @@ class Tensor {
     if (!impl_->storage) return nullptr;
     if (impl_->dtype != want) wrong_dtype(want);
     char* d = static_cast<char*>(impl_->storage->data());
+    return d ? d + impl_->offset * dtype_size(want) : nullptr;
+  }
+  const void* raw(DType want) const {  // the same without counting as a change
+    if (!impl_->storage) return nullptr;
+    if (impl_->dtype != want) wrong_dtype(want);
+    const char* d = static_cast<const char*>(std::as_const(*impl_->storage).data());
     return d ? d + impl_->offset * dtype_size(want) : nullptr;
   }
   [[noreturn]] void wrong_dtype(DType want) const;

@@ -338,11 +338,12 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
     float* dxd = onednn_dx ? dx->data() : nullptr;
     float* dkd = dk != nullptr ? dk->data() : nullptr;
     if (native) {
-      detail::onednn_conv_backward_bfloat16(g, x.bfloat16_data(), kernel.data(), dy.data(), dxd, dkd, onednn_dx, dk != nullptr,
-                                            /*real=*/true);
+      detail::onednn_conv_backward_bfloat16(g, x.bfloat16_data(), detail::kernel_ref(kernel), dy.data(), dxd, dkd, onednn_dx,
+                                            dk != nullptr, /*real=*/true);
     } else {
       const void* xd = bf16 ? static_cast<const void*>(x.bfloat16_data()) : static_cast<const void*>(x.data());
-      detail::onednn_conv_backward(g, xd, bf16, kernel.data(), dyv.data(), dxd, dkd, onednn_dx, dk != nullptr, /*real=*/true);
+      detail::onednn_conv_backward(g, xd, bf16, detail::kernel_ref(kernel), dyv.data(), dxd, dkd, onednn_dx, dk != nullptr,
+                                   /*real=*/true);
     }
     if (onednn_dx) dx = nullptr;
     dk = nullptr;
@@ -385,9 +386,9 @@ void plan_backward(const ConvGeometry& g, const Tensor& dy, const Tensor& kernel
   if (onednn) {
     const bool onednn_dx = dx && detail::onednn_runs_dx(g);
     if (native) {
-      detail::onednn_conv_backward_bfloat16(g, nullptr, nullptr, nullptr, nullptr, nullptr, onednn_dx, dk, /*real=*/false);
+      detail::onednn_conv_backward_bfloat16(g, nullptr, {}, nullptr, nullptr, nullptr, onednn_dx, dk, /*real=*/false);
     } else {
-      detail::onednn_conv_backward(g, nullptr, bf16, nullptr, nullptr, nullptr, nullptr, onednn_dx, dk, /*real=*/false);
+      detail::onednn_conv_backward(g, nullptr, bf16, {}, nullptr, nullptr, nullptr, onednn_dx, dk, /*real=*/false);
     }
     if (!dx || onednn_dx) return;
     Tensor kv;
@@ -451,7 +452,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
     const uint16_t* xd = real ? x_kept.bfloat16_data() : nullptr;
     uint16_t* yd = real ? y.bfloat16_data() : nullptr;
     if (!empty && onednn) {
-      detail::onednn_conv_forward_bfloat16(g, xd, ko.value.data(), yd);
+      detail::onednn_conv_forward_bfloat16(g, xd, detail::kernel_ref(ko.value), yd);
     } else if (!empty) {
       forward_bfloat16(g, xd, ko.value.data(), yd);
     }
@@ -461,7 +462,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
     const bool real = detail::compute(out, {&xv, &ko.value});
     if (real && empty) out.fill(0.0f);
     if (!empty && onednn) {
-      detail::onednn_conv_forward(g, real ? xv.data() : nullptr, ko.value.data(), real ? out.data() : nullptr);
+      detail::onednn_conv_forward(g, real ? xv.data() : nullptr, detail::kernel_ref(ko.value), real ? out.data() : nullptr);
     } else if (!empty) {
       forward_float32(g, real ? xv.data() : nullptr, ko.value.data(), real ? out.data() : nullptr);
     }

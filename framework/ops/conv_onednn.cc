@@ -3,18 +3,23 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "framework/core/dtype.h"
+#include "framework/core/host_allocator.h"
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
 #include "framework/device/context.h"
+#include "framework/device/replica_context.h"
+#include "framework/device/strategy.h"
 #include "framework/ops/sgemm.h"
 
 namespace keel::ops::detail {
@@ -227,10 +232,84 @@ void run_reorder(const ConvPrimitive& p, const memory::desc& from, const void* s
   s.wait();
 }
 
-// The kernel as `p` reads it: the HWIO kernel itself, or its reorder into the workspace.
-const void* kernel_for(const ConvPrimitive& p, const ConvGeometry& g, const float* kernel, PassWorkspace& w) {
-  if (!p.reorder_needed) return kernel;
-  run_reorder(p, kernel_desc(g, Tag::hwio), kernel, p.kernel_layout, address(w.layout), w);
+// A variable's kernel in one primitive's layout, shared by the replicas (KernelRef): filled once by
+// the replica that created it, read by the others once `ready`.
+struct SharedLayout {
+  explicit SharedLayout(size_t size) : bytes(size), data(host_allocate(size)) {}
+  ~SharedLayout() { host_free(data, bytes); }
+  SharedLayout(const SharedLayout&) = delete;
+  SharedLayout& operator=(const SharedLayout&) = delete;
+  size_t bytes;
+  void* data;
+  std::atomic<bool> ready{false};
+};
+
+// The shared layouts by (variable buffer, kernel address, primitive), each for one version of the
+// values. Held to kMaxBytes: past it the cache starts over (a layout in use stays alive with its user).
+class SharedLayouts {
+ public:
+  // The layout of `kernel` for `p`, and whether the caller must fill it (then mark it ready). Null
+  // when it cannot be had now (another replica is filling it): the caller reorders into its own.
+  std::pair<std::shared_ptr<SharedLayout>, bool> acquire(const KernelRef& kernel, const ConvPrimitive& p) {
+    constexpr size_t kMaxBytes = size_t{512} << 20;
+    const size_t bytes = p.kernel_layout.get_size();
+    std::lock_guard<std::mutex> lock(mutex_);
+    Entry& e = entries_[Key{kernel.storage, kernel.data, &p}];
+    if (e.layout && e.version == kernel.version) {
+      if (e.layout->ready.load(std::memory_order_acquire)) return {e.layout, false};
+      return {nullptr, false};
+    }
+    if (e.layout) bytes_ -= e.layout->bytes;
+    if (bytes_ + bytes > kMaxBytes) {
+      entries_.clear();
+      bytes_ = 0;
+    }
+    Entry& fresh = entries_[Key{kernel.storage, kernel.data, &p}];
+    fresh.version = kernel.version;
+    fresh.layout = std::make_shared<SharedLayout>(bytes);
+    bytes_ += bytes;
+    return {fresh.layout, true};
+  }
+
+ private:
+  using Key = std::tuple<uint64_t, const float*, const ConvPrimitive*>;
+  struct Entry {
+    uint64_t version = 0;
+    std::shared_ptr<SharedLayout> layout;
+  };
+  std::mutex mutex_;
+  std::map<Key, Entry> entries_;
+  size_t bytes_ = 0;
+};
+
+std::atomic<bool> sharing_on{true};
+std::atomic<int64_t> shared_fills{0}, shared_reads{0};
+
+SharedLayouts& shared_layouts() {
+  static SharedLayouts* layouts = new SharedLayouts();  // never destroyed: passes may run during exit
+  return *layouts;
+}
+
+// The kernel as `p` reads it: the HWIO kernel itself, the replicas' shared reorder (held in `hold`
+// while the pass runs), or its reorder into the workspace.
+const void* kernel_for(const ConvPrimitive& p, const ConvGeometry& g, const KernelRef& kernel, PassWorkspace& w,
+                       std::shared_ptr<SharedLayout>& hold) {
+  if (!p.reorder_needed) return kernel.data;
+  if (kernel.storage != 0) {
+    auto [layout, fill] = shared_layouts().acquire(kernel, p);
+    if (fill) {
+      run_reorder(p, kernel_desc(g, Tag::hwio), kernel.data, p.kernel_layout, layout->data, w);
+      layout->ready.store(true, std::memory_order_release);
+      shared_fills.fetch_add(1, std::memory_order_relaxed);
+    } else if (layout != nullptr) {
+      shared_reads.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (layout != nullptr) {
+      hold = std::move(layout);
+      return hold->data;
+    }
+  }
+  run_reorder(p, kernel_desc(g, Tag::hwio), kernel.data, p.kernel_layout, address(w.layout), w);
   return address(w.layout);
 }
 
@@ -260,14 +339,15 @@ struct TaskImages {
 // Forward (x -> y, both in `dt`) or backward_data (dy in `dt` -> dx in float32): the kernel
 // (float32 HWIO) into the primitive's layout and dtype, then one call per task. real == false
 // charges the workspace only.
-void kernel_pass(const ConvGeometry& g, Pass pass, const float* kernel, const void* in, void* out, bool real,
+void kernel_pass(const ConvGeometry& g, Pass pass, const KernelRef& kernel, const void* in, void* out, bool real,
                  DataType dt = DataType::f32) {
   const int64_t tasks = image_tasks(g);
   const TaskImages ti(g, g.batch / tasks, pass == Pass::forward ? dt : DataType::f32, dt);
   const ConvPrimitive& p = primitive(g, ti.images, pass, dt);
   PassWorkspace w(p, tasks);
   if (!real) return;
-  const void* k = kernel_for(p, g, kernel, w);
+  std::shared_ptr<SharedLayout> shared;
+  const void* k = kernel_for(p, g, kernel, w, shared);
   const bool fwd = pass == Pass::forward;
   const memory::desc& in_desc = fwd ? ti.x : ti.y;
   const memory::desc& out_desc = fwd ? ti.y : ti.x;
@@ -284,10 +364,24 @@ void kernel_pass(const ConvGeometry& g, Pass pass, const float* kernel, const vo
 
 }  // namespace
 
+KernelRef kernel_ref(const Tensor& kernel) {
+  KernelRef ref{kernel.data()};
+  const ReplicaContext* ctx = current_replica_context();
+  if (ref.data != nullptr && kernel.is_trainable_variable() && ctx != nullptr && ctx->strategy().local_replicas() > 1 &&
+      sharing_on.load(std::memory_order_relaxed)) {
+    ref.storage = kernel.storage().id();
+    ref.version = kernel.storage().version();
+  }
+  return ref;
+}
+
+void set_kernel_sharing(bool on) { sharing_on.store(on); }
+KernelSharingCounts kernel_sharing_counts() { return {shared_fills.load(), shared_reads.load()}; }
+
 bool onednn_runs(const ConvGeometry& g) { return g.rows() >= 256; }
 bool onednn_runs_dx(const ConvGeometry& g) { return g.in_channels >= 16; }
 
-void onednn_conv_forward(const ConvGeometry& g, const float* x, const float* kernel, float* y) {
+void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y) {
   kernel_pass(g, Pass::forward, kernel, x, y, x != nullptr);
 }
 
@@ -314,7 +408,7 @@ bool onednn_runs_bfloat16(const ConvGeometry& g) {
   return native && onednn_runs(g);
 }
 
-void onednn_conv_forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, uint16_t* y) {
+void onednn_conv_forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const KernelRef& kernel, uint16_t* y) {
   kernel_pass(g, Pass::forward, kernel, x, y, x != nullptr, DataType::bf16);
 }
 
@@ -372,13 +466,13 @@ void backward_weights(const ConvGeometry& g, const void* x, bool x_bfloat16, con
 
 }  // namespace
 
-void onednn_conv_backward(const ConvGeometry& g, const void* x, bool x_bfloat16, const float* kernel, const float* dy,
+void onednn_conv_backward(const ConvGeometry& g, const void* x, bool x_bfloat16, const KernelRef& kernel, const float* dy,
                           float* dx, float* dkernel, bool want_dx, bool want_dk, bool real) {
   if (want_dx) kernel_pass(g, Pass::backward_data, kernel, dy, dx, real);
   if (want_dk) backward_weights(g, x, x_bfloat16, dy, DataType::f32, dkernel, real);
 }
 
-void onednn_conv_backward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, const float* dy, float* dx,
+void onednn_conv_backward_bfloat16(const ConvGeometry& g, const uint16_t* x, const KernelRef& kernel, const float* dy, float* dx,
                                    float* dkernel, bool want_dx, bool want_dk, bool real) {
   if (!want_dx && !want_dk) return;
   const int64_t dy_elements = g.batch * g.h.output * g.w.output * g.out_channels;

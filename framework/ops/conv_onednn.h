@@ -19,9 +19,35 @@
 
 #include <cstdint>
 
+#include "framework/core/tensor.h"
 #include "framework/ops/conv_geometry.h"
 
 namespace keel::ops::detail {
+
+// A float32 HWIO kernel as the passes below read it. Where it is a trainable variable and several
+// replicas of this process run the step, every replica reads one host buffer (a mirrored variable,
+// framework/device/strategy.h), and `storage`/`version` name the values in it (Storage::id and
+// version): the first replica to need them in a primitive's layout reorders them into a host buffer
+// kept here and the others read that one, until the values change. Otherwise (storage 0) each call
+// reorders the kernel into its own workspace. Either way the same bits, and each core is charged
+// its reordered copy as a workspace, as a core would hold one (one host buffer serves them all, as
+// for the variable itself).
+struct KernelRef {
+  const float* data = nullptr;
+  uint64_t storage = 0;
+  uint64_t version = 0;
+};
+// The kernel's data() (nullptr when abstract), named for sharing as above where it can be.
+KernelRef kernel_ref(const Tensor& kernel);
+// Whether kernel_ref names kernels for sharing (on unless switched off; tests compare both), and
+// how many reorders were shared: made by one call for others (`filled`), read by a call that did
+// not make it (`reused`), since the process started.
+void set_kernel_sharing(bool on);
+struct KernelSharingCounts {
+  int64_t filled = 0;
+  int64_t reused = 0;
+};
+KernelSharingCounts kernel_sharing_counts();
 
 // Whether oneDNN computes a float32 convolution of this geometry: when it has at least 256 output
 // pixels. Below that (ResNet18's last stages at 32x32 inputs: 32 to 128 pixels per replica) the
@@ -33,7 +59,7 @@ bool onednn_runs(const ConvGeometry& g);
 bool onednn_runs_dx(const ConvGeometry& g);
 
 // y (N, OH, OW, Cout) = conv(x, kernel); x == nullptr plans (charges the workspace only).
-void onednn_conv_forward(const ConvGeometry& g, const float* x, const float* kernel, float* y);
+void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y);
 
 // Whether oneDNN computes the forward pass of a bfloat16 convolution of this geometry: where it
 // computes float32 ones (onednn_runs) and this CPU has its bfloat16 kernels (AVX512_BF16 or AMX).
@@ -43,18 +69,18 @@ bool onednn_runs_bfloat16(const ConvGeometry& g);
 // are): products exact in float32, summed in float32, rounded to nearest even into y — the
 // semantics of conv2d under bfloat16 (framework/ops/precision.h), in oneDNN's summation order.
 // x == nullptr plans.
-void onednn_conv_forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, uint16_t* y);
+void onednn_conv_forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const KernelRef& kernel, uint16_t* y);
 
 // The gradients given dy, in float32: dx (N, H, W, Cin) when want_dx, dkernel (KH, KW, Cin, Cout)
 // when want_dk, both overwritten. x is float32, or bfloat16 bits when x_bfloat16 (widened exactly
 // into a float32 workspace for dkernel). real == false plans (charges the workspace only; the
 // pointers are unused).
-void onednn_conv_backward(const ConvGeometry& g, const void* x, bool x_bfloat16, const float* kernel, const float* dy,
+void onednn_conv_backward(const ConvGeometry& g, const void* x, bool x_bfloat16, const KernelRef& kernel, const float* dy,
                           float* dx, float* dkernel, bool want_dx, bool want_dk, bool real);
 // The same under bfloat16, on oneDNN's bfloat16 kernels (where onednn_runs_bfloat16): x bfloat16
 // bits, the float32 kernel rounded as forward rounds it, dy rounded to nearest even into a bfloat16
 // workspace here; dx and dkernel float32 (float32 sums of exact products, oneDNN's order).
-void onednn_conv_backward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, const float* dy, float* dx,
+void onednn_conv_backward_bfloat16(const ConvGeometry& g, const uint16_t* x, const KernelRef& kernel, const float* dy, float* dx,
                                    float* dkernel, bool want_dx, bool want_dk, bool real);
 
 }  // namespace keel::ops::detail
