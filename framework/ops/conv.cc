@@ -436,7 +436,8 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   // Convolutions go to oneDNN unless the im2col kernels were asked for (bfloat16 ones where this
   // CPU has oneDNN's bfloat16 kernels); the gradients follow forward's choice.
   const bool bf16 = x_kept.dtype() == DType::bfloat16 && dt == DType::bfloat16;
-  const bool onednn = conv_backend() == ConvBackend::onednn && (bf16 ? detail::onednn_runs_bfloat16(g) : detail::onednn_runs(g));
+  const bool onednn = conv_backend() == ConvBackend::onednn &&
+                      (bf16 ? detail::onednn_runs_bfloat16(g, detail::kernel_on_replicas(kernel)) : detail::onednn_runs(g));
   // On oneDNN's bfloat16 kernels a float32 variable goes in as it is: the reorder into the
   // primitive's bfloat16 layout rounds it to nearest even (a subnormal to zero, which those kernels
   // make of subnormal operands anyway), so no rounded copy is made, in forward or backward.

@@ -385,7 +385,12 @@ void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef&
   kernel_pass(g, Pass::forward, kernel, x, y, x != nullptr);
 }
 
-bool onednn_runs_bfloat16(const ConvGeometry& g) {
+bool kernel_on_replicas(const Tensor& kernel) {
+  const ReplicaContext* ctx = current_replica_context();
+  return kernel.is_trainable_variable() && ctx != nullptr && ctx->num_replicas() > 1;
+}
+
+bool onednn_runs_bfloat16(const ConvGeometry& g, bool kernel_on_replicas) {
   // Whether this CPU has oneDNN kernels for bfloat16 convolutions (AVX512_BF16 or AMX), all three
   // passes, decided once on a small 3x3 convolution: elsewhere oneDNN has none, or only its slow
   // reference code.
@@ -405,7 +410,7 @@ bool onednn_runs_bfloat16(const ConvGeometry& g) {
       return false;
     }
   }();
-  return native && onednn_runs(g);
+  return native && (onednn_runs(g) || kernel_on_replicas);
 }
 
 void onednn_conv_forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const KernelRef& kernel, uint16_t* y) {
