@@ -13,6 +13,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "framework/autodiff/tape.h"
 #include "framework/core/thread_pool.h"
@@ -355,7 +356,7 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
   }
   if (g.pointwise() && dx != nullptr) {  // dx = dy · kernelᵀ
     detail::gemm(MatrixMap(dx->data(), rows, patch), ConstMatrixMap(dyv.data(), rows, cout),
-                 ConstMatrixMap(kv.data(), patch, cout).transpose());
+                 ConstMatrixMap(std::as_const(kv).data(), patch, cout).transpose());
     dx = nullptr;
   }
   if (g.pointwise() && !bf16 && dk != nullptr) {  // dkernel = xᵀ · dy with x viewed as (N*H*W, Cin)
@@ -370,9 +371,9 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
   float* dxd = dx != nullptr ? dx->data() : nullptr;
   float* dkd = dk != nullptr ? dk->data() : nullptr;
   if (bf16) {
-    backward_chunks(g, x.bfloat16_data(), kv.data(), dyv.data(), cols.data(), dxd, dkd);
+    backward_chunks(g, x.bfloat16_data(), std::as_const(kv).data(), dyv.data(), cols.data(), dxd, dkd);
   } else {
-    backward_chunks(g, x.data(), kv.data(), dyv.data(), cols.data(), dxd, dkd);
+    backward_chunks(g, x.data(), std::as_const(kv).data(), dyv.data(), cols.data(), dxd, dkd);
   }
 }
 
@@ -436,8 +437,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   // Convolutions go to oneDNN unless the im2col kernels were asked for (bfloat16 ones where this
   // CPU has oneDNN's bfloat16 kernels); the gradients follow forward's choice.
   const bool bf16 = x_kept.dtype() == DType::bfloat16 && dt == DType::bfloat16;
-  const bool onednn = conv_backend() == ConvBackend::onednn &&
-                      (bf16 ? detail::onednn_runs_bfloat16(g, detail::kernel_on_replicas(kernel)) : detail::onednn_runs(g));
+  const bool onednn = conv_backend() == ConvBackend::onednn && (bf16 ? detail::onednn_runs_bfloat16(g) : detail::onednn_runs(g));
   // On oneDNN's bfloat16 kernels a float32 variable goes in as it is: the reorder into the
   // primitive's bfloat16 layout rounds it to nearest even (a subnormal to zero, which those kernels
   // make of subnormal operands anyway), so no rounded copy is made, in forward or backward.
@@ -455,7 +455,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
     if (!empty && onednn) {
       detail::onednn_conv_forward_bfloat16(g, xd, detail::kernel_ref(ko.value), yd);
     } else if (!empty) {
-      forward_bfloat16(g, xd, ko.value.data(), yd);
+      forward_bfloat16(g, xd, std::as_const(ko.value).data(), yd);
     }
   } else {
     const Tensor xv = detail::compute_values(x_kept, dt);
@@ -465,7 +465,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
     if (!empty && onednn) {
       detail::onednn_conv_forward(g, real ? xv.data() : nullptr, detail::kernel_ref(ko.value), real ? out.data() : nullptr);
     } else if (!empty) {
-      forward_float32(g, real ? xv.data() : nullptr, ko.value.data(), real ? out.data() : nullptr);
+      forward_float32(g, real ? xv.data() : nullptr, std::as_const(ko.value).data(), real ? out.data() : nullptr);
     }
     y = detail::finish(out, dt);
   }

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -233,42 +234,45 @@ void run_reorder(const ConvPrimitive& p, const memory::desc& from, const void* s
 }
 
 // A variable's kernel in one primitive's layout, shared by the replicas (KernelRef): filled once by
-// the replica that created it, read by the others once `ready`.
+// the replica that created it, read by the others once ready.
 struct SharedLayout {
+  enum State : int { filling, ready, failed };
   explicit SharedLayout(size_t size) : bytes(size), data(host_allocate(size)) {}
   ~SharedLayout() { host_free(data, bytes); }
   SharedLayout(const SharedLayout&) = delete;
   SharedLayout& operator=(const SharedLayout&) = delete;
   size_t bytes;
   void* data;
-  std::atomic<bool> ready{false};
+  std::atomic<int> state{filling};
 };
 
 // The shared layouts by (variable buffer, kernel address, primitive), each for one version of the
 // values. Held to kMaxBytes: past it the cache starts over (a layout in use stays alive with its user).
 class SharedLayouts {
  public:
-  // The layout of `kernel` for `p`, and whether the caller must fill it (then mark it ready). Null
-  // when it cannot be had now (another replica is filling it): the caller reorders into its own.
+  // The layout of `kernel` for `p`, and whether the caller must fill it (then set its state). One
+  // another replica is filling comes back too, to wait for.
   std::pair<std::shared_ptr<SharedLayout>, bool> acquire(const KernelRef& kernel, const ConvPrimitive& p) {
     constexpr size_t kMaxBytes = size_t{512} << 20;
-    const size_t bytes = p.kernel_layout.get_size();
+    const Key key{kernel.storage, kernel.data, &p};
     std::lock_guard<std::mutex> lock(mutex_);
-    Entry& e = entries_[Key{kernel.storage, kernel.data, &p}];
-    if (e.layout && e.version == kernel.version) {
-      if (e.layout->ready.load(std::memory_order_acquire)) return {e.layout, false};
-      return {nullptr, false};
+    auto it = entries_.find(key);
+    if (it != entries_.end() && it->second.version == kernel.version &&
+        it->second.layout->state.load(std::memory_order_acquire) != SharedLayout::failed) {
+      return {it->second.layout, false};
     }
-    if (e.layout) bytes_ -= e.layout->bytes;
-    if (bytes_ + bytes > kMaxBytes) {
+    auto layout = std::make_shared<SharedLayout>(p.kernel_layout.get_size());  // first: a throw changes nothing
+    if (it != entries_.end()) {
+      bytes_ -= it->second.layout->bytes;
+      entries_.erase(it);
+    }
+    if (bytes_ + layout->bytes > kMaxBytes) {
       entries_.clear();
       bytes_ = 0;
     }
-    Entry& fresh = entries_[Key{kernel.storage, kernel.data, &p}];
-    fresh.version = kernel.version;
-    fresh.layout = std::make_shared<SharedLayout>(bytes);
-    bytes_ += bytes;
-    return {fresh.layout, true};
+    entries_[key] = Entry{kernel.version, layout};
+    bytes_ += layout->bytes;
+    return {layout, true};
   }
 
  private:
@@ -290,6 +294,17 @@ SharedLayouts& shared_layouts() {
   return *layouts;
 }
 
+// Waits for another replica's fill; whether it succeeded. The filler runs on another thread and
+// does not yield until it is done (a fiber of this thread would have finished it before this one
+// ran), so this spins a little, then gives the processor up between looks.
+bool wait_until_filled(const SharedLayout& layout) {
+  for (int looks = 0;; ++looks) {
+    const int state = layout.state.load(std::memory_order_acquire);
+    if (state != SharedLayout::filling) return state == SharedLayout::ready;
+    if (looks >= 256) std::this_thread::yield();
+  }
+}
+
 // The kernel as `p` reads it: the HWIO kernel itself, the replicas' shared reorder (held in `hold`
 // while the pass runs), or its reorder into the workspace.
 const void* kernel_for(const ConvPrimitive& p, const ConvGeometry& g, const KernelRef& kernel, PassWorkspace& w,
@@ -298,13 +313,19 @@ const void* kernel_for(const ConvPrimitive& p, const ConvGeometry& g, const Kern
   if (kernel.storage != 0) {
     auto [layout, fill] = shared_layouts().acquire(kernel, p);
     if (fill) {
-      run_reorder(p, kernel_desc(g, Tag::hwio), kernel.data, p.kernel_layout, layout->data, w);
-      layout->ready.store(true, std::memory_order_release);
+      try {
+        run_reorder(p, kernel_desc(g, Tag::hwio), kernel.data, p.kernel_layout, layout->data, w);
+      } catch (...) {
+        layout->state.store(SharedLayout::failed, std::memory_order_release);  // waiters reorder their own
+        throw;
+      }
+      layout->state.store(SharedLayout::ready, std::memory_order_release);
       shared_fills.fetch_add(1, std::memory_order_relaxed);
-    } else if (layout != nullptr) {
-      shared_reads.fetch_add(1, std::memory_order_relaxed);
+      hold = std::move(layout);
+      return hold->data;
     }
-    if (layout != nullptr) {
+    if (wait_until_filled(*layout)) {
+      shared_reads.fetch_add(1, std::memory_order_relaxed);
       hold = std::move(layout);
       return hold->data;
     }
@@ -385,12 +406,7 @@ void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef&
   kernel_pass(g, Pass::forward, kernel, x, y, x != nullptr);
 }
 
-bool kernel_on_replicas(const Tensor& kernel) {
-  const ReplicaContext* ctx = current_replica_context();
-  return kernel.is_trainable_variable() && ctx != nullptr && ctx->num_replicas() > 1;
-}
-
-bool onednn_runs_bfloat16(const ConvGeometry& g, bool kernel_on_replicas) {
+bool onednn_runs_bfloat16(const ConvGeometry& g) {
   // Whether this CPU has oneDNN kernels for bfloat16 convolutions (AVX512_BF16 or AMX), all three
   // passes, decided once on a small 3x3 convolution: elsewhere oneDNN has none, or only its slow
   // reference code.
@@ -410,7 +426,7 @@ bool onednn_runs_bfloat16(const ConvGeometry& g, bool kernel_on_replicas) {
       return false;
     }
   }();
-  return native && (onednn_runs(g) || kernel_on_replicas);
+  return native && onednn_runs(g);
 }
 
 void onednn_conv_forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const KernelRef& kernel, uint16_t* y) {

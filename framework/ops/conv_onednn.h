@@ -1,6 +1,7 @@
 // conv2d's kernels on oneDNN (Debian's libdnnl, the library PyTorch's CPU convolutions use):
 // its JIT convolutions for this CPU (brgconv/jit, AVX-512 where the CPU has it) read NHWC activations
-// in place; the HWIO kernel is reordered into the layout each primitive wants, in a workspace buffer.
+// in place; the HWIO kernel is reordered into the layout each primitive wants (in a workspace buffer,
+// or once for the replicas of a process: KernelRef).
 // Under bfloat16 (mixed precision) every pass runs on oneDNN's bfloat16 kernels (vdpbf16ps / AMX:
 // bfloat16 operands, float32 sums, subnormal inputs and results flushed to zero) where the CPU has
 // them: forward from bfloat16 x into bfloat16 y, backward from bfloat16 x and dy (rounded) into
@@ -14,7 +15,8 @@
 //
 // Memory: the reordered kernel, one scratchpad per task (oneDNN's, in user mode) and the kernel
 // gradient's partials are `workspace` tensors of the current core, allocated on planning runs too
-// (x == nullptr / real == false), so the plan equals the run.
+// (x == nullptr / real == false), so the plan equals the run (a shared reorder is read from host
+// memory, its workspace charged all the same).
 #pragma once
 
 #include <cstdint>
@@ -61,14 +63,9 @@ bool onednn_runs_dx(const ConvGeometry& g);
 // y (N, OH, OW, Cout) = conv(x, kernel); x == nullptr plans (charges the workspace only).
 void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y);
 
-// Whether oneDNN computes a bfloat16 convolution of this geometry: where this CPU has its bfloat16
-// kernels (AVX512_BF16 or AMX) and it computes float32 ones (onednn_runs), or at any size when
-// `kernel_on_replicas` (kernel_on_replicas() below): then one reorder per step serves every replica,
-// where im2col would round the kernel once per replica and call (ResNet18's last stage at 56x56).
-bool onednn_runs_bfloat16(const ConvGeometry& g, bool kernel_on_replicas = false);
-// Whether `kernel` is a trainable variable read by several replicas (of any process): what
-// onednn_runs_bfloat16 asks. The same in a plan as in the run it plans.
-bool kernel_on_replicas(const Tensor& kernel);
+// Whether oneDNN computes the forward pass of a bfloat16 convolution of this geometry: where it
+// computes float32 ones (onednn_runs) and this CPU has its bfloat16 kernels (AVX512_BF16 or AMX).
+bool onednn_runs_bfloat16(const ConvGeometry& g);
 // y (bfloat16 bits) = conv(x (bfloat16 bits), kernel), the float32 kernel rounded to nearest even
 // by the reorder into the primitive's bfloat16 layout (values that are bfloat16 numbers stay as they
 // are): products exact in float32, summed in float32, rounded to nearest even into y — the

@@ -84,9 +84,10 @@ Tensor reduce_stack(const Tensor& stack, const Variable& v, int replicas, int re
         const int64_t begin = p * kPiece, end = std::min(size, begin + kPiece);
         std::vector<const float*> at(in);
         for (const float*& ptr : at) ptr += begin;
-        tree_sum(at, block.data() + begin, end - begin);
+        float* sum = block.data() + begin;
+        tree_sum(at, sum, end - begin);
         const float n = static_cast<float>(replicas);
-        for (int64_t e = begin; e < end; ++e) block.data()[e] /= n;
+        for (int64_t e = 0; e < end - begin; ++e) sum[e] /= n;
       },
       threads_worth(static_cast<double>(size) * replicas, kMinElementsPerThread));
   return block;

@@ -54,6 +54,17 @@ class MpiCli : public ::testing::Test {
     expect_bit_identical(a, b);
     EXPECT_EQ(train_state(a)["memory"]["per_core"], train_state(b)["memory"]["per_core"]);
   }
+  // ResNet18 on a v4-32 (4 hosts x 4 cores) for `steps` steps: one process, and 2 processes of 8
+  // cores (half the work of a v3-32's 32 replicas), run the same.
+  void expect_resnet18_on_two_processes_as_on_one(const std::string& options, int steps) {
+    const std::string run = "train --model resnet18 --dataset fashion_mnist --device v4-32 --epochs 1 " + options +
+                            " --seed 2 --quiet --stop-after-steps " + std::to_string(steps) + " --checkpoint-dir ";
+    ASSERT_EQ(run_keel(run + dir_ + "/one").exit_code, 0);
+    const CommandResult r = mpirun_keel(2, run + dir_ + "/two");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string checkpoint = "/ckpt-" + std::to_string(steps) + ".h5";
+    expect_same_run(dir_ + "/one" + checkpoint, dir_ + "/two" + checkpoint);
+  }
   std::string dir_;
 };
 
@@ -74,15 +85,16 @@ TEST_F(MpiCli, MlpOnTwoAndFourProcessesEqualsOneProcess) {
   }
 }
 
-// BatchNormalization's moving statistics cross processes too (ReplicaLocalState's all-reduce). A v4-32
-// (4 hosts x 4 cores): 2 processes of 8 cores, half the work of a v3-32's 32 replicas.
+// BatchNormalization's moving statistics cross processes too (ReplicaLocalState's all-reduce).
 TEST_F(MpiCli, ResNet18OnTwoProcessesEqualsOneProcess) {
-  const std::string run = "train --model resnet18 --dataset fashion_mnist --device v4-32 --batch-per-core 1 --epochs 1 "
-                          "--seed 2 --quiet --stop-after-steps 20 --checkpoint-dir ";
-  ASSERT_EQ(run_keel(run + dir_ + "/one").exit_code, 0);
-  const CommandResult r = mpirun_keel(2, run + dir_ + "/two");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  expect_same_run(dir_ + "/one/ckpt-20.h5", dir_ + "/two/ckpt-20.h5");
+  expect_resnet18_on_two_processes_as_on_one("--batch-per-core 1", 20);
+}
+
+// Mixed precision at 56x56, 2 per core: the stem and the first stage on oneDNN's bfloat16 kernels
+// (the rest on im2col), each kernel's reorder shared by one process's 32 replicas, or by 16 in each
+// of two processes.
+TEST_F(MpiCli, MixedPrecisionResNet18OnTwoProcessesEqualsOneProcess) {
+  expect_resnet18_on_two_processes_as_on_one("--precision mixed_bfloat16 --input-shape 56x56x1 --batch-per-core 2", 6);
 }
 
 // Per-host input pipelines: from TFRecords of JPEGs, augmented, each process decodes, augments and

@@ -143,9 +143,14 @@ TEST(Conv2dTest, ReplicasSharingAVariablesReorderedKernelGiveTheSameBits) {
     const ops::detail::KernelSharingCounts before = ops::detail::kernel_sharing_counts();
     const std::vector<std::vector<float>> shared = trained_weights(c, precision, kSteps);
     const ops::detail::KernelSharingCounts after = ops::detail::kernel_sharing_counts();
-    ops::detail::set_kernel_sharing(false);
-    const std::vector<std::vector<float>> alone = trained_weights(c, precision, kSteps);
-    ops::detail::set_kernel_sharing(true);
+    std::vector<std::vector<float>> alone;
+    {
+      struct SharingOff {
+        SharingOff() { ops::detail::set_kernel_sharing(false); }
+        ~SharingOff() { ops::detail::set_kernel_sharing(true); }
+      } off;
+      alone = trained_weights(c, precision, kSteps);
+    }
     EXPECT_EQ(ops::detail::kernel_sharing_counts().filled, after.filled);
     // Forward's and dx's layouts of the first stage's four 3x3 kernels and the stem's, each step.
     EXPECT_GE(after.filled - before.filled, kSteps * 9);
