@@ -50,7 +50,7 @@ evaluated="$(date +%s.%N)"
 accuracy="$(sed -E 's/.*"accuracy":([0-9.eE+-]+).*/\1/' "$RUN/evaluate.json")"
 awk -v s="$start" -v t="$trained" -v e="$evaluated" -v a="$accuracy" -v epochs="$EPOCHS" -v stopped="${#STOP[@]}" 'BEGIN {
   train = t - s; eval = e - t; total = e - s
-  if (stopped) printf "train: %.0f s (stopped early: --stop-after-steps)\n", train
+  if (stopped) printf "train: %.1f s (stopped early: --stop-after-steps)\n", train
   else printf "train: %.0f s (%.1f min, %.0f s per epoch of %d)\n", train, train / 60, train / epochs, epochs
   printf "evaluate: %.0f s\n", eval
   printf "total: %.1f min; test accuracy %.4f (goal: >= 0.94 in <= 60 min: %s)\n", total / 60, a,

@@ -49,15 +49,15 @@ void Storage::retag(Category category, const std::string& owner) {
   for (const Charge& c : charges_) device_hooks::retag(c, category, owner);
 }
 
-uint64_t Storage::next_id() {
+namespace {
+uint64_t next_unique_id() {  // tensors' and storages' ids: never 0, never reused
   static std::atomic<uint64_t> counter{1};
   return counter.fetch_add(1, std::memory_order_relaxed);
 }
+}  // namespace
 
-uint64_t Tensor::next_id() {
-  static std::atomic<uint64_t> counter{1};
-  return counter.fetch_add(1, std::memory_order_relaxed);
-}
+uint64_t Storage::next_id() { return next_unique_id(); }
+uint64_t Tensor::next_id() { return next_unique_id(); }
 
 Tensor Tensor::empty(const Shape& shape) {
   return empty(shape, device_hooks::default_category(), device_hooks::default_owner());
