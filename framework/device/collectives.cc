@@ -193,7 +193,7 @@ void InProcessCollectives::local_sum_range(int64_t begin, int64_t end) {
   });
 }
 
-size_t InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite) {
+size_t InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite, Results results) {
   size_t first_non_finite = posted_[0].values.size();
   for_each_slice(begin, end, [&](size_t i, int64_t at, int64_t lo, int64_t hi) {
     const float* sum = nullptr;
@@ -206,21 +206,30 @@ size_t InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t en
     }
     if (find_non_finite && i < first_non_finite && !all_finite(sum, hi - lo)) first_non_finite = i;
     for (size_t r = several_processes() ? 0 : 1; r < posted_.size(); ++r) {
-      std::memcpy(posted_[r].values[i].data() + lo, sum, static_cast<size_t>(hi - lo) * sizeof(float));
+      int64_t from = lo, to = hi;  // of the tensor's elements
+      if (results != Results::everywhere) {
+        const int64_t size = posted_[r].values[i].size();
+        const ShardRange own = results == Results::process_shards
+                                   ? shard_range(size, local_replicas_, static_cast<int>(r))
+                                   : shard_range(size, num_replicas_, first_ + static_cast<int>(r));
+        from = std::max(lo, own.begin), to = std::min(hi, own.end);
+      }
+      if (to > from) std::memcpy(posted_[r].values[i].data() + from, sum + (from - lo), static_cast<size_t>(to - from) * sizeof(float));
     }
   });
   return first_non_finite;
 }
 
 void InProcessCollectives::all_reduce(int replica, ReduceOp op, std::span<Tensor> values) {
-  all_reduce_voting(replica, op, values, false);
+  all_reduce_voting(replica, op, values, false, Results::everywhere);
 }
 
-size_t InProcessCollectives::all_reduce_and_find_non_finite(int replica, ReduceOp op, std::span<Tensor> values) {
-  return all_reduce_voting(replica, op, values, true);
+size_t InProcessCollectives::all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards) {
+  return all_reduce_voting(replica, op, values, true, slice_shards ? Results::slice_shards : Results::process_shards);
 }
 
-size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite) {
+size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite,
+                                               Results results) {
   if (num_replicas_ == 1) {
     size_t first = values.size();
     for (size_t i = 0; i < values.size() && find_non_finite && first == values.size(); ++i) {
@@ -250,7 +259,7 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   }
   // Every process's replicas together cover every element of the whole sum, so each process finds
   // the same first non-finite tensor without asking the others.
-  non_finite_votes_[static_cast<size_t>(local(replica))] = finish_range(op, mine.begin, mine.end, find_non_finite);
+  non_finite_votes_[static_cast<size_t>(local(replica))] = finish_range(op, mine.begin, mine.end, find_non_finite, results);
   barrier_(replica);  // every range is reduced and copied out; the published spans may go
   const int64_t links = static_cast<int64_t>(children.size()) + (replica == 0 ? 0 : 1);
   ledger_.core(replica).record_collective(links * bytes_of(elements), links * bytes_of(elements));

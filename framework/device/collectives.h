@@ -66,10 +66,15 @@ class Collectives {
   // Every replica's `values` become the elementwise sum (or mean) over replicas, in place.
   // Undefined tensors are skipped (every replica must leave the same ones undefined).
   virtual void all_reduce(int replica, ReduceOp op, std::span<Tensor> values) = 0;
-  // all_reduce, then the index in `values` of the first tensor whose result holds a NaN or an
-  // infinity (values.size() if none), the same on every replica: the optimizer's vote on applying a
-  // step, at no extra meeting (each replica checks the elements it reduced before the last barrier).
-  virtual size_t all_reduce_and_find_non_finite(int replica, ReduceOp op, std::span<Tensor> values) = 0;
+  // The optimizer's reduction of the gradients it updates from (Optimizer::apply_gradients): the
+  // reduction of all_reduce, but each replica's tensors hold the result only where that replica
+  // updates, its shard of each tensor — of the slice (elements shard_range(size, num_replicas(),
+  // replica)) with `slice_shards`, else of its process (shard_range(size, L, k) for the local replica
+  // k of L) — and the rest is left unspecified: no result is copied to every replica. Returns the
+  // index in `values` of the first tensor whose result holds a NaN or an infinity (values.size() if
+  // none), the same on every replica: the vote on applying a step, at no extra meeting (each replica
+  // checks the elements it reduced before the last barrier).
+  virtual size_t all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards) = 0;
   // Reduces `value` over replicas and returns this replica's shard of the flattened result: the
   // elements shard_range(value.size(), n, replica), as a 1-D tensor.
   virtual Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) = 0;
@@ -123,7 +128,7 @@ class InProcessCollectives final : public Collectives {
 
   int num_replicas() const override { return num_replicas_; }
   void all_reduce(int replica, ReduceOp op, std::span<Tensor> values) override;
-  size_t all_reduce_and_find_non_finite(int replica, ReduceOp op, std::span<Tensor> values) override;
+  size_t all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards) override;
   Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) override;
   Tensor all_gather(int replica, const Tensor& shard, std::vector<int64_t>* rows_before = nullptr) override;
   // In one process only (std::logic_error across processes).
@@ -159,8 +164,10 @@ class InProcessCollectives final : public Collectives {
   template <class Fn>
   void for_each_slice(int64_t begin, int64_t end, Fn&& fn) const;
   // Then the index of the first tensor with a non-finite element in [begin, end) (size() if none).
-  size_t finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite);
-  size_t all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite);
+  // Where the results go: to every local replica's tensors, or each its own shard (all_reduce_for_update).
+  enum class Results { everywhere, process_shards, slice_shards };
+  size_t finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite, Results results);
+  size_t all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite, Results results);
   // Leader only, before the first barrier: where this process's partial sums go (stage_): its
   // segment of the processes' shared memory (ProcessGroup::shared_partials), else staging_.
   void stage_partials(int64_t elements);
@@ -186,7 +193,7 @@ class InProcessCollectives final : public Collectives {
   bool shared_memory_ = false;          // all_reduce: through the processes' shared memory
   std::vector<int64_t> rows_before_;    // all_gather: rows of the replicas before each
   std::vector<int64_t> votes_;          // all_reduce_min: each local replica's value
-  std::vector<size_t> non_finite_votes_;  // all_reduce_and_find_non_finite: each local replica's
+  std::vector<size_t> non_finite_votes_;  // all_reduce_for_update: each local replica's
   int64_t vote_result_ = 0;
 };
 

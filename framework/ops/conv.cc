@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "framework/autodiff/tape.h"
 #include "framework/core/thread_pool.h"
@@ -322,8 +323,8 @@ bool backward_needs_cols(const ConvGeometry& g, bool bf16, bool dx, bool dk) {
 // float32 values forward computed with. Under bfloat16 (`bfloat16`: the op computed in it) the
 // products read dy rounded to bfloat16 as well: oneDNN's bfloat16 kernels round it themselves, the
 // others read its rounded values (a float32 workspace).
-void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel, const Tensor& dy, Tensor* dx, Tensor* dk,
-                   bool onednn, bool bfloat16) {
+void conv_backward(const ConvGeometry& g, const Tensor& x, const detail::KernelValues& kernel, const Tensor& dy, Tensor* dx,
+                   Tensor* dk, bool onednn, bool bfloat16) {
   const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
   if (rows == 0 || cout == 0 || patch == 0) {  // nothing flows: zero gradients
     if (dx != nullptr) dx->fill(0.0f);
@@ -333,17 +334,17 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
   const bool bf16 = x.dtype() == DType::bfloat16;
   const bool native = onednn && bfloat16 && bf16;  // oneDNN's bfloat16 kernels
   Tensor dyv = bfloat16 && !native ? detail::compute_values(dy, DType::bfloat16) : dy;
-  Tensor kv = kernel;
+  detail::KernelValues kv = kernel;
   if (onednn) {  // dkernel, and dx where oneDNN computes it; else dx below
     const bool onednn_dx = dx != nullptr && detail::onednn_runs_dx(g);
     float* dxd = onednn_dx ? dx->data() : nullptr;
     float* dkd = dk != nullptr ? dk->data() : nullptr;
     if (native) {
-      detail::onednn_conv_backward_bfloat16(g, x.bfloat16_data(), detail::kernel_ref(kernel), dy.data(), dxd, dkd, onednn_dx,
+      detail::onednn_conv_backward_bfloat16(g, x.bfloat16_data(), detail::kernel_ref(kernel.tensor()), dy.data(), dxd, dkd, onednn_dx,
                                             dk != nullptr, /*real=*/true);
     } else {
       const void* xd = bf16 ? static_cast<const void*>(x.bfloat16_data()) : static_cast<const void*>(x.data());
-      detail::onednn_conv_backward(g, xd, bf16, detail::kernel_ref(kernel), dyv.data(), dxd, dkd, onednn_dx, dk != nullptr,
+      detail::onednn_conv_backward(g, xd, bf16, detail::kernel_ref(kernel.tensor()), dyv.data(), dxd, dkd, onednn_dx, dk != nullptr,
                                    /*real=*/true);
     }
     if (onednn_dx) dx = nullptr;
@@ -351,12 +352,12 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
     if (dx == nullptr) return;
     if (native) {  // dx below on the rounded values of dy and of the kernel (which may come unrounded)
       dyv = detail::compute_values(dy, DType::bfloat16);
-      kv = detail::compute_values(kernel, DType::bfloat16);
+      kv = detail::KernelValues::of(kernel.tensor(), DType::bfloat16);
     }
   }
   if (g.pointwise() && dx != nullptr) {  // dx = dy · kernelᵀ
     detail::gemm(MatrixMap(dx->data(), rows, patch), ConstMatrixMap(dyv.data(), rows, cout),
-                 ConstMatrixMap(std::as_const(kv).data(), patch, cout).transpose());
+                 ConstMatrixMap(kv.data(), patch, cout).transpose());
     dx = nullptr;
   }
   if (g.pointwise() && !bf16 && dk != nullptr) {  // dkernel = xᵀ · dy with x viewed as (N*H*W, Cin)
@@ -371,9 +372,9 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const Tensor& kernel,
   float* dxd = dx != nullptr ? dx->data() : nullptr;
   float* dkd = dk != nullptr ? dk->data() : nullptr;
   if (bf16) {
-    backward_chunks(g, x.bfloat16_data(), std::as_const(kv).data(), dyv.data(), cols.data(), dxd, dkd);
+    backward_chunks(g, x.bfloat16_data(), kv.data(), dyv.data(), cols.data(), dxd, dkd);
   } else {
-    backward_chunks(g, x.data(), std::as_const(kv).data(), dyv.data(), cols.data(), dxd, dkd);
+    backward_chunks(g, x.data(), kv.data(), dyv.data(), cols.data(), dxd, dkd);
   }
 }
 
@@ -424,6 +425,39 @@ Shape conv2d_output_shape(const Shape& x, const Shape& kernel, std::array<int, 2
   return {g.batch, g.h.output, g.w.output, g.out_channels};
 }
 
+namespace {
+
+// What a recorded conv2d keeps for backward: x as kept and the kernel variable (or its kept copy).
+struct ConvRecord {
+  Tensor x_kept, kernel_kept;
+  ConvGeometry g;
+  DType dt;
+  bool x_is_variable, kernel_is_variable, onednn, raw_kernel;
+};
+
+// dx and dkernel, where `needs` says.
+std::vector<Tensor> conv_gradients(const ConvRecord& r, const Tensor& dy, const std::vector<bool>& needs) {
+  std::vector<Tensor> grads(2);
+  if (needs[0]) grads[0] = detail::grad_buffer(r.x_kept.shape(), r.x_is_variable);            // dx (N, H, W, Cin)
+  if (needs[1]) grads[1] = detail::grad_buffer(r.kernel_kept.shape(), r.kernel_is_variable);  // dkernel
+  // The kernel as forward computed with it (the variable itself in float32); x as kept, read
+  // (widened) where it is used.
+  const detail::KernelValues kernel =
+      r.raw_kernel ? detail::KernelValues(r.kernel_kept) : detail::KernelValues::of(r.kernel_kept, r.dt);
+  const Tensor x = r.x_kept.dtype() == DType::bfloat16 ? r.x_kept : detail::compute_values(r.x_kept, r.dt);
+  const bool real_dx = needs[0] && detail::compute(grads[0], {&dy, &x, &kernel.tensor()});
+  const bool real_dk = needs[1] && detail::compute(grads[1], {&dy, &x, &kernel.tensor()});
+  const bool bfloat16 = r.dt == DType::bfloat16;
+  if (real_dx || real_dk) {
+    conv_backward(r.g, x, kernel, dy, real_dx ? &grads[0] : nullptr, real_dk ? &grads[1] : nullptr, r.onednn, bfloat16);
+  } else {
+    plan_backward(r.g, dy, kernel.tensor(), x.dtype() == DType::bfloat16, r.onednn, needs[0], needs[1], bfloat16);
+  }
+  return grads;
+}
+
+}  // namespace
+
 Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides, Padding padding,
               std::array<int, 2> dilation) {
   if (!x.defined() || !kernel.defined()) detail::shape_error("conv2d", "undefined input or kernel");
@@ -442,54 +476,44 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   // primitive's bfloat16 layout rounds it to nearest even (a subnormal to zero, which those kernels
   // make of subnormal operands anyway), so no rounded copy is made, in forward or backward.
   const bool raw_kernel = bf16 && onednn && kernel.is_trainable_variable() && kernel.dtype() == DType::float32;
-  detail::Operand ko = raw_kernel ? detail::Operand{kernel, kernel} : detail::operand(kernel, dt);
+  // A variable is kept as it is; the values read are KernelValues' (its replicas share a rounding).
+  const bool as_is = raw_kernel || kernel.is_trainable_variable();
+  detail::Operand ko = as_is ? detail::Operand{kernel, Tensor()} : detail::operand(kernel, dt);
+  detail::KernelValues kv = raw_kernel ? detail::KernelValues(kernel)
+                            : as_is    ? detail::KernelValues::of(kernel, dt)
+                                       : detail::KernelValues(ko.value);
   detail::count_forward_flops(2 * rows * patch * cout);
   const bool empty = rows == 0 || cout == 0 || patch == 0;
   Tensor y;
   if (bf16) {
     y = Tensor::empty(y_shape, dt);
-    const bool real = detail::compute(y, {&x_kept, &ko.value});
+    const bool real = detail::compute(y, {&x_kept, &kv.tensor()});
     if (real && empty) y.fill(0.0f);
     const uint16_t* xd = real ? x_kept.bfloat16_data() : nullptr;
     uint16_t* yd = real ? y.bfloat16_data() : nullptr;
     if (!empty && onednn) {
-      detail::onednn_conv_forward_bfloat16(g, xd, detail::kernel_ref(ko.value), yd);
+      detail::onednn_conv_forward_bfloat16(g, xd, detail::kernel_ref(kv.tensor()), yd);
     } else if (!empty) {
-      forward_bfloat16(g, xd, std::as_const(ko.value).data(), yd);
+      forward_bfloat16(g, xd, kv.data(), yd);
     }
   } else {
     const Tensor xv = detail::compute_values(x_kept, dt);
     Tensor out = detail::output_buffer(y_shape, dt);
-    const bool real = detail::compute(out, {&xv, &ko.value});
+    const bool real = detail::compute(out, {&xv, &kv.tensor()});
     if (real && empty) out.fill(0.0f);
     if (!empty && onednn) {
-      detail::onednn_conv_forward(g, real ? xv.data() : nullptr, detail::kernel_ref(ko.value), real ? out.data() : nullptr);
+      detail::onednn_conv_forward(g, real ? xv.data() : nullptr, detail::kernel_ref(kv.tensor()), real ? out.data() : nullptr);
     } else if (!empty) {
-      forward_float32(g, real ? xv.data() : nullptr, std::as_const(ko.value).data(), real ? out.data() : nullptr);
+      forward_float32(g, real ? xv.data() : nullptr, kv.data(), real ? out.data() : nullptr);
     }
     y = detail::finish(out, dt);
   }
   ko.value = Tensor();
+  kv = detail::KernelValues();
   if (GradientTape::is_recording({&x, &kernel})) {
-    const bool x_is_variable = x.is_trainable_variable(), kernel_is_variable = kernel.is_trainable_variable();
-    GradientTape::record({x, kernel}, {y}, [x_kept, kernel_kept = ko.kept, g, dt, x_is_variable, kernel_is_variable, onednn,
-                                            raw_kernel](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
-      std::vector<Tensor> grads(2);
-      if (needs[0]) grads[0] = detail::grad_buffer(x_kept.shape(), x_is_variable);            // dx (N, H, W, Cin)
-      if (needs[1]) grads[1] = detail::grad_buffer(kernel_kept.shape(), kernel_is_variable);  // dkernel
-      // The kernel as forward computed with it (the variable itself in float32); x as kept, read
-      // (widened) where it is used.
-      const Tensor kernel = raw_kernel ? kernel_kept : detail::compute_values(kernel_kept, dt);
-      const Tensor x = x_kept.dtype() == DType::bfloat16 ? x_kept : detail::compute_values(x_kept, dt);
-      const bool real_dx = needs[0] && detail::compute(grads[0], {&dy[0], &x, &kernel});
-      const bool real_dk = needs[1] && detail::compute(grads[1], {&dy[0], &x, &kernel});
-      if (real_dx || real_dk) {
-        conv_backward(g, x, kernel, dy[0], real_dx ? &grads[0] : nullptr, real_dk ? &grads[1] : nullptr, onednn,
-                      dt == DType::bfloat16);
-      } else {
-        plan_backward(g, dy[0], kernel, x.dtype() == DType::bfloat16, onednn, needs[0], needs[1], dt == DType::bfloat16);
-      }
-      return grads;
+    const ConvRecord record{x_kept, ko.kept, g, dt, x.is_trainable_variable(), kernel.is_trainable_variable(), onednn, raw_kernel};
+    GradientTape::record({x, kernel}, {y}, [record](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
+      return conv_gradients(record, dy[0], needs);
     });
   }
   return y;

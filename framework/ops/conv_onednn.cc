@@ -3,24 +3,18 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
-#include <tuple>
 #include <unordered_map>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "framework/core/dtype.h"
-#include "framework/core/host_allocator.h"
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
 #include "framework/device/context.h"
-#include "framework/device/replica_context.h"
-#include "framework/device/strategy.h"
 #include "framework/ops/sgemm.h"
 
 namespace keel::ops::detail {
@@ -233,104 +227,17 @@ void run_reorder(const ConvPrimitive& p, const memory::desc& from, const void* s
   s.wait();
 }
 
-// A variable's kernel in one primitive's layout, shared by the replicas (KernelRef): filled once by
-// the replica that created it, read by the others once ready.
-struct SharedLayout {
-  enum State : int { filling, ready, failed };
-  explicit SharedLayout(size_t size) : bytes(size), data(host_allocate(size)) {}
-  ~SharedLayout() { host_free(data, bytes); }
-  SharedLayout(const SharedLayout&) = delete;
-  SharedLayout& operator=(const SharedLayout&) = delete;
-  size_t bytes;
-  void* data;
-  std::atomic<int> state{filling};
-};
-
-// The shared layouts by (variable buffer, kernel address, primitive), each for one version of the
-// values. Held to kMaxBytes: past it the cache starts over (a layout in use stays alive with its user).
-class SharedLayouts {
- public:
-  // The layout of `kernel` for `p`, and whether the caller must fill it (then set its state). One
-  // another replica is filling comes back too, to wait for.
-  std::pair<std::shared_ptr<SharedLayout>, bool> acquire(const KernelRef& kernel, const ConvPrimitive& p) {
-    constexpr size_t kMaxBytes = size_t{512} << 20;
-    const Key key{kernel.storage, kernel.data, &p};
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(key);
-    if (it != entries_.end() && it->second.version == kernel.version &&
-        it->second.layout->state.load(std::memory_order_acquire) != SharedLayout::failed) {
-      return {it->second.layout, false};
-    }
-    auto layout = std::make_shared<SharedLayout>(p.kernel_layout.get_size());  // first: a throw changes nothing
-    if (it != entries_.end()) {
-      bytes_ -= it->second.layout->bytes;
-      entries_.erase(it);
-    }
-    if (bytes_ + layout->bytes > kMaxBytes) {
-      entries_.clear();
-      bytes_ = 0;
-    }
-    entries_[key] = Entry{kernel.version, layout};
-    bytes_ += layout->bytes;
-    return {layout, true};
-  }
-
- private:
-  using Key = std::tuple<uint64_t, const float*, const ConvPrimitive*>;
-  struct Entry {
-    uint64_t version = 0;
-    std::shared_ptr<SharedLayout> layout;
-  };
-  std::mutex mutex_;
-  std::map<Key, Entry> entries_;
-  size_t bytes_ = 0;
-};
-
-std::atomic<bool> sharing_on{true};
-std::atomic<int64_t> shared_fills{0}, shared_reads{0};
-
-SharedLayouts& shared_layouts() {
-  static SharedLayouts* layouts = new SharedLayouts();  // never destroyed: passes may run during exit
-  return *layouts;
-}
-
-// Waits for another replica's fill; whether it succeeded. The filler runs on another thread and
-// does not yield until it is done (a fiber of this thread would have finished it before this one
-// ran), so this spins a little, then gives the processor up between looks.
-bool wait_until_filled(const SharedLayout& layout) {
-  for (int looks = 0;; ++looks) {
-    const int state = layout.state.load(std::memory_order_acquire);
-    if (state != SharedLayout::filling) return state == SharedLayout::ready;
-    if (looks >= 256) std::this_thread::yield();
-  }
-}
-
 // The kernel as `p` reads it: the HWIO kernel itself, the replicas' shared reorder (held in `hold`
 // while the pass runs), or its reorder into the workspace.
 const void* kernel_for(const ConvPrimitive& p, const ConvGeometry& g, const KernelRef& kernel, PassWorkspace& w,
-                       std::shared_ptr<SharedLayout>& hold) {
+                       std::shared_ptr<SharedBuffer>& hold) {
   if (!p.reorder_needed) return kernel.data;
+  const memory::desc hwio = kernel_desc(g, Tag::hwio);
   if (kernel.storage != 0) {
-    auto [layout, fill] = shared_layouts().acquire(kernel, p);
-    if (fill) {
-      try {
-        run_reorder(p, kernel_desc(g, Tag::hwio), kernel.data, p.kernel_layout, layout->data, w);
-      } catch (...) {
-        layout->state.store(SharedLayout::failed, std::memory_order_release);  // waiters reorder their own
-        throw;
-      }
-      layout->state.store(SharedLayout::ready, std::memory_order_release);
-      shared_fills.fetch_add(1, std::memory_order_relaxed);
-      hold = std::move(layout);
-      return hold->data;
-    }
-    if (wait_until_filled(*layout)) {
-      shared_reads.fetch_add(1, std::memory_order_relaxed);
-      hold = std::move(layout);
-      return hold->data;
-    }
+    const auto reorder = [&](void* layout) { run_reorder(p, hwio, kernel.data, p.kernel_layout, layout, w); };
+    if (const void* shared = shared_derived(kernel, &p, p.kernel_layout.get_size(), reorder, hold)) return shared;
   }
-  run_reorder(p, kernel_desc(g, Tag::hwio), kernel.data, p.kernel_layout, address(w.layout), w);
+  run_reorder(p, hwio, kernel.data, p.kernel_layout, address(w.layout), w);
   return address(w.layout);
 }
 
@@ -367,7 +274,7 @@ void kernel_pass(const ConvGeometry& g, Pass pass, const KernelRef& kernel, cons
   const ConvPrimitive& p = primitive(g, ti.images, pass, dt);
   PassWorkspace w(p, tasks);
   if (!real) return;
-  std::shared_ptr<SharedLayout> shared;
+  std::shared_ptr<SharedBuffer> shared;
   const void* k = kernel_for(p, g, kernel, w, shared);
   const bool fwd = pass == Pass::forward;
   const memory::desc& in_desc = fwd ? ti.x : ti.y;
@@ -384,20 +291,6 @@ void kernel_pass(const ConvGeometry& g, Pass pass, const KernelRef& kernel, cons
 }
 
 }  // namespace
-
-KernelRef kernel_ref(const Tensor& kernel) {
-  KernelRef ref{kernel.data()};
-  const ReplicaContext* ctx = current_replica_context();
-  if (ref.data != nullptr && kernel.is_trainable_variable() && ctx != nullptr && ctx->strategy().local_replicas() > 1 &&
-      sharing_on.load(std::memory_order_relaxed)) {
-    ref.storage = kernel.storage().id();
-    ref.version = kernel.storage().version();
-  }
-  return ref;
-}
-
-void set_kernel_sharing(bool on) { sharing_on.store(on); }
-KernelSharingCounts kernel_sharing_counts() { return {shared_fills.load(), shared_reads.load()}; }
 
 bool onednn_runs(const ConvGeometry& g) { return g.rows() >= 256; }
 bool onednn_runs_dx(const ConvGeometry& g) { return g.in_channels >= 16; }

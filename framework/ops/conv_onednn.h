@@ -1,7 +1,7 @@
 // conv2d's kernels on oneDNN (Debian's libdnnl, the library PyTorch's CPU convolutions use):
 // its JIT convolutions for this CPU (brgconv/jit, AVX-512 where the CPU has it) read NHWC activations
 // in place; the HWIO kernel is reordered into the layout each primitive wants (in a workspace buffer,
-// or once for the replicas of a process: KernelRef).
+// or once for the replicas of a process: shared_kernels.h).
 // Under bfloat16 (mixed precision) every pass runs on oneDNN's bfloat16 kernels (vdpbf16ps / AMX:
 // bfloat16 operands, float32 sums, subnormal inputs and results flushed to zero) where the CPU has
 // them: forward from bfloat16 x into bfloat16 y, backward from bfloat16 x and dy (rounded) into
@@ -23,33 +23,9 @@
 
 #include "framework/core/tensor.h"
 #include "framework/ops/conv_geometry.h"
+#include "framework/ops/shared_kernels.h"
 
 namespace keel::ops::detail {
-
-// A float32 HWIO kernel as the passes below read it. Where it is a trainable variable and several
-// replicas of this process run the step, every replica reads one host buffer (a mirrored variable,
-// framework/device/strategy.h), and `storage`/`version` name the values in it (Storage::id and
-// version): the first replica to need them in a primitive's layout reorders them into a host buffer
-// kept here and the others read that one, until the values change. Otherwise (storage 0) each call
-// reorders the kernel into its own workspace. Either way the same bits, and each core is charged
-// its reordered copy as a workspace, as a core would hold one (one host buffer serves them all, as
-// for the variable itself).
-struct KernelRef {
-  const float* data = nullptr;
-  uint64_t storage = 0;
-  uint64_t version = 0;
-};
-// The kernel's data() (nullptr when abstract), named for sharing as above where it can be.
-KernelRef kernel_ref(const Tensor& kernel);
-// Whether kernel_ref names kernels for sharing (on unless switched off; tests compare both), and
-// how many reorders were shared: made by one call for others (`filled`), read by a call that did
-// not make it (`reused`), since the process started.
-void set_kernel_sharing(bool on);
-struct KernelSharingCounts {
-  int64_t filled = 0;
-  int64_t reused = 0;
-};
-KernelSharingCounts kernel_sharing_counts();
 
 // Whether oneDNN computes a float32 convolution of this geometry: when it has at least 256 output
 // pixels. Below that (ResNet18's last stages at 32x32 inputs: 32 to 128 pixels per replica) the

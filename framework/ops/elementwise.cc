@@ -1,9 +1,19 @@
 // Elementwise ops and reshapes: bias_add, add, scale, reshape.
+#include "framework/core/dtype.h"
 #include "framework/autodiff/tape.h"
 #include "framework/ops/op_util.h"
 #include "framework/ops/ops.h"
 
 namespace keel::ops {
+namespace {
+
+// y = x + b on one row of bfloat16 values (b: the bias's rounded values): a loop the compiler
+// vectorises, the bits of widening, adding in float32 and rounding to nearest even.
+void add_bias_row(const uint16_t* __restrict x, const float* __restrict b, uint16_t* __restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bfloat16_bits(bfloat16_to_float(x[i]) + b[i]);
+}
+
+}  // namespace
 
 Tensor bias_add(const Tensor& x, const Tensor& bias) {
   if (bias.rank() != 1 || x.rank() < 1 || x.dim(-1) != bias.dim(0)) {
@@ -12,17 +22,31 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
   }
   const int64_t channels = bias.dim(0);
   const DType dt = compute_dtype();
-  const Tensor xv = detail::operand(x, dt).value, bv = detail::operand(bias, dt).value;
-  Tensor y = detail::output_buffer(x.shape(), dt);
-  if (detail::compute(y, {&xv, &bv}) && channels > 0) {
-    // Rows of C channels: works for (N, C) and NHWC alike.
-    const Eigen::Map<const Eigen::RowVectorXf> b(bv.data(), channels);
-    detail::for_row_blocks(x.size() / channels, channels, [&](int64_t r0, int64_t r1) {
-      MatrixMap(y.data() + r0 * channels, r1 - r0, channels).noalias() =
-          ConstMatrixMap(xv.data() + r0 * channels, r1 - r0, channels).rowwise() + b;
-    });
+  Tensor y;
+  if (dt == DType::bfloat16 && x.dtype() == DType::bfloat16) {  // bfloat16 to bfloat16 with no temporary
+    const Tensor bv = detail::operand(bias, dt).value;
+    y = Tensor::empty(x.shape(), dt);
+    if (detail::compute(y, {&x, &bv}) && channels > 0) {
+      const uint16_t* xd = x.bfloat16_data();
+      uint16_t* yd = y.bfloat16_data();
+      const float* b = bv.data();
+      detail::for_row_blocks(x.size() / channels, channels, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) add_bias_row(xd + r * channels, b, yd + r * channels, channels);
+      });
+    }
+  } else {
+    const Tensor xv = detail::operand(x, dt).value, bv = detail::operand(bias, dt).value;
+    y = detail::output_buffer(x.shape(), dt);
+    if (detail::compute(y, {&xv, &bv}) && channels > 0) {
+      // Rows of C channels: works for (N, C) and NHWC alike.
+      const Eigen::Map<const Eigen::RowVectorXf> b(bv.data(), channels);
+      detail::for_row_blocks(x.size() / channels, channels, [&](int64_t r0, int64_t r1) {
+        MatrixMap(y.data() + r0 * channels, r1 - r0, channels).noalias() =
+            ConstMatrixMap(xv.data() + r0 * channels, r1 - r0, channels).rowwise() + b;
+      });
+    }
+    y = detail::finish(y, dt);
   }
-  y = detail::finish(y, dt);
   if (GradientTape::is_recording({&x, &bias})) {
     const Shape bias_shape = bias.shape();
     const bool bias_is_variable = bias.is_trainable_variable();

@@ -240,7 +240,9 @@ bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>&
     defined.push_back(grads[i]);
     variable.push_back(i);
   }
-  const size_t first = ctx->all_reduce_and_find_non_finite(ReduceOp::Mean, defined);
+  // Each replica reads the mean only where it updates (apply_gradients: its shard of the process's
+  // variables, or of the slice's with sharded slots).
+  const size_t first = ctx->all_reduce_for_update(ReduceOp::Mean, defined, ctx->strategy().shard() != ShardingMode::none);
   non_finite = first < variable.size() ? variable[first] : vars.size();
   return false;
 }

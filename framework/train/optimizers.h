@@ -114,7 +114,8 @@ class Optimizer {
 
   // Undefined gradients (variables the loss does not depend on) are skipped; every replica must
   // leave the same ones undefined. Inside strategy.run, called by every replica: the gradients are
-  // all-reduced (mean) in place, so afterwards each replica's `grads` hold the mean. Outside a run
+  // all-reduced (mean) in place, each replica's result only where it updates (its shard: the rest of
+  // its `grads` is left unspecified, so read a gradient before applying it). Outside a run
   // (one replica, TensorFlow's default strategy) they are applied as they are. A step with a
   // non-finite gradient is skipped whole (see the top of this file); every replica returns the same.
   GradientUpdate apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars,

@@ -86,6 +86,12 @@ TEST(PrecisionTest, EveryOpIsItsFloat32FormOnRoundedOperandsRounded) {
       "pointwise conv2d", true, /*round_dy=*/true);
   const Tensor bias = random_host({5}, -1, 1, 6), m = random_host({4, 5}, -3, 3, 7);
   expect_bfloat16_semantics([](const std::vector<Tensor>& in) { return ops::bias_add(in[0], in[1]); }, {m, bias}, "bias_add");
+  // bfloat16 activations (a mixed model's) take the ops' bfloat16-to-bfloat16 paths.
+  const Tensor m16 = m.to(DType::bfloat16);
+  expect_bfloat16_semantics([](const std::vector<Tensor>& in) { return ops::bias_add(in[0], in[1]); }, {m16, bias},
+                            "bias_add of bfloat16 x");
+  expect_bfloat16_semantics([](const std::vector<Tensor>& in) { return ops::add(in[0], in[1]); },
+                            {m16, random_host({4, 5}, -3, 3, 8).to(DType::bfloat16)}, "add of bfloat16 operands");
   expect_bfloat16_semantics([](const std::vector<Tensor>& in) { return ops::add(in[0], in[1]); }, {m, rounded(m)}, "add");
   expect_bfloat16_semantics([](const std::vector<Tensor>& in) { return ops::relu(in[0]); }, {m}, "relu");
   expect_bfloat16_semantics([](const std::vector<Tensor>& in) { return ops::scale(in[0], 0.3f); }, {m}, "scale");
