@@ -340,11 +340,11 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const detail::KernelV
     float* dxd = onednn_dx ? dx->data() : nullptr;
     float* dkd = dk != nullptr ? dk->data() : nullptr;
     if (native) {
-      detail::onednn_conv_backward_bfloat16(g, x.bfloat16_data(), detail::kernel_ref(kernel.tensor()), dy.data(), dxd, dkd, onednn_dx,
+      detail::onednn_conv_backward_bfloat16(g, x.bfloat16_data(), kernel.ref(), dy.data(), dxd, dkd, onednn_dx,
                                             dk != nullptr, /*real=*/true);
     } else {
       const void* xd = bf16 ? static_cast<const void*>(x.bfloat16_data()) : static_cast<const void*>(x.data());
-      detail::onednn_conv_backward(g, xd, bf16, detail::kernel_ref(kernel.tensor()), dyv.data(), dxd, dkd, onednn_dx, dk != nullptr,
+      detail::onednn_conv_backward(g, xd, bf16, kernel.ref(), dyv.data(), dxd, dkd, onednn_dx, dk != nullptr,
                                    /*real=*/true);
     }
     if (onednn_dx) dx = nullptr;
@@ -492,7 +492,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
     const uint16_t* xd = real ? x_kept.bfloat16_data() : nullptr;
     uint16_t* yd = real ? y.bfloat16_data() : nullptr;
     if (!empty && onednn) {
-      detail::onednn_conv_forward_bfloat16(g, xd, detail::kernel_ref(kv.tensor()), yd);
+      detail::onednn_conv_forward_bfloat16(g, xd, kv.ref(), yd);
     } else if (!empty) {
       forward_bfloat16(g, xd, kv.data(), yd);
     }
@@ -502,7 +502,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
     const bool real = detail::compute(out, {&xv, &kv.tensor()});
     if (real && empty) out.fill(0.0f);
     if (!empty && onednn) {
-      detail::onednn_conv_forward(g, real ? xv.data() : nullptr, detail::kernel_ref(kv.tensor()), real ? out.data() : nullptr);
+      detail::onednn_conv_forward(g, real ? xv.data() : nullptr, kv.ref(), real ? out.data() : nullptr);
     } else if (!empty) {
       forward_float32(g, real ? xv.data() : nullptr, kv.data(), real ? out.data() : nullptr);
     }

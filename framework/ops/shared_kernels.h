@@ -70,9 +70,11 @@ class KernelValues {
   KernelValues() = default;
   explicit KernelValues(Tensor values) : tensor_(std::move(values)) {}
   static KernelValues of(const Tensor& kernel, DType dt);
-  // The values' tensor (what plans and compute() look at) and the values (nullptr when abstract).
+  // The values' tensor (what plans and compute() look at: its data is not the values when shared),
+  // the values (nullptr when abstract), and the values as oneDNN's passes take them.
   const Tensor& tensor() const { return tensor_; }
   const float* data() const { return shared_ ? static_cast<const float*>(shared_->data) : tensor_.data(); }
+  KernelRef ref() const { return shared_ ? KernelRef{data()} : kernel_ref(tensor_); }
 
  private:
   Tensor tensor_;

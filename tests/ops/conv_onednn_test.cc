@@ -6,13 +6,16 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "framework/autodiff/tape.h"
+#include "framework/autodiff/variable.h"
 #include "framework/device/context.h"
+#include "framework/device/strategy.h"
 #include "framework/layers/dtype_policy.h"
 #include "framework/layers/initializers.h"
 #include "framework/ops/conv.h"
@@ -164,6 +167,45 @@ TEST(Conv2dTest, ReplicasSharingAVariablesReorderedKernelGiveTheSameBits) {
     }
     ASSERT_EQ(shared.size(), alone.size());
     for (size_t i = 0; i < shared.size(); ++i) EXPECT_TRUE(shared[i] == alone[i]) << "weight or slot " << i;
+  }
+}
+
+// A float32 variable as a bfloat16 convolution's input stays float32, so the float32 passes run
+// (on oneDNN at 256 output pixels or more, dx too from 16 channels), reading the kernel variable's
+// bfloat16 rounding that the replicas share: on 2 replicas, output and both gradients are the same
+// bits with sharing on and off, and the rounding was shared.
+TEST(Conv2dTest, OneDnnsFloat32PassesReadASharedRounding) {
+  const testing::ConvBackendScope backend(ops::ConvBackend::onednn);
+  ReplicatedStrategy strategy(DeviceSpec::custom(2, 0));
+  std::unique_ptr<Variable> x, kernel;
+  {
+    auto scope = strategy.scope();
+    Tensor xv = Tensor::empty({2, 16, 16, 16}), kv = Tensor::empty({3, 3, 16, 16});
+    xv.copy_from(random_host(xv.shape(), -1, 1, 41));
+    kv.copy_from(random_host(kv.shape(), -1, 1, 42));
+    x = std::make_unique<Variable>("x", xv, true);
+    kernel = std::make_unique<Variable>("kernel", kv, true);
+  }
+  const auto step = [&] {
+    return strategy.run(
+        [&](const Batch&) {
+          const ops::ComputeDTypeScope bf16(DType::bfloat16);
+          GradientTape tape;
+          const Tensor y = ops::conv2d(x->value(), kernel->value(), {1, 1}, Padding::same);
+          const std::vector<Tensor> g = tape.gradient(ops::reduce_sum(ops::cast(y, DType::float32)), {x->value(), kernel->value()});
+          return std::vector<std::vector<float>>{y.to(DType::float32).to_vector(), g[0].to_vector(), g[1].to_vector()};
+        },
+        std::vector<Batch>(2));
+  };
+  const int64_t rounded_before = ops::detail::kernel_sharing_counts().rounded;
+  const auto shared = step();
+  EXPECT_GT(ops::detail::kernel_sharing_counts().rounded, rounded_before);
+  ops::detail::set_kernel_sharing(false);
+  const auto alone = step();
+  ops::detail::set_kernel_sharing(true);
+  ASSERT_EQ(shared.size(), 2u);
+  for (size_t r = 0; r < shared.size(); ++r) {
+    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(shared[r][i] == alone[r][i]) << "replica " << r << ", output/dx/dkernel " << i;
   }
 }
 
