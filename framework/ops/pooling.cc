@@ -61,33 +61,44 @@ void for_each_window(const PoolGeometry& g, F&& f) {
       threads_worth(work, kMinElementsPerThread));
 }
 
-// y (N, OH, OW, C) = the maximum of each window of x (N, H, W, C); with `where` (the shape of y),
-// also the offset of each maximum in its window, as max_pool2d's backward reads it.
-void max_pool_forward(const PoolGeometry& g, const float* xd, float* yd, float* wd) {
-  const int64_t C = g.channels, H = g.h.input, W = g.w.input;
+// `k` as a window offset of type W (float, or bfloat16's bits: exact up to 256).
+template <typename W>
+W window_offset(float k) {
+  W w;
+  detail::store(&w, 0, k);
+  return w;
+}
+
+// y (N, OH, OW, C) = the maximum of each window of x (N, H, W, C), both float32 or both bfloat16's
+// bits (a maximum is one of its inputs: copied, not rounded); with `where` (the shape of y), also
+// the offset of each maximum in its window, as max_pool2d's backward reads it.
+template <typename T, typename W>
+void max_pool_forward(const PoolGeometry& g, const T* xd, T* yd, W* wd) {
+  const int64_t C = g.channels, H = g.h.input, W_ = g.w.input;
   for_each_window(g, [&](const WindowRange& r, int64_t out, int64_t n) {
-    float* __restrict__ o = yd + out * C;
-    const float* image = xd + n * H * W * C;
-    std::memcpy(o, image + (r.h_lo * W + r.w_lo) * C, static_cast<size_t>(C) * sizeof(float));
+    T* __restrict__ o = yd + out * C;
+    const T* image = xd + n * H * W_ * C;
+    std::memcpy(o, image + (r.h_lo * W_ + r.w_lo) * C, static_cast<size_t>(C) * sizeof(T));
     if (wd == nullptr) {
       for (int64_t h = r.h_lo; h < r.h_hi; ++h) {
         for (int64_t w = r.w_lo; w < r.w_hi; ++w) {
-          const float* __restrict__ s = image + (h * W + w) * C;
-          for (int64_t c = 0; c < C; ++c) o[c] = s[c] > o[c] ? s[c] : o[c];
+          const T* __restrict__ s = image + (h * W_ + w) * C;
+          for (int64_t c = 0; c < C; ++c) o[c] = detail::load(s, c) > detail::load(o, c) ? s[c] : o[c];
         }
       }
       return;
     }
-    float* __restrict__ wo = wd + out * C;
-    std::fill(wo, wo + C, 0.0f);
+    W* __restrict__ wo = wd + out * C;
+    std::fill(wo, wo + C, window_offset<W>(0.0f));
     float k = 0.0f;
     for (int64_t h = r.h_lo; h < r.h_hi; ++h) {
       for (int64_t w = r.w_lo; w < r.w_hi; ++w, k += 1.0f) {
-        const float* __restrict__ s = image + (h * W + w) * C;
+        const T* __restrict__ s = image + (h * W_ + w) * C;
+        const W kw = window_offset<W>(k);
         for (int64_t c = 0; c < C; ++c) {
-          const bool greater = s[c] > o[c];  // strict: ties keep the first max, as TensorFlow
+          const bool greater = detail::load(s, c) > detail::load(o, c);  // strict: ties keep the first max, as TensorFlow
           o[c] = greater ? s[c] : o[c];
-          wo[c] = greater ? k : wo[c];
+          wo[c] = greater ? kw : wo[c];
         }
       }
     }
@@ -95,18 +106,46 @@ void max_pool_forward(const PoolGeometry& g, const float* xd, float* yd, float* 
 }
 
 // dx (N, H, W, C) += dy (N, OH, OW, C) routed to where each maximum came from.
-void max_pool_backward(const PoolGeometry& g, const float* wd, const float* dyd, float* dxd) {
-  const int64_t C = g.channels, H = g.h.input, W = g.w.input;
+template <typename W>
+void max_pool_backward(const PoolGeometry& g, const W* wd, const float* dyd, float* dxd) {
+  const int64_t C = g.channels, H = g.h.input, W_ = g.w.input;
   for_each_window(g, [&](const WindowRange& r, int64_t out, int64_t n) {
     const int64_t width = r.w_hi - r.w_lo;
-    float* dimage = dxd + n * H * W * C;
-    const float* w_out = wd + out * C;
+    float* dimage = dxd + n * H * W_ * C;
+    const W* w_out = wd + out * C;
     const float* g_out = dyd + out * C;
     for (int64_t c = 0; c < C; ++c) {
-      const int64_t k = static_cast<int64_t>(w_out[c]);
-      dimage[((r.h_lo + k / width) * W + r.w_lo + k % width) * C + c] += g_out[c];
+      const int64_t k = static_cast<int64_t>(detail::load(w_out, c));
+      dimage[((r.h_lo + k / width) * W_ + r.w_lo + k % width) * C + c] += g_out[c];
     }
   });
+}
+
+// max_pool_forward on x as it comes: bfloat16 x into a bfloat16 y directly under bfloat16 (no
+// float32 copies), else its compute values into a float32 buffer rounded by finish(). y and where
+// (when recording; of `where_dtype`) come back as the op's results.
+void max_pool_compute(const PoolGeometry& g, const Tensor& x, DType dt, DType where_dtype, bool recording, Tensor& y,
+                      Tensor& where) {
+  const Shape y_shape = {g.batch, g.h.output, g.w.output, g.channels};
+  if (dt == DType::bfloat16 && x.dtype() == DType::bfloat16) {
+    y = Tensor::empty(y_shape, dt);
+    where = recording ? Tensor::empty(y_shape, where_dtype) : Tensor();
+    if (!detail::compute(y, {&x}) || y.size() == 0) return;
+    if (!recording) {
+      max_pool_forward<uint16_t, uint16_t>(g, x.bfloat16_data(), y.bfloat16_data(), nullptr);
+    } else if (where_dtype == DType::bfloat16) {
+      max_pool_forward(g, x.bfloat16_data(), y.bfloat16_data(), where.bfloat16_data());
+    } else {
+      max_pool_forward(g, x.bfloat16_data(), y.bfloat16_data(), where.data());
+    }
+    return;
+  }
+  const Tensor xv = detail::operand(x, dt).value;
+  y = detail::output_buffer(y_shape, dt);
+  where = recording ? detail::output_buffer(y_shape, where_dtype) : Tensor();
+  if (detail::compute(y, {&xv}) && y.size() > 0) max_pool_forward(g, xv.data(), y.data(), recording ? where.data() : nullptr);
+  y = detail::finish(y, dt);
+  if (recording) where = detail::finish(where, where_dtype);
 }
 
 }  // namespace
@@ -118,32 +157,29 @@ Shape pool2d_output_shape(const Shape& x, std::array<int, 2> pool, std::array<in
 
 Tensor max_pool2d(const Tensor& x, std::array<int, 2> pool, std::array<int, 2> strides, Padding padding) {
   const PoolGeometry g = pool_geometry("max_pool2d", x.shape(), pool, strides, padding);
-  const int64_t C = g.channels, H = g.h.input, W = g.w.input;
+  const int64_t H = g.h.input, W = g.w.input;
   if (H * W > std::numeric_limits<int32_t>::max()) detail::shape_error("max_pool2d", "image too large: " + shape_string(x.shape()));
   const bool recording = GradientTape::is_recording({&x});
   const DType dt = compute_dtype();
-  const Tensor xv = detail::operand(x, dt).value;
-  Tensor y = detail::output_buffer({g.batch, g.h.output, g.w.output, C}, dt);
   // Backward needs only where each maximum came from: its offset in the window (row-major over the
   // window's in-input part), stored as a float (exact: windows are far below 2^24 elements; under
   // bfloat16, as a bfloat16 when the window has at most 256 elements, all exact). It is the size of
   // y, where saving x would keep the (often padded) input alive: PyTorch keeps indices too.
   const DType where_dtype = int64_t{pool[0]} * pool[1] <= 256 ? dt : DType::float32;
-  Tensor where = recording ? detail::output_buffer(y.shape(), where_dtype) : Tensor();
-  if (detail::compute(y, {&xv}) && y.size() > 0) {
-    max_pool_forward(g, xv.data(), y.data(), recording ? where.data() : nullptr);
-  }
-  y = detail::finish(y, dt);
+  Tensor y, where;
+  max_pool_compute(g, x, dt, where_dtype, recording, y, where);
   if (recording) {
-    where = detail::finish(where, where_dtype);
     const Shape x_shape = x.shape();
     const bool x_is_variable = x.is_trainable_variable();
     GradientTape::record({x}, {y}, [where, g, x_shape, x_is_variable](const std::vector<Tensor>& dy, const std::vector<bool>&) {
       Tensor dx = detail::grad_buffer(x_shape, x_is_variable);
-      const Tensor wv = detail::compute_values(where, DType::float32);
-      if (detail::compute(dx, {&dy[0], &wv}) && dx.size() > 0) {
+      if (detail::compute(dx, {&dy[0], &where}) && dx.size() > 0) {
         dx.fill(0.0f);
-        max_pool_backward(g, wv.data(), dy[0].data(), dx.data());
+        if (where.dtype() == DType::bfloat16) {
+          max_pool_backward(g, where.bfloat16_data(), dy[0].data(), dx.data());
+        } else {
+          max_pool_backward(g, where.data(), dy[0].data(), dx.data());
+        }
       }
       return std::vector<Tensor>{dx};
     });

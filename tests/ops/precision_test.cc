@@ -92,6 +92,10 @@ TEST(PrecisionTest, EveryOpIsItsFloat32FormOnRoundedOperandsRounded) {
                             "bias_add of bfloat16 x");
   expect_bfloat16_semantics([](const std::vector<Tensor>& in) { return ops::add(in[0], in[1]); },
                             {m16, random_host({4, 5}, -3, 3, 8).to(DType::bfloat16)}, "add of bfloat16 operands");
+  const Tensor x16 = random_host({2, 7, 7, 3}, -1, 1, 9).to(DType::bfloat16);
+  expect_bfloat16_semantics(
+      [](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], {3, 3}, {2, 2}, ops::Padding::same); }, {x16},
+      "max_pool2d of bfloat16 x");
   expect_bfloat16_semantics([](const std::vector<Tensor>& in) { return ops::add(in[0], in[1]); }, {m, rounded(m)}, "add");
   expect_bfloat16_semantics([](const std::vector<Tensor>& in) { return ops::relu(in[0]); }, {m}, "relu");
   expect_bfloat16_semantics([](const std::vector<Tensor>& in) { return ops::scale(in[0], 0.3f); }, {m}, "scale");
