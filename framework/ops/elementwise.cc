@@ -1,5 +1,4 @@
 // Elementwise ops and reshapes: bias_add, add, scale, reshape.
-#include "framework/core/dtype.h"
 #include "framework/autodiff/tape.h"
 #include "framework/ops/op_util.h"
 #include "framework/ops/ops.h"
@@ -10,7 +9,7 @@ namespace {
 // y = x + b on one row of bfloat16 values (b: the bias's rounded values): a loop the compiler
 // vectorises, the bits of widening, adding in float32 and rounding to nearest even.
 void add_bias_row(const uint16_t* __restrict x, const float* __restrict b, uint16_t* __restrict y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = bfloat16_bits(bfloat16_to_float(x[i]) + b[i]);
+  for (int64_t i = 0; i < n; ++i) detail::store(y, i, detail::load(x, i) + b[i]);
 }
 
 }  // namespace

@@ -97,12 +97,12 @@ KernelRef kernel_ref(const Tensor& kernel) {
 void set_kernel_sharing(bool on) { sharing_on.store(on); }
 KernelSharingCounts kernel_sharing_counts() { return {shared_fills.load(), shared_reads.load(), shared_roundings.load()}; }
 
-const void* shared_derived(const KernelRef& kernel, const void* what, size_t bytes, const std::function<void(void*)>& fill,
+const void* shared_derived(const KernelRef& kernel, const void* what, size_t bytes, FillFunction fn, void* fill,
                            std::shared_ptr<SharedBuffer>& hold) {
   auto [buffer, filler] = shared_buffers().acquire(kernel, what, bytes);
   if (filler) {
     try {
-      fill(buffer->data);
+      fn(fill, buffer->data);
     } catch (...) {
       buffer->state.store(SharedBuffer::failed, std::memory_order_release);  // waiters derive their own
       throw;

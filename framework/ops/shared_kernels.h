@@ -12,8 +12,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
+#include <type_traits>
 
 #include "framework/core/dtype.h"
 #include "framework/core/tensor.h"
@@ -54,12 +54,22 @@ struct SharedBuffer {
   std::atomic<int> state{filling};
 };
 
+// The form below without a template, as core/thread_pool.h's run_tasks: fn(fill, data) fills.
+using FillFunction = void (*)(void* fill, void* data);
+const void* shared_derived(const KernelRef& kernel, const void* what, size_t bytes, FillFunction fn, void* fill,
+                           std::shared_ptr<SharedBuffer>& hold);
+
 // The buffer of `bytes` that `fill` derives from `kernel` (storage != 0), one per (values, what):
 // `what` names the derivation (a primitive, say). Made by this call with fill(data) or by another
 // replica's; held in `hold` while the caller reads it. nullptr when another replica's fill failed:
 // the caller derives its own. A throw from fill propagates (waiting replicas then derive their own).
-const void* shared_derived(const KernelRef& kernel, const void* what, size_t bytes, const std::function<void(void*)>& fill,
-                           std::shared_ptr<SharedBuffer>& hold);
+template <class Fill>
+const void* shared_derived(const KernelRef& kernel, const void* what, size_t bytes, Fill&& fill,
+                           std::shared_ptr<SharedBuffer>& hold) {
+  using F = std::remove_cvref_t<Fill>;
+  return shared_derived(kernel, what, bytes, [](void* f, void* data) { (*static_cast<const F*>(f))(data); },
+                        const_cast<F*>(&fill), hold);
+}
 
 // A kernel's values as a computation under `dt` reads them (compute_values, op_util.h): the kernel
 // itself in float32, else its values rounded to bfloat16 in a float32 workspace charged to the

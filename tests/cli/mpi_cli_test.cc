@@ -115,10 +115,11 @@ TEST_F(MpiCli, FileInputDecodedPerProcessTrainsAsOneProcessAndResumesUnderAnothe
 }
 
 // Started on 2 processes, resumed on 4, finished on 1: the bits of one uninterrupted process. With
-// --shard gradients, the sharded Adam slots are gathered into each checkpoint; with --shard full the
-// parameters too (each process's copy is current in its own cores' shards only between steps).
+// --shard optimizer or gradients, the sharded Adam slots are gathered into each checkpoint (under
+// optimizer each process's replicas read the mean only in their shards of the slice); with --shard
+// full the parameters too (each process's copy is current in its own cores' shards only between steps).
 TEST_F(MpiCli, ResumesUnderAnyProcessCountBitIdentical) {
-  for (const std::string shard : {"none", "gradients", "full"}) {
+  for (const std::string shard : {"none", "optimizer", "gradients", "full"}) {
     const std::string d = dir_ + "/" + shard;
     const std::string train = kMlp + "--shard " + shard + " ";
     ASSERT_EQ(run_keel(train + "--stop-after-steps 12 --checkpoint-dir " + d + "/straight").exit_code, 0);

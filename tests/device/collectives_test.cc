@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <future>
+#include <limits>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -156,6 +157,48 @@ TEST(AllReduceTest, EveryReplicaGetsTheTreeOrderedResult) {
               << n << " replicas, tensor " << i << ", replica " << r << (op == ReduceOp::Mean ? ", mean" : ", sum");
         }
       }
+    }
+  }
+}
+
+// The optimizer's reduction: each replica's shard of each tensor (shard_range over the replicas,
+// which in one process are both the process's and the slice's) holds the tree-ordered mean, and every
+// replica gets the same vote: the first tensor with a non-finite mean.
+TEST(AllReduceTest, ForUpdateLeavesEachReplicaItsShardOfTheMeanAndOneVote) {
+  const std::vector<int64_t> sizes = {1, 7, 1031, 2, 4099};
+  for (int n : {2, 3, 8}) {
+    for (bool slice_shards : {false, true}) {
+      ReplicatedStrategy s(DeviceSpec::custom(n, 0), ReplicatedStrategy::Options{.abstract = false, .host_threads = 2});
+      std::vector<std::vector<std::vector<float>>> got(static_cast<size_t>(n));
+      std::vector<size_t> votes(static_cast<size_t>(n));
+      within_seconds(60, [&] {
+        s.run_replicas([&](ReplicaContext& ctx) {
+          std::vector<Tensor> values;
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            std::vector<float> c = contribution(ctx.replica_id(), i, sizes[i]);
+            if (i == 2 && ctx.replica_id() == n - 1) c[1000] = std::numeric_limits<float>::infinity();
+            values.push_back(host({sizes[i]}, c).clone());
+          }
+          votes[static_cast<size_t>(ctx.replica_id())] = ctx.all_reduce_for_update(ReduceOp::Mean, values, slice_shards);
+          for (const Tensor& v : values) got[static_cast<size_t>(ctx.replica_id())].push_back(v.to_vector());
+        });
+      });
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        std::vector<std::vector<float>> x;
+        for (int r = 0; r < n; ++r) {
+          x.push_back(contribution(r, i, sizes[i]));
+          if (i == 2 && r == n - 1) x.back()[1000] = std::numeric_limits<float>::infinity();
+        }
+        const std::vector<float> want = reference(x, ReduceOp::Mean);
+        for (int r = 0; r < n; ++r) {
+          const ShardRange own = shard_range(sizes[i], n, r);
+          const std::vector<float>& mine = got[static_cast<size_t>(r)][i];
+          const std::vector<float> part(mine.begin() + own.begin, mine.begin() + own.end);
+          const std::vector<float> part_want(want.begin() + own.begin, want.begin() + own.end);
+          EXPECT_TRUE(bitwise_equal(part, part_want)) << n << " replicas, tensor " << i << ", replica " << r;
+        }
+      }
+      for (size_t vote : votes) EXPECT_EQ(vote, 2u) << n << " replicas";
     }
   }
 }
