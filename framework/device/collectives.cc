@@ -1,6 +1,7 @@
 #include "framework/device/collectives.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -28,12 +29,35 @@ int ReductionTree::subtree_end(int replica, int num_replicas) {
   return std::min(replica + lowest_bit, num_replicas);
 }
 
-void tree_sum(std::span<const float* const> in, float* out, int64_t count) {
+namespace {
+
+// out[k] = partial[k] / divisor (divisor > 1), else a copy; then the first non-finite of out's `len`
+// elements, or len.
+int64_t store_checked(const float* partial, float* out, int64_t len, int divisor, bool check) {
+  if (divisor > 1) {
+    const float n = static_cast<float>(divisor);
+    for (int64_t k = 0; k < len; ++k) out[k] = partial[k] / n;
+  } else if (out != partial && len > 0) {
+    std::memcpy(out, partial, static_cast<size_t>(len) * sizeof(float));
+  }
+  if (!check || all_finite(out, len)) return len;
+  int64_t k = 0;
+  while (std::isfinite(out[k])) ++k;
+  return k;
+}
+
+// tree_sum's loop; with `check`, returns the first non-finite element of out (count if none).
+int64_t tree_sum_into(std::span<const float* const> in, float* out, int64_t count, int divisor, bool check) {
   const size_t n = in.size();
   if (n == 0) throw std::logic_error("tree_sum: no inputs");
+  int64_t first_non_finite = count;
   if (n == 1) {
-    if (out != in[0] && count > 0) std::memcpy(out, in[0], static_cast<size_t>(count) * sizeof(float));
-    return;
+    for (int64_t at = 0; at < count; at += int64_t{1} << 16) {  // pieces: the check reads them in cache
+      const int64_t len = std::min(int64_t{1} << 16, count - at);
+      const int64_t bad = store_checked(in[0] + at, out + at, len, divisor, check && first_non_finite == count);
+      if (bad < len) first_non_finite = at + bad;
+    }
+    return first_non_finite;
   }
   // Level by level over a chunk small enough to stay in cache: level 1 pairs (x0 + x1), (x2 + x3), ...
   // and each further level adds the partial sum of the subtree `stride` away.
@@ -59,8 +83,18 @@ void tree_sum(std::span<const float* const> in, float* out, int64_t count) {
         for (int64_t k = 0; k < len; ++k) t[k] += u[k];
       }
     }
-    std::memcpy(out + at, partial.data(), static_cast<size_t>(len) * sizeof(float));
+    const int64_t bad = store_checked(partial.data(), out + at, len, divisor, check && first_non_finite == count);
+    if (bad < len) first_non_finite = at + bad;
   }
+  return first_non_finite;
+}
+
+}  // namespace
+
+void tree_sum(std::span<const float* const> in, float* out, int64_t count) { tree_sum_into(in, out, count, 1, false); }
+
+int64_t tree_mean_checked(std::span<const float* const> in, float* out, int64_t count, int divisor) {
+  return tree_sum_into(in, out, count, divisor, true);
 }
 
 ShardRange shard_range(int64_t elements, int num_replicas, int replica) {
@@ -198,13 +232,17 @@ size_t InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t en
   for_each_slice(begin, end, [&](size_t i, int64_t at, int64_t lo, int64_t hi) {
     const float* sum = nullptr;
     if (several_processes() && shared_memory_) {
-      sum = summed_ + at + lo;  // the sum across processes, divided already where it was summed
+      // The sum across processes, divided and checked already where it was summed.
+      sum = summed_ + at + lo;
+      const bool here = summed_first_non_finite_ >= at + lo && summed_first_non_finite_ < at + hi;
+      if (find_non_finite && i < first_non_finite && here) first_non_finite = i;
+      if (results != Results::everywhere) return;  // each replica reads its shard in place
     } else {
       float* own = several_processes() ? staging_.data() + at + lo : posted_[0].values[i].data() + lo;
       if (op == ReduceOp::Mean) divide(own, hi - lo, num_replicas_);
       sum = own;
+      if (find_non_finite && i < first_non_finite && !all_finite(sum, hi - lo)) first_non_finite = i;
     }
-    if (find_non_finite && i < first_non_finite && !all_finite(sum, hi - lo)) first_non_finite = i;
     for (size_t r = several_processes() ? 0 : 1; r < posted_.size(); ++r) {
       int64_t from = lo, to = hi;  // of the tensor's elements
       if (results != Results::everywhere) {
@@ -221,16 +259,31 @@ size_t InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t en
 }
 
 void InProcessCollectives::all_reduce(int replica, ReduceOp op, std::span<Tensor> values) {
-  all_reduce_voting(replica, op, values, false, Results::everywhere);
+  all_reduce_voting(replica, op, values, false, Results::everywhere, {});
 }
 
-size_t InProcessCollectives::all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards) {
-  return all_reduce_voting(replica, op, values, true, slice_shards ? Results::slice_shards : Results::process_shards);
+size_t InProcessCollectives::all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards,
+                                                   std::span<const float*> results) {
+  if (results.size() != values.size()) throw std::logic_error("all_reduce_for_update: one result per value");
+  return all_reduce_voting(replica, op, values, true, slice_shards ? Results::slice_shards : Results::process_shards,
+                           results);
+}
+
+void InProcessCollectives::locate_results(std::span<Tensor> values, std::span<const float*> results) const {
+  const bool in_place = several_processes() && shared_memory_;
+  int64_t at = 0;  // where each tensor starts in the concatenation of the defined ones
+  for (size_t i = 0; i < results.size(); ++i) {
+    results[i] = nullptr;
+    if (!values[i].defined()) continue;
+    if (!values[i].is_abstract()) results[i] = in_place ? summed_ + at : values[i].data();
+    at += values[i].size();
+  }
 }
 
 size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite,
-                                               Results results) {
+                                               Results results, std::span<const float*> located) {
   if (num_replicas_ == 1) {
+    locate_results(values, located);
     size_t first = values.size();
     for (size_t i = 0; i < values.size() && find_non_finite && first == values.size(); ++i) {
       const Tensor& t = values[i];
@@ -260,6 +313,7 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   // Every process's replicas together cover every element of the whole sum, so each process finds
   // the same first non-finite tensor without asking the others.
   non_finite_votes_[static_cast<size_t>(local(replica))] = finish_range(op, mine.begin, mine.end, find_non_finite, results);
+  locate_results(values, located);  // before the leader's next call may stage elsewhere
   barrier_(replica);  // every range is reduced and copied out; the published spans may go
   const int64_t links = static_cast<int64_t>(children.size()) + (replica == 0 ? 0 : 1);
   ledger_.core(replica).record_collective(links * bytes_of(elements), links * bytes_of(elements));

@@ -45,6 +45,10 @@ struct ReductionTree {
 // out[i] = the tree-ordered sum of in[0][i], ..., in[n-1][i] for i < count. `out` may alias in[0].
 // Elementwise: splitting [0, count) into ranges computed by different threads gives the same bits.
 void tree_sum(std::span<const float* const> in, float* out, int64_t count);
+// tree_sum, each sum then divided by `divisor` (> 1: a mean; the same bits as dividing out afterwards),
+// in one pass while each chunk is in cache; returns the index of the first element of out that is
+// not finite (NaN or infinite), count if none.
+int64_t tree_mean_checked(std::span<const float* const> in, float* out, int64_t count, int divisor);
 
 // Replica r's share [begin, end) of `elements` split over n replicas as evenly as possible, the first
 // (elements mod n) replicas taking one more (the split infeed uses for batches).
@@ -73,8 +77,14 @@ class Collectives {
   // k of L) — and the rest is left unspecified: no result is copied to every replica. Returns the
   // index in `values` of the first tensor whose result holds a NaN or an infinity (values.size() if
   // none), the same on every replica: the vote on applying a step, at no extra meeting (each replica
-  // checks the elements it reduced before the last barrier).
-  virtual size_t all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards) = 0;
+  // checks the elements it reduced before the last barrier). results[i] (one per value) is where the
+  // result of values[i] is, element k at results[i][k] for k in the replica's shard: values[i].data()
+  // where it was copied there, or, where the processes of a slice share memory, the sum itself in
+  // that memory (read in place, not copied), valid until a replica of this process calls another
+  // collective that moves tensors (barrier and all_reduce_min move none; the optimizer's replicas
+  // meet at a barrier after their update): the leader may then stage elsewhere or grow the memory.
+  virtual size_t all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards,
+                                       std::span<const float*> results) = 0;
   // Reduces `value` over replicas and returns this replica's shard of the flattened result: the
   // elements shard_range(value.size(), n, replica), as a 1-D tensor.
   virtual Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) = 0;
@@ -128,7 +138,8 @@ class InProcessCollectives final : public Collectives {
 
   int num_replicas() const override { return num_replicas_; }
   void all_reduce(int replica, ReduceOp op, std::span<Tensor> values) override;
-  size_t all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards) override;
+  size_t all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards,
+                               std::span<const float*> results) override;
   Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) override;
   Tensor all_gather(int replica, const Tensor& shard, std::vector<int64_t>* rows_before = nullptr) override;
   // In one process only (std::logic_error across processes).
@@ -167,7 +178,10 @@ class InProcessCollectives final : public Collectives {
   // Where the results go: to every local replica's tensors, or each its own shard (all_reduce_for_update).
   enum class Results { everywhere, process_shards, slice_shards };
   size_t finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite, Results results);
-  size_t all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite, Results results);
+  size_t all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite, Results results,
+                           std::span<const float*> located);
+  // all_reduce_for_update's results for `values` (this replica's), after its last barrier but one.
+  void locate_results(std::span<Tensor> values, std::span<const float*> results) const;
   // Leader only, before the first barrier: where this process's partial sums go (stage_): its
   // segment of the processes' shared memory (ProcessGroup::shared_partials), else staging_.
   void stage_partials(int64_t elements);
@@ -190,6 +204,7 @@ class InProcessCollectives final : public Collectives {
   std::vector<float> staging_;          // the leader's buffer for what crosses processes
   float* stage_ = nullptr;              // all_reduce: this process's partial sums (staging_ or shared memory)
   const float* summed_ = nullptr;       // all_reduce: the sum across processes
+  int64_t summed_first_non_finite_ = 0;  // in shared memory: its first non-finite element (or its size)
   bool shared_memory_ = false;          // all_reduce: through the processes' shared memory
   std::vector<int64_t> rows_before_;    // all_gather: rows of the replicas before each
   std::vector<int64_t> votes_;          // all_reduce_min: each local replica's value

@@ -16,7 +16,9 @@ void InProcessCollectives::stage_partials(int64_t elements) {
 
 void InProcessCollectives::all_reduce_across_processes(int64_t elements, ReduceOp op) {
   if (shared_memory_) {
-    summed_ = processes_->sum_shared_partials(elements, op == ReduceOp::Mean ? num_replicas_ : 1);
+    const ProcessGroup::SharedSum sum = processes_->sum_shared_partials(elements, op == ReduceOp::Mean ? num_replicas_ : 1);
+    summed_ = sum.values;
+    summed_first_non_finite_ = sum.first_non_finite;
     return;
   }
   processes_->all_reduce_tree(staging_);

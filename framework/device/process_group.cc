@@ -37,13 +37,19 @@ std::vector<int> begins_of(std::span<const ShardRange> ranges) {
 }  // namespace
 
 // MPI-3 shared memory on one machine: each process's segment holds two halves of `capacity` floats,
-// used by alternate sums; `segments[p]` is process p's segment as mapped here.
+// used by alternate sums, each followed by kVoteFloats for the process's vote on that sum (its first
+// non-finite element); `segments[p]` is process p's segment as mapped here.
 struct ProcessGroup::SharedWindow {
+  static constexpr int64_t kVoteFloats = 16;  // 64 bytes: the next half starts on a cache line too
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Win window = MPI_WIN_NULL;
   int64_t capacity = 0;
   std::vector<float*> segments;
   int half = 0;  // the half the current sum uses
+
+  int64_t stride() const { return capacity + kVoteFloats; }
+  float* current(int process) const { return segments[static_cast<size_t>(process)] + half * stride(); }
+  float* vote(int process) const { return current(process) + capacity; }
 
   void release() {
     if (window != MPI_WIN_NULL) {
@@ -79,7 +85,7 @@ bool ProcessGroup::allocate_shared(int64_t elements) {
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared_->node);
   }
   shared_->release();
-  const MPI_Aint bytes = static_cast<MPI_Aint>(2 * elements) * static_cast<MPI_Aint>(sizeof(float));
+  const MPI_Aint bytes = static_cast<MPI_Aint>(2 * (elements + SharedWindow::kVoteFloats)) * static_cast<MPI_Aint>(sizeof(float));
   int room = backing_has_room(static_cast<int64_t>(bytes) * size_) ? 1 : 0, all_room = 0;
   MPI_Allreduce(&room, &all_room, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);  // every process decides alike
   if (!all_room) return false;
@@ -117,27 +123,30 @@ std::span<float> ProcessGroup::shared_partials(int64_t elements) {
     return {};
   }
   shared_->half ^= 1;
-  return {shared_->segments[static_cast<size_t>(rank_)] + shared_->half * shared_->capacity, static_cast<size_t>(elements)};
+  return {shared_->current(rank_), static_cast<size_t>(elements)};
 }
 
-const float* ProcessGroup::sum_shared_partials(int64_t elements, int divisor) {
-  const int64_t offset = shared_->half * shared_->capacity;
+ProcessGroup::SharedSum ProcessGroup::sum_shared_partials(int64_t elements, int divisor) {
   shared_barrier();  // every process's partials are written
   const ShardRange mine = shard_range(elements, size_, rank_);
   std::vector<const float*> partials;
-  for (float* segment : shared_->segments) partials.push_back(segment + offset + mine.begin);
-  float* sum = shared_->segments[0] + offset + mine.begin;  // process 0's partials, replaced by the sum
-  tree_sum(partials, sum, mine.size());
-  if (divisor > 1) {
-    const float n = static_cast<float>(divisor);
-    for (int64_t k = 0; k < mine.size(); ++k) sum[k] /= n;
+  for (int p = 0; p < size_; ++p) partials.push_back(shared_->current(p) + mine.begin);
+  float* sum = shared_->current(0) + mine.begin;  // process 0's partials, replaced by the sum
+  const int64_t bad = tree_mean_checked(partials, sum, mine.size(), divisor);
+  const int64_t vote = bad < mine.size() ? mine.begin + bad : elements;
+  std::memcpy(shared_->vote(rank_), &vote, sizeof vote);
+  shared_barrier();  // every range is summed and every vote cast
+  SharedSum out{shared_->current(0), elements};
+  for (int p = 0; p < size_; ++p) {
+    int64_t theirs = 0;
+    std::memcpy(&theirs, shared_->vote(p), sizeof theirs);
+    out.first_non_finite = std::min(out.first_non_finite, theirs);
   }
-  shared_barrier();  // every range is summed
   // What all_reduce_tree's reduce-scatter and all-gather move, read in place here.
   const int64_t moved = (elements - mine.size()) + mine.size() * (size_ - 1);
   sent_bytes_ += moved * kFloat;
   received_bytes_ += moved * kFloat;
-  return shared_->segments[0] + offset;
+  return out;
 }
 
 void ProcessGroup::shared_barrier() {
@@ -147,7 +156,7 @@ void ProcessGroup::shared_barrier() {
 }
 
 const float* ProcessGroup::shared_segment(int process) const {
-  return shared_->segments[static_cast<size_t>(process)] + shared_->half * shared_->capacity;
+  return shared_->current(process);
 }
 
 void ProcessGroup::count_shared_exchange(int64_t sent, int64_t received) {

@@ -56,8 +56,9 @@ class ReplicaContext {
   bool has_collectives() const { return collectives_ != nullptr; }
   // The collectives (framework/device/collectives.h), called by every replica of the run.
   void all_reduce(ReduceOp op, std::span<Tensor> values) const { collectives().all_reduce(replica_id_, op, values); }
-  size_t all_reduce_for_update(ReduceOp op, std::span<Tensor> values, bool slice_shards) const {
-    return collectives().all_reduce_for_update(replica_id_, op, values, slice_shards);
+  size_t all_reduce_for_update(ReduceOp op, std::span<Tensor> values, bool slice_shards,
+                               std::span<const float*> results) const {
+    return collectives().all_reduce_for_update(replica_id_, op, values, slice_shards, results);
   }
   Tensor reduce_scatter(ReduceOp op, const Tensor& value) const {
     return collectives().reduce_scatter(replica_id_, op, value);

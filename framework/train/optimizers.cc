@@ -142,6 +142,18 @@ Optimizer::Optimizer(std::string name, float learning_rate, float weight_decay)
   }
 }
 
+// Slots are created once, mirrored or sharded, by one replica (TensorFlow's merge_call); every
+// replica reads the same sizes, since only a merge_call changes them.
+void Optimizer::build_once(const std::vector<Variable*>& vars, ReplicaContext* ctx) {
+  if (built()) return;
+  auto create = [&] { build(vars); };
+  if (ctx != nullptr) {
+    ctx->merge_call(create);
+  } else {
+    create();
+  }
+}
+
 GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars,
                                           GradientForm form) {
   if (grads.size() != vars.size()) {
@@ -152,16 +164,7 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   const int replica = ctx != nullptr ? ctx->replica_id() : 0;
   const int replicas = ctx != nullptr ? ctx->num_replicas() : 1;
   const ShardingMode shard = ctx != nullptr ? ctx->strategy().shard() : ShardingMode::none;
-  // Slots are created once, mirrored or sharded, by one replica
-  // (TensorFlow's merge_call); every replica reads the same sizes, since only a merge_call changes them.
-  if (!built()) {
-    auto create = [&] { build(vars); };
-    if (ctx != nullptr) {
-      ctx->merge_call(create);
-    } else {
-      create();
-    }
-  }
+  build_once(vars, ctx);
   for (size_t i = 0; i < grads.size(); ++i) {  // a LayoutMap's variables: stacks backward left, reduced here
     if (laid_out(vars[i], ctx) && grads[i].defined() && grads[i].rank() == vars[i]->value().rank() + 1) {
       grads[i] = reduce_stack(grads[i], *vars[i], replicas, replica);
@@ -172,7 +175,8 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   // the last barrier below, so a following apply_gradients in the same run reads the new value.
   const int64_t step = iterations_ + 1;
   std::optional<size_t> voted;  // the first variable whose gradient is not finite, if the reduction said
-  const bool shards = reduce(grads, vars, form, voted);
+  std::vector<const float*> means(vars.size());
+  const bool shards = reduce(grads, vars, form, voted, means);
   size_t bad = voted ? *voted : first_non_finite(grads, vars, shards, replica, replicas);
   if (any_laid_out(vars, ctx)) bad = std::min(bad, first_non_finite_block(grads, vars, replicas));
   if (bad < vars.size()) return GradientUpdate{false, vars[bad]->name()};
@@ -190,7 +194,7 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
     if (laid_out(vars[i], ctx)) {
       append_block_spans(vars[i], grads[i], replica, replicas, spans);  // every core its own block
     } else {
-      spans.push_back(span_of(vars[i], grads[i], shards, updater, updaters));
+      spans.push_back(span_of(vars[i], means[i] != nullptr ? means[i] : grads[i].data(), shards, updater, updaters));
     }
   }
   update_in_pieces(spans, step);
@@ -222,7 +226,7 @@ GradientReadyFn reduce_scatter_as_ready(const std::vector<Variable*>& vars) {
 }
 
 bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form,
-                       std::optional<size_t>& non_finite) const {
+                       std::optional<size_t>& non_finite, std::vector<const float*>& means) const {
   ReplicaContext* ctx = current_replica_context();
   if (form == GradientForm::reduced_shards) return true;
   if (ctx == nullptr) return false;
@@ -241,9 +245,12 @@ bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>&
     variable.push_back(i);
   }
   // Each replica reads the mean only where it updates (apply_gradients: its shard of the process's
-  // variables, or of the slice's with sharded slots).
-  const size_t first = ctx->all_reduce_for_update(ReduceOp::Mean, defined, ctx->strategy().shard() != ShardingMode::none);
+  // variables, or of the slice's with sharded slots), in place where processes share it.
+  std::vector<const float*> located(defined.size());
+  const size_t first =
+      ctx->all_reduce_for_update(ReduceOp::Mean, defined, ctx->strategy().shard() != ShardingMode::none, located);
   non_finite = first < variable.size() ? variable[first] : vars.size();
+  for (size_t j = 0; j < variable.size(); ++j) means[variable[j]] = located[j];
   return false;
 }
 
@@ -275,12 +282,12 @@ void Optimizer::update_in_pieces(const std::vector<UpdateSpan>& spans, int64_t s
       threads_worth(static_cast<double>(elements), kMinUpdateElementsPerThread));
 }
 
-UpdateSpan Optimizer::span_of(Variable* var, const Tensor& grad, bool grad_is_shard, int replica, int replicas) const {
+UpdateSpan Optimizer::span_of(Variable* var, const float* gradient, bool grad_is_shard, int replica, int replicas) const {
   const ShardRange range = shard_range(var->value().size(), replicas, replica);
   UpdateSpan span;
   span.size = range.size();
   span.variable = var->mutable_value().data() + range.begin;
-  span.gradient = grad.data() + (grad_is_shard ? 0 : range.begin);
+  span.gradient = gradient + (grad_is_shard ? 0 : range.begin);
   const std::vector<Variable*>& slots = slots_.at(var->name());
   for (size_t k = 0; k < slots.size(); ++k) span.slots[k] = slots[k]->mutable_value().data() + range.begin;
   return span;

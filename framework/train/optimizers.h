@@ -34,6 +34,8 @@ namespace keel {
 
 // keras.optimizers.schedules: the learning rate as a function of the optimizer's iterations (the
 // number of updates already applied), so a resumed run continues on exactly the same schedule.
+class ReplicaContext;
+
 class LearningRateSchedule {
  public:
   virtual ~LearningRateSchedule() = default;
@@ -139,13 +141,16 @@ class Optimizer {
              int replicas) const;
   // Reduces local gradients across replicas: all-reduced in place, or replaced by this replica's
   // reduced shard when the strategy shards gradients. Returns whether they are shards now. An
-  // all-reduce also votes on the first variable whose gradient is not finite (`non_finite`).
+  // all-reduce also votes on the first variable whose gradient is not finite (`non_finite`), and
+  // says where each mean is (`means`, one per variable: null where it is in grads[i] or none).
   bool reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form,
-              std::optional<size_t>& non_finite) const;
+              std::optional<size_t>& non_finite, std::vector<const float*>& means) const;
+  // build(vars) the first time, by one replica (merge_call) where there are several.
+  void build_once(const std::vector<Variable*>& vars, ReplicaContext* ctx);
   // update() over the spans, in fixed pieces on the replica's share of the threads.
   void update_in_pieces(const std::vector<UpdateSpan>& spans, int64_t step);
-  // This replica's span of variable i (its shard_range), with `grad` whole or already its shard.
-  UpdateSpan span_of(Variable* var, const Tensor& grad, bool grad_is_shard, int replica, int replicas) const;
+  // This replica's span of variable i (its shard_range), with `gradient` whole or already its shard.
+  UpdateSpan span_of(Variable* var, const float* gradient, bool grad_is_shard, int replica, int replicas) const;
   // A laid-out variable's block on `replica`, one span per run of consecutive elements, with `grad`
   // that block.
   void append_block_spans(Variable* var, const Tensor& grad, int replica, int replicas, std::vector<UpdateSpan>& spans) const;

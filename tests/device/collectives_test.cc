@@ -105,6 +105,37 @@ TEST(TreeSumTest, FollowsTheTreeBitForBit) {
   }
 }
 
+// The fused form the processes' shared-memory sum uses: the same bits as tree_sum then a division,
+// and the first element that is not finite, wherever it falls (a chunk's first or last element, a
+// later chunk behind an earlier one, a sum that overflows from finite inputs).
+TEST(TreeSumTest, MeanCheckedIsTheSumDividedAndFindsTheFirstNonFinite) {
+  const int64_t count = 5000;
+  for (int n : {1, 2, 3, 4}) {
+    std::vector<std::vector<float>> x;
+    std::vector<const float*> in;
+    for (int r = 0; r < n; ++r) x.push_back(spread_values(count, 300 + static_cast<uint64_t>(r)));
+    for (const auto& v : x) in.push_back(v.data());
+    std::vector<float> out(count);
+    EXPECT_EQ(tree_mean_checked(in, out.data(), count, n), count) << n;
+    EXPECT_TRUE(bitwise_equal(out, reference(x, ReduceOp::Mean))) << n << " replicas";
+    EXPECT_EQ(tree_mean_checked(in, out.data(), count, 1), count) << n;
+    EXPECT_TRUE(bitwise_equal(out, reference(x, ReduceOp::Sum))) << n << " replicas";
+    for (int64_t at : {int64_t{0}, int64_t{1023}, int64_t{1024}, int64_t{4999}}) {
+      std::vector<std::vector<float>> bad = x;
+      bad[static_cast<size_t>(n - 1)][static_cast<size_t>(at)] = std::numeric_limits<float>::infinity();
+      if (at == 1023) bad[0][4000] = std::numeric_limits<float>::quiet_NaN();  // a later one: not the first
+      std::vector<const float*> bad_in;
+      for (const auto& v : bad) bad_in.push_back(v.data());
+      EXPECT_EQ(tree_mean_checked(bad_in, out.data(), count, n), at) << n << " replicas, at " << at;
+    }
+    std::vector<std::vector<float>> big(static_cast<size_t>(n), std::vector<float>(count, 1.0f));
+    for (auto& v : big) v[2500] = std::numeric_limits<float>::max();
+    std::vector<const float*> big_in;
+    for (const auto& v : big) big_in.push_back(v.data());
+    EXPECT_EQ(tree_mean_checked(big_in, out.data(), count, n), n == 1 ? count : 2500) << n << " replicas overflowing";
+  }
+}
+
 TEST(TreeSumTest, OrderIsObservable) {
   // ((1e8 + 1) + (-1e8 + 1)) = 0 in float, while a left-to-right sum gives 1: the test above could
   // not pass with another order.
@@ -181,8 +212,12 @@ TEST(AllReduceTest, ForUpdateLeavesEachReplicaItsShardOfTheMeanAndOneVote) {
             if (i == 2 && ctx.replica_id() == n - 1) c[1000] = std::numeric_limits<float>::infinity();
             values.push_back(host({sizes[i]}, c).clone());
           }
-          votes[static_cast<size_t>(ctx.replica_id())] = ctx.all_reduce_for_update(ReduceOp::Mean, values, slice_shards);
-          for (const Tensor& v : values) got[static_cast<size_t>(ctx.replica_id())].push_back(v.to_vector());
+          std::vector<const float*> results(values.size());
+          votes[static_cast<size_t>(ctx.replica_id())] =
+              ctx.all_reduce_for_update(ReduceOp::Mean, values, slice_shards, results);
+          for (size_t i = 0; i < values.size(); ++i) {  // the whole tensor: its shard is compared below
+            got[static_cast<size_t>(ctx.replica_id())].emplace_back(results[i], results[i] + values[i].size());
+          }
         });
       });
       for (size_t i = 0; i < sizes.size(); ++i) {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "framework/device/collectives.h"
@@ -87,6 +88,40 @@ TEST_F(ProcessCollectives, ConsecutiveAllReducesOfChangingSizesKeepTheirBits) {
       EXPECT_EQ(values[0].to_vector(), expected[k]) << "call " << k << ", replica " << ctx.replica_id();
     }
   });
+}
+
+// The optimizer's reduction, consecutive calls of changing sizes with a NaN or an infinity planted
+// in one: each replica's shard of each mean (of its process's variables: shard_range over the local
+// replicas; or of the slice's) holds one process's bits wherever results[i] says it is (in place in
+// the processes' shared memory, on one machine), and every replica of every process gets the vote
+// one process gives: the first tensor whose mean is not finite.
+TEST_F(ProcessCollectives, AllReduceForUpdateGivesEveryShardOneProcessesBitsAndOneVote) {
+  const std::vector<std::vector<int64_t>> calls = {{1001, 7, 64}, {5, 20000, 3}, {1001, 7, 64}};
+  const int local = strategy_.local_replicas();
+  for (const bool slice_shards : {false, true}) {
+    strategy_.run_replicas([&](ReplicaContext& ctx) {
+      for (size_t k = 0; k < calls.size(); ++k) {
+        const std::vector<int64_t>& sizes = calls[k];
+        std::vector<Tensor> values;
+        for (size_t i = 0; i < sizes.size(); ++i) values.push_back(inputs(ctx.replica_id(), sizes[i], 30 + static_cast<int>(i)));
+        const bool plant = k == 1 && ctx.replica_id() == kReplicas - 1;  // the last process's last replica
+        if (plant) values[1].data()[12345] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<const float*> results(values.size());
+        const size_t vote = ctx.all_reduce_for_update(ReduceOp::Mean, values, slice_shards, results);
+        EXPECT_EQ(vote, k == 1 ? 1u : sizes.size()) << "call " << k << ", replica " << ctx.replica_id();
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          if (k == 1 && i == 1) continue;  // the planted NaN's mean
+          const std::vector<float> want = reference_sum(sizes[i], 30 + static_cast<int>(i), /*mean=*/true);
+          const ShardRange own = slice_shards ? shard_range(sizes[i], kReplicas, ctx.replica_id())
+                                              : shard_range(sizes[i], local, ctx.replica_id() - strategy_.first_local_replica());
+          const std::vector<float> got(results[i] + own.begin, results[i] + own.end);
+          EXPECT_EQ(got, std::vector<float>(want.begin() + own.begin, want.begin() + own.end))
+              << "call " << k << ", tensor " << i << ", replica " << ctx.replica_id();
+        }
+        ctx.barrier();  // the results stay valid until a replica of this process calls a collective
+      }
+    });
+  }
 }
 
 TEST_F(ProcessCollectives, ReduceScatterGivesEachReplicaItsShard) {
