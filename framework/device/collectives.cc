@@ -407,6 +407,29 @@ Tensor InProcessCollectives::all_gather(int replica, const Tensor& shard, std::v
   return out;
 }
 
+void InProcessCollectives::copy_other_processes_ranges(std::span<Tensor> values) const {
+  for (size_t i = 0; i < values.size(); ++i) {
+    Tensor& mine = values[i];
+    const Tensor& leader = posted_[0].values[i];
+    if (!mine.defined() || mine.is_abstract() || leader.data() == mine.data()) continue;
+    const ShardRange here = this_process_range(mine.size());
+    std::memcpy(mine.data(), leader.data(), static_cast<size_t>(here.begin) * sizeof(float));
+    std::memcpy(mine.data() + here.end, leader.data() + here.end, static_cast<size_t>(mine.size() - here.end) * sizeof(float));
+  }
+}
+
+void InProcessCollectives::share_process_shards(int replica, std::span<Tensor> values) {
+  if (num_replicas_ == 1) return;
+  if (!several_processes()) return barrier_(replica);
+  posted(replica) = Posted{values, nullptr};
+  barrier_(replica);
+  check_same_shapes(replica, "share_process_shards", first_, false);
+  if (replica == first_) all_gather_shards_across_processes();
+  barrier_(replica);
+  copy_other_processes_ranges(values);
+  barrier_(replica);  // the published spans may go
+}
+
 void InProcessCollectives::all_gather_shards(int replica, std::span<Tensor> values) {
   if (num_replicas_ == 1) return;
   posted(replica) = Posted{values, nullptr};
@@ -429,14 +452,7 @@ void InProcessCollectives::all_gather_shards(int replica, std::span<Tensor> valu
     barrier_(replica);
     if (replica == first_) all_gather_shards_across_processes();
     barrier_(replica);
-    for (size_t i = 0; i < values.size(); ++i) {
-      Tensor& mine = values[i];
-      const Tensor& leader = posted_[0].values[i];
-      if (!mine.defined() || mine.is_abstract() || leader.data() == mine.data()) continue;
-      const ShardRange here = this_process_range(mine.size());
-      std::memcpy(mine.data(), leader.data(), static_cast<size_t>(here.begin) * sizeof(float));
-      std::memcpy(mine.data() + here.end, leader.data() + here.end, static_cast<size_t>(mine.size() - here.end) * sizeof(float));
-    }
+    copy_other_processes_ranges(values);
   }
   barrier_(replica);
   // As all_gather: up the tree each subtree's shards, down the tree the whole tensors.

@@ -102,6 +102,12 @@ class Collectives {
   // a sharded update). Tensors that replicas share on the host (mirrored variables) need no copy;
   // the bytes a device would move are counted all the same. Undefined tensors are skipped.
   virtual void all_gather_shards(int replica, std::span<Tensor> values) = 0;
+  // Where several processes each hold whole copies of `values` (mirrored variables) and each has
+  // written its replicas' shards (together its process_shard_ranges): afterwards every process
+  // holds every range. What processes exchange because each keeps its own copy of a variable that
+  // a device's cores would update in place: nothing is counted on the cores (the processes count
+  // their bytes). In one process, a barrier.
+  virtual void share_process_shards(int replica, std::span<Tensor> values) = 0;
   // `value` on every replica becomes root's.
   virtual void broadcast(int replica, Tensor& value, int root) = 0;
   // Returns once every replica has called it.
@@ -145,6 +151,7 @@ class InProcessCollectives final : public Collectives {
   // In one process only (std::logic_error across processes).
   Tensor all_to_all(int replica, const Tensor& value, int split_axis, std::span<const int64_t> splits) override;
   void all_gather_shards(int replica, std::span<Tensor> values) override;
+  void share_process_shards(int replica, std::span<Tensor> values) override;
   void broadcast(int replica, Tensor& value, int root) override;
   void barrier(int replica) override;
   int64_t all_reduce_min(int replica, int64_t value) override;
@@ -192,6 +199,9 @@ class InProcessCollectives final : public Collectives {
   void reduce_scatter_across_processes(int64_t elements);
   // Leader only: every process's shards of the first local replica's values, from the others.
   void all_gather_shards_across_processes();
+  // Between barriers after it: each replica's `values`, where not the leader's host buffer, get the
+  // other processes' ranges from the leader's.
+  void copy_other_processes_ranges(std::span<Tensor> values) const;
   void gather_rows_across_processes(const Tensor& first, std::vector<int64_t>& rows_before);
 
   Ledger& ledger_;

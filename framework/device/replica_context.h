@@ -70,6 +70,7 @@ class ReplicaContext {
     return collectives().all_to_all(replica_id_, value, split_axis, splits);
   }
   void all_gather_shards(std::span<Tensor> values) const { collectives().all_gather_shards(replica_id_, values); }
+  void share_process_shards(std::span<Tensor> values) const { collectives().share_process_shards(replica_id_, values); }
   void broadcast(Tensor& value, int root) const { collectives().broadcast(replica_id_, value, root); }
   void barrier() const { collectives().barrier(replica_id_); }
   int64_t all_reduce_min(int64_t value) const { return collectives().all_reduce_min(replica_id_, value); }

@@ -105,7 +105,8 @@ class ReplicatedStrategy {
     gather_per_replica_bytes(per_replica.data(), static_cast<int64_t>(sizeof(T)));
   }
   // Outside run(): every process's shards of sharded state (each replica's shard_range of every
-  // tensor, as optimizer slots under ZeRO) to every process, whole, as a checkpoint needs them.
+  // tensor: optimizer slots under ZeRO, and unsharded too where several processes share the slice,
+  // Optimizer::updates_slice_shards) to every process, whole, as a checkpoint needs them.
   void gather_sharded_state(std::span<Tensor> values) const;
 
   // While alive, new tensors on this thread are mirrored on every core (category `parameters`).

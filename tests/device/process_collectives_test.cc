@@ -145,6 +145,32 @@ TEST_F(ProcessCollectives, AllGatherConcatenatesEveryReplicasRowsInOrder) {
   });
 }
 
+// Each process has written its replicas' shards (its process range) of its own copy, the rest
+// garbage: afterwards every replica of every process holds every process's range, and a tensor
+// left undefined stays so.
+TEST_F(ProcessCollectives, ShareProcessShardsGivesEveryCopyEveryProcesssRange) {
+  const std::vector<int64_t> sizes = {37, 5, 4099};
+  strategy_.run_replicas([&](ReplicaContext& ctx) {
+    const int first = strategy_.first_local_replica(), local = strategy_.local_replicas();
+    std::vector<Tensor> values;
+    for (int64_t n : sizes) {
+      values.push_back(Tensor::full({n}, -1.0f));  // each replica its own buffer here
+      const ShardRange here = {shard_range(n, kReplicas, first).begin, shard_range(n, kReplicas, first + local - 1).end};
+      for (int64_t i = here.begin; i < here.end; ++i) values.back().data()[i] = static_cast<float>(i * 3 + n);
+    }
+    values.insert(values.begin() + 1, Tensor());
+    ctx.share_process_shards(values);
+    EXPECT_FALSE(values[1].defined());
+    for (size_t t = 0; t < values.size(); ++t) {
+      if (!values[t].defined()) continue;
+      const int64_t n = values[t].size();
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(values[t].data()[i], static_cast<float>(i * 3 + n)) << "tensor " << t << ", element " << i;
+      }
+    }
+  });
+}
+
 TEST_F(ProcessCollectives, AllGatherShardsFillsEveryShardEverywhere) {
   const int64_t n = 37;
   strategy_.run_replicas([&](ReplicaContext& ctx) {

@@ -24,9 +24,10 @@
 
 namespace keel::cli {
 
-// Several processes with sharded state: after a step each process's host copy of a sharded
-// variable is current in its own cores' shards only — Adam's slots with any --shard, the parameters
-// too with --shard full (the next forward gathers those, layer by layer). Every process gathers them
+// Several processes: after a step each process's host copy of a sharded variable is current in
+// its own cores' shards only — Adam's slots (unsharded too: each process updates its cores' shards
+// and shares only the parameters, Optimizer::updates_slice_shards), the parameters too with --shard
+// full (the next forward gathers those, layer by layer). Every process gathers them
 // whole where whole variables are read: a checkpoint, and an epoch's end, before EarlyStopping keeps
 // its best weights and ModelCheckpoint writes best.h5. Once per step: every process asks at the same
 // points, so every process takes part in the same gathers. Rank 0 writes.
@@ -37,7 +38,7 @@ class GatherShardedState : public Callback {
   void gather(Model& model) {
     const ShardingMode shard = model.strategy().shard();
     const int64_t step = model.optimizer().iterations();
-    if (processes_ == nullptr || shard == ShardingMode::none || step == gathered_at_) return;
+    if (processes_ == nullptr || processes_->size() == 1 || step == gathered_at_) return;
     std::vector<Tensor> values;
     for (Variable* v : model.optimizer().slot_variables()) values.push_back(v->value());
     if (shard == ShardingMode::full) {
