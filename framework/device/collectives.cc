@@ -307,7 +307,7 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   local_sum_range(mine.begin, mine.end);
   if (several_processes()) {
     barrier_(replica);
-    if (replica == first_) all_reduce_across_processes(elements, op);
+    if (replica == first_) all_reduce_across_processes(elements, op, results);
     barrier_(replica);
   }
   // Every process's replicas together cover every element of the whole sum, so each process finds

@@ -194,7 +194,7 @@ class InProcessCollectives final : public Collectives {
   void stage_partials(int64_t elements);
   // Leader only, between barriers: the partial sums summed across processes (a mean divided there
   // too, with shared memory); summed_ points at the result.
-  void all_reduce_across_processes(int64_t elements, ReduceOp op);
+  void all_reduce_across_processes(int64_t elements, ReduceOp op, Results results);
   // Leader only: this process's shards of value's sum across processes (process_ranges) into staging_.
   void reduce_scatter_across_processes(int64_t elements);
   // Leader only: every process's shards of the first local replica's values, from the others.

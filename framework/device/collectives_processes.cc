@@ -14,9 +14,24 @@ void InProcessCollectives::stage_partials(int64_t elements) {
   stage_ = shared_memory_ ? shared.data() : staging_.data();
 }
 
-void InProcessCollectives::all_reduce_across_processes(int64_t elements, ReduceOp op) {
+void InProcessCollectives::all_reduce_across_processes(int64_t elements, ReduceOp op, Results results) {
   if (shared_memory_) {
-    const ProcessGroup::SharedSum sum = processes_->sum_shared_partials(elements, op == ReduceOp::Mean ? num_replicas_ : 1);
+    // Where each replica reads only its shard of the slice, this process sums the shards of its
+    // replicas, of each tensor: what it reads of the sum is what it summed.
+    std::vector<ShardRange> mine;
+    if (results == Results::slice_shards) {
+      int64_t at = 0;
+      for (const Tensor& t : posted_[0].values) {
+        if (!t.defined()) continue;
+        const ShardRange r = this_process_range(t.size());
+        if (r.size() > 0 && !t.is_abstract()) mine.push_back({at + r.begin, at + r.end});
+        at += t.size();
+      }
+    } else {
+      mine.push_back(shard_range(elements, processes_->size(), processes_->rank()));
+    }
+    const ProcessGroup::SharedSum sum = processes_->sum_shared_partials(
+        elements, op == ReduceOp::Mean ? num_replicas_ : 1, mine, results != Results::slice_shards);
     summed_ = sum.values;
     summed_first_non_finite_ = sum.first_non_finite;
     return;

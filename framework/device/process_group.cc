@@ -126,14 +126,18 @@ std::span<float> ProcessGroup::shared_partials(int64_t elements) {
   return {shared_->current(rank_), static_cast<size_t>(elements)};
 }
 
-ProcessGroup::SharedSum ProcessGroup::sum_shared_partials(int64_t elements, int divisor) {
+ProcessGroup::SharedSum ProcessGroup::sum_shared_partials(int64_t elements, int divisor, std::span<const ShardRange> mine,
+                                                          bool read_whole) {
   shared_barrier();  // every process's partials are written
-  const ShardRange mine = shard_range(elements, size_, rank_);
-  std::vector<const float*> partials;
-  for (int p = 0; p < size_; ++p) partials.push_back(shared_->current(p) + mine.begin);
-  float* sum = shared_->current(0) + mine.begin;  // process 0's partials, replaced by the sum
-  const int64_t bad = tree_mean_checked(partials, sum, mine.size(), divisor);
-  const int64_t vote = bad < mine.size() ? mine.begin + bad : elements;
+  int64_t vote = elements, summed = 0;
+  std::vector<const float*> partials(static_cast<size_t>(size_));
+  for (const ShardRange& r : mine) {
+    for (int p = 0; p < size_; ++p) partials[static_cast<size_t>(p)] = shared_->current(p) + r.begin;
+    float* sum = shared_->current(0) + r.begin;  // process 0's partials, replaced by the sum
+    const int64_t bad = tree_mean_checked(partials, sum, r.size(), divisor);
+    if (bad < r.size()) vote = std::min(vote, r.begin + bad);
+    summed += r.size();
+  }
   std::memcpy(shared_->vote(rank_), &vote, sizeof vote);
   shared_barrier();  // every range is summed and every vote cast
   SharedSum out{shared_->current(0), elements};
@@ -142,10 +146,14 @@ ProcessGroup::SharedSum ProcessGroup::sum_shared_partials(int64_t elements, int 
     std::memcpy(&theirs, shared_->vote(p), sizeof theirs);
     out.first_non_finite = std::min(out.first_non_finite, theirs);
   }
-  // What all_reduce_tree's reduce-scatter and all-gather move, read in place here.
-  const int64_t moved = (elements - mine.size()) + mine.size() * (size_ - 1);
-  sent_bytes_ += moved * kFloat;
-  received_bytes_ += moved * kFloat;
+  // What a reduce-scatter (and for the whole sum an all-gather) moves, read in place here: the
+  // others' partials of this process's ranges, and its partials of theirs.
+  sent_bytes_ += (elements - summed) * kFloat;
+  received_bytes_ += summed * (size_ - 1) * kFloat;
+  if (read_whole) {
+    sent_bytes_ += summed * (size_ - 1) * kFloat;
+    received_bytes_ += (elements - summed) * kFloat;
+  }
   return out;
 }
 

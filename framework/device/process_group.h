@@ -59,18 +59,21 @@ class ProcessGroup {
   //   shared_partials(n): this process's segment for the next sum, n floats (collective; the window
   //     grows when n does); empty where there is no shared memory (processes on several machines, a
   //     window refused, or KEEL_MPI_SHARED_MEMORY=0) — the caller uses all_reduce_tree instead.
-  //   sum_shared_partials(n, divisor): after every process wrote its segment, the tree-ordered sum of
-  //     them (ReductionTree over ranks, as all_reduce_tree), divided by `divisor` (> 1: a mean), on
-  //     every process, and the index of its first element that is not finite (n if none), which
-  //     each process finds in its range as it sums and shares; the result stays valid until the
-  //     call after the next one (segments alternate between two halves, so a process may start the
-  //     next sum while another still reads this one).
+  //   sum_shared_partials(n, divisor, mine, read_whole): after every process wrote its segment, the
+  //     tree-ordered sum of them (ReductionTree over ranks, as all_reduce_tree), divided by `divisor`
+  //     (> 1: a mean), each process summing the ranges `mine` (the processes' together cover [0, n)
+  //     once), and the index of the sum's first element that is not finite (n if
+  //     none), which each process finds in its ranges as it sums and shares. Every process may then
+  //     read the whole sum (read_whole: counted as an all-reduce's bytes) or its ranges only (a
+  //     reduce-scatter's). The result stays valid until the call after the next one (segments
+  //     alternate between two halves, so a process may start the next sum while another still
+  //     reads this one).
   struct SharedSum {
     const float* values = nullptr;
     int64_t first_non_finite = 0;
   };
   std::span<float> shared_partials(int64_t elements);
-  SharedSum sum_shared_partials(int64_t elements, int divisor);
+  SharedSum sum_shared_partials(int64_t elements, int divisor, std::span<const ShardRange> mine, bool read_whole);
   // Other exchanges through the same memory: after shared_partials, each process writes its segment,
   // then shared_barrier(), then may read any process's segment (shared_segment) until its next
   // shared_partials call but one; count_shared_exchange records the bytes read in place.

@@ -44,13 +44,21 @@ class GatherShardedState : public Callback {
     if (shard == ShardingMode::full) {
       for (Variable* v : model.variables()) values.push_back(v->value());
     }
+    const int64_t sent = processes_->sent_bytes(), received = processes_->received_bytes();
     model.strategy().gather_sharded_state(values);
+    sent_bytes_ += processes_->sent_bytes() - sent;
+    received_bytes_ += processes_->received_bytes() - received;
     gathered_at_ = step;
   }
+  // What the gathers moved between processes (not part of any step's traffic).
+  int64_t sent_bytes() const { return sent_bytes_; }
+  int64_t received_bytes() const { return received_bytes_; }
 
  private:
   const ProcessGroup* processes_;
   int64_t gathered_at_ = -1;
+  int64_t sent_bytes_ = 0;
+  int64_t received_bytes_ = 0;
 };
 
 // The signal (SIGINT, SIGTERM) that asked this run to stop, 0 if none.
@@ -79,6 +87,7 @@ class CheckpointCallback : public Callback {
  public:
   // The epoch-end gather of sharded state, for fit's callbacks ahead of those reading whole variables.
   Callback* gather_sharded_state() { return &gather_; }
+  const GatherShardedState& state_gathers() const { return gather_; }
   CheckpointCallback(RunDirectory& dir, const RunConfig& config, const RunControl& control)
       : dir_(dir), config_(config), control_(control), gather_(control.processes) {
     if (!control.sync_save && control.writes_files()) {

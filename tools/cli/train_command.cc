@@ -182,9 +182,10 @@ void throw_if_diverged(const TerminateOnNaN& terminate_on_nan, const RunDirector
 }
 
 // What crossed processes in this invocation, per process and per step, beside the all-reduce's
-// minimum: each process sends and receives 2 (P-1)/P of the gradients' bytes per step.
-void print_process_traffic(ProcessGroup& processes, int64_t steps, Model& model) {
-  const int64_t mine[2] = {processes.sent_bytes(), processes.received_bytes()};
+// minimum: each process sends and receives 2 (P-1)/P of the gradients' bytes per step. The gathers
+// of sharded state before checkpoints (GatherShardedState) are not steps' traffic: left out here.
+void print_process_traffic(ProcessGroup& processes, int64_t steps, Model& model, const GatherShardedState& gathers) {
+  const int64_t mine[2] = {processes.sent_bytes() - gathers.sent_bytes(), processes.received_bytes() - gathers.received_bytes()};
   std::vector<int64_t> all(2 * static_cast<size_t>(processes.size()));
   processes.all_gather_bytes(mine, sizeof mine, all.data());
   int64_t gradient_bytes = 0;
@@ -225,7 +226,7 @@ void print_outcome(const RunConfig& config, const RunDirectory& dir, const Check
                 static_cast<long long>(model.optimizer().iterations()), dir.dir().c_str());
   }
   std::printf("%s\n", checkpoints.stall_report().c_str());
-  if (control.processes != nullptr) print_process_traffic(*control.processes, checkpoints.steps_this_run(), model);
+  if (control.processes != nullptr) print_process_traffic(*control.processes, checkpoints.steps_this_run(), model, checkpoints.state_gathers());
 }
 
 // A signal before the first step: this invocation trained and saved nothing. Ends the shell's way
