@@ -102,9 +102,9 @@ class Collectives {
   // a sharded update). Tensors that replicas share on the host (mirrored variables) need no copy;
   // the bytes a device would move are counted all the same. Undefined tensors are skipped.
   virtual void all_gather_shards(int replica, std::span<Tensor> values) = 0;
-  // Where several processes each hold whole copies of `values` (mirrored variables) and each has
-  // written its replicas' shards (together its process_shard_ranges): afterwards every process
-  // holds every range. What processes exchange because each keeps its own copy of a variable that
+  // Where several processes each hold whole copies of `values` (mirrored variables) and each
+  // replica's values hold its process's range (its process_shard_range: the shards of all its
+  // replicas, as where they share one host buffer): afterwards every process holds every range. What processes exchange because each keeps its own copy of a variable that
   // a device's cores would update in place: nothing is counted on the cores (the processes count
   // their bytes). In one process, a barrier.
   virtual void share_process_shards(int replica, std::span<Tensor> values) = 0;

@@ -103,8 +103,8 @@ bool ProcessGroup::allocate_shared(int64_t elements) {
   return true;
 }
 
-std::span<float> ProcessGroup::shared_partials(int64_t elements) {
-  if (size_ == 1 || elements <= 0) return {};
+bool ProcessGroup::shares_memory() {
+  if (size_ == 1) return false;
   if (!shared_checked_) {  // the same answer on every process: the environment and the node's size
     shared_checked_ = true;
     const char* env = std::getenv("KEEL_MPI_SHARED_MEMORY");
@@ -117,7 +117,11 @@ std::span<float> ProcessGroup::shared_partials(int64_t elements) {
     MPI_Allreduce(&wanted, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     shared_usable_ = all != 0;
   }
-  if (!shared_usable_) return {};
+  return shared_usable_;
+}
+
+std::span<float> ProcessGroup::shared_partials(int64_t elements) {
+  if (size_ == 1 || elements <= 0 || !shares_memory()) return {};
   if ((shared_ == nullptr || shared_->capacity < elements) && !allocate_shared(elements)) {
     shared_usable_ = false;
     return {};

@@ -73,6 +73,10 @@ class ProcessGroup {
     int64_t first_non_finite = 0;
   };
   std::span<float> shared_partials(int64_t elements);
+  // Whether every process runs on this machine and may share memory (not KEEL_MPI_SHARED_MEMORY=0):
+  // collective on the first call, the same answer on every process. A window refused later for
+  // want of room still makes shared_partials empty.
+  bool shares_memory();
   SharedSum sum_shared_partials(int64_t elements, int divisor, std::span<const ShardRange> mine, bool read_whole);
   // Other exchanges through the same memory: after shared_partials, each process writes its segment,
   // then shared_barrier(), then may read any process's segment (shared_segment) until its next

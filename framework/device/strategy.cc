@@ -67,6 +67,7 @@ ReplicatedStrategy::ReplicatedStrategy(DeviceSpec spec, Options options)
   local_replicas_ = num_replicas();
   if (options_.processes != nullptr && options_.processes->size() > 1) {
     processes_ = options_.processes;
+    processes_share_memory_ = processes_->shares_memory();  // collective: every process constructs alike
     const ProcessShare share = ledger_.spec().share(processes_->size(), processes_->rank());
     first_local_ = share.first_core;
     local_replicas_ = share.cores;

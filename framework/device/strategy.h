@@ -92,6 +92,8 @@ class ReplicatedStrategy {
   bool is_local(int replica) const { return replica >= first_local_ && replica < first_local_ + local_replicas_; }
   // The processes sharing the slice; null in one process.
   ProcessGroup* processes() const { return processes_; }
+  // Whether those processes run on one machine and exchange through shared memory (false in one).
+  bool processes_share_memory() const { return processes_share_memory_; }
   // Which rows of each global batch of `global_batch` rows this process's replicas train on, for an
   // input pipeline that decodes only those (framework/device/input_context.h); all of them in one
   // process.
@@ -201,6 +203,7 @@ class ReplicatedStrategy {
   int host_threads_ = 1;
   int kernel_threads_ = 1;  // each replica's share of the threads for its kernels
   ProcessGroup* processes_ = nullptr;  // null: one process
+  bool processes_share_memory_ = false;
   int first_local_ = 0;
   int local_replicas_ = 0;
   int64_t step_ = 0;

@@ -144,12 +144,14 @@ Optimizer::Optimizer(std::string name, float learning_rate, float weight_decay)
 
 // Whether each replica updates its shard of the slice's variables (and reads that shard of the mean),
 // rather than its share of its process's: with sharded slots, and unsharded across several
-// processes, where each process updates only its replicas' shards of its copy and the processes
-// then exchange the rest (share_process_shards), as one process's replicas split an update;
-// the slots of the other processes' shards are current only there (gathered before a checkpoint:
-// ReplicatedStrategy::gather_sharded_state).
+// processes on one machine, where each process updates only its replicas' shards of its copy and
+// the processes then exchange the rest through shared memory (share_process_shards), as one
+// process's replicas split an update; the slots of the other processes' shards are current only
+// there (gathered before a checkpoint: ReplicatedStrategy::gather_sharded_state). Between machines
+// every process updates whole variables: an exchange of parameters over MPI would cost more than
+// the update it saves.
 bool Optimizer::updates_slice_shards(const ReplicaContext& ctx) {
-  return ctx.strategy().shard() != ShardingMode::none || ctx.strategy().local_replicas() < ctx.num_replicas();
+  return ctx.strategy().shard() != ShardingMode::none || ctx.strategy().processes_share_memory();
 }
 
 // Slots are created once, mirrored or sharded, by one replica (TensorFlow's merge_call); every

@@ -92,6 +92,20 @@ TEST_F(MpiCli, MlpOnTwoAndFourProcessesEqualsOneProcess) {
   }
 }
 
+// Between machines (here: shared memory turned off) every process updates whole variables and the
+// all-reduce goes through MPI's collectives: the same bits, and again the all-reduce's minimum.
+TEST_F(MpiCli, WithoutSharedMemoryTheBitsAndTheBytesAreTheSame) {
+  ASSERT_EQ(run_keel(kMlp + "--stop-after-steps 30 --checkpoint-dir " + dir_ + "/one").exit_code, 0);
+  const CommandResult r = run_command(mpirun(2, "-x KEEL_MPI_SHARED_MEMORY=0 ") + kMlpLoud +
+                                      "--stop-after-steps 30 --checkpoint-dir " + dir_ + "/two");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  expect_same_run(dir_ + "/one/ckpt-30.h5", dir_ + "/two/ckpt-30.h5");
+  for (int q = 0; q < 2; ++q) {
+    EXPECT_THAT(r.out, ::testing::ContainsRegex("process " + std::to_string(q) + ": .* / .* \\(1\\.0[0-9]x / 1\\.0[0-9]x the minimum\\)"))
+        << r.out;
+  }
+}
+
 // BatchNormalization's moving statistics cross processes too (ReplicaLocalState's all-reduce).
 TEST_F(MpiCli, ResNet18OnTwoProcessesEqualsOneProcess) {
   expect_resnet18_on_two_processes_as_on_one("--batch-per-core 1", 20);
