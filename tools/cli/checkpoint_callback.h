@@ -25,8 +25,8 @@
 namespace keel::cli {
 
 // Several processes: after a step each process's host copy of a sharded variable is current in
-// its own cores' shards only — Adam's slots (unsharded too: each process updates its cores' shards
-// and shares only the parameters, Optimizer::updates_slice_shards), the parameters too with --shard
+// its own cores' shards only — Adam's slots (unsharded too on one machine: each process updates its
+// cores' shards and shares only the parameters, Optimizer::updates_slice_shards), the parameters too with --shard
 // full (the next forward gathers those, layer by layer). Every process gathers them
 // whole where whole variables are read: a checkpoint, and an epoch's end, before EarlyStopping keeps
 // its best weights and ModelCheckpoint writes best.h5. Once per step: every process asks at the same
