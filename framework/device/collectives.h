@@ -104,9 +104,10 @@ class Collectives {
   virtual void all_gather_shards(int replica, std::span<Tensor> values) = 0;
   // Where several processes each hold whole copies of `values` (mirrored variables) and each
   // replica's values hold its process's range (its process_shard_range: the shards of all its
-  // replicas, as where they share one host buffer): afterwards every process holds every range. What processes exchange because each keeps its own copy of a variable that
-  // a device's cores would update in place: nothing is counted on the cores (the processes count
-  // their bytes). In one process, a barrier.
+  // replicas, as where they share one host buffer): afterwards every process holds every range.
+  // What processes exchange because each keeps its own copy of a variable that a device's cores
+  // would update in place: nothing is counted on the cores (the processes count their bytes). In
+  // one process, a barrier.
   virtual void share_process_shards(int replica, std::span<Tensor> values) = 0;
   // `value` on every replica becomes root's.
   virtual void broadcast(int replica, Tensor& value, int root) = 0;

@@ -94,6 +94,14 @@ class ReplicatedStrategy {
   ProcessGroup* processes() const { return processes_; }
   // Whether those processes run on one machine and exchange through shared memory (false in one).
   bool processes_share_memory() const { return processes_share_memory_; }
+  // Whether each replica updates its shard of the slice's variables (and reads that shard of the
+  // mean), rather than its share of its process's: with sharded slots, and unsharded across
+  // processes on one machine, where each process updates only its replicas' shards of its copy and
+  // the processes then exchange the rest through shared memory (Collectives::share_process_shards),
+  // as one process's replicas split an update. The slots of the other processes' shards are then
+  // current only there: gather_sharded_state before reading them whole. Between machines every
+  // process updates whole variables: exchanging parameters over MPI would cost more than it saves.
+  bool updates_slice_shards() const { return shard() != ShardingMode::none || processes_share_memory_; }
   // Which rows of each global batch of `global_batch` rows this process's replicas train on, for an
   // input pipeline that decodes only those (framework/device/input_context.h); all of them in one
   // process.
@@ -107,8 +115,8 @@ class ReplicatedStrategy {
     gather_per_replica_bytes(per_replica.data(), static_cast<int64_t>(sizeof(T)));
   }
   // Outside run(): every process's shards of sharded state (each replica's shard_range of every
-  // tensor: optimizer slots under ZeRO, and unsharded too where several processes share the slice,
-  // Optimizer::updates_slice_shards) to every process, whole, as a checkpoint needs them.
+  // tensor: optimizer slots under ZeRO, and unsharded too where processes share one machine:
+  // updates_slice_shards) to every process, whole, as a checkpoint needs them.
   void gather_sharded_state(std::span<Tensor> values) const;
 
   // While alive, new tensors on this thread are mirrored on every core (category `parameters`).

@@ -142,18 +142,6 @@ Optimizer::Optimizer(std::string name, float learning_rate, float weight_decay)
   }
 }
 
-// Whether each replica updates its shard of the slice's variables (and reads that shard of the mean),
-// rather than its share of its process's: with sharded slots, and unsharded across several
-// processes on one machine, where each process updates only its replicas' shards of its copy and
-// the processes then exchange the rest through shared memory (share_process_shards), as one
-// process's replicas split an update; the slots of the other processes' shards are current only
-// there (gathered before a checkpoint: ReplicatedStrategy::gather_sharded_state). Between machines
-// every process updates whole variables: an exchange of parameters over MPI would cost more than
-// the update it saves.
-bool Optimizer::updates_slice_shards(const ReplicaContext& ctx) {
-  return ctx.strategy().shard() != ShardingMode::none || ctx.strategy().processes_share_memory();
-}
-
 // Slots are created once, mirrored or sharded, by one replica (TensorFlow's merge_call); every
 // replica reads the same sizes, since only a merge_call changes them.
 void Optimizer::build_once(const std::vector<Variable*>& vars, ReplicaContext* ctx) {
@@ -194,7 +182,7 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   if (bad < vars.size()) return GradientUpdate{false, vars[bad]->name()};
   // Each replica updates its shard of every variable; with sharded slots that is all it holds of them.
   // Unsharded in one process, its replicas split each variable between them.
-  const bool split_in_process = ctx != nullptr && !updates_slice_shards(*ctx);
+  const bool split_in_process = ctx != nullptr && !ctx->strategy().updates_slice_shards();
   const int updater = split_in_process ? replica - ctx->strategy().first_local_replica() : replica;
   const int updaters = split_in_process ? ctx->strategy().local_replicas() : replicas;
   std::vector<Tensor> updated(vars.size());
@@ -214,7 +202,7 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   if (replicas == 1) return GradientUpdate{};
   if (shard == ShardingMode::optimizer || shard == ShardingMode::gradients) {
     ctx->all_gather_shards(updated);  // every core's parameters get every shard (ends with a barrier)
-  } else if (shard == ShardingMode::none && updates_slice_shards(*ctx)) {
+  } else if (shard == ShardingMode::none && ctx->strategy().updates_slice_shards()) {
     ctx->share_process_shards(updated);  // each process's copy gets the others' shards (a barrier)
   } else {
     // none: every core updates its whole copy; full: parameters stay sharded until a layer gathers
@@ -261,7 +249,7 @@ bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>&
   // Each replica reads the mean only where it updates (apply_gradients: its shard of the process's
   // variables, or of the slice's with sharded slots), in place where processes share it.
   std::vector<const float*> located(defined.size());
-  const size_t first = ctx->all_reduce_for_update(ReduceOp::Mean, defined, updates_slice_shards(*ctx), located);
+  const size_t first = ctx->all_reduce_for_update(ReduceOp::Mean, defined, ctx->strategy().updates_slice_shards(), located);
   non_finite = first < variable.size() ? variable[first] : vars.size();
   for (size_t j = 0; j < variable.size(); ++j) means[variable[j]] = located[j];
   return false;

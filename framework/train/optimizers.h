@@ -32,10 +32,10 @@
 
 namespace keel {
 
-// keras.optimizers.schedules: the learning rate as a function of the optimizer's iterations (the
-// number of updates already applied), so a resumed run continues on exactly the same schedule.
 class ReplicaContext;
 
+// keras.optimizers.schedules: the learning rate as a function of the optimizer's iterations (the
+// number of updates already applied), so a resumed run continues on exactly the same schedule.
 class LearningRateSchedule {
  public:
   virtual ~LearningRateSchedule() = default;
@@ -145,7 +145,6 @@ class Optimizer {
   // says where each mean is (`means`, one per variable: null where it is in grads[i] or none).
   bool reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form,
               std::optional<size_t>& non_finite, std::vector<const float*>& means) const;
-  static bool updates_slice_shards(const ReplicaContext& ctx);
   // build(vars) the first time, by one replica (merge_call) where there are several.
   void build_once(const std::vector<Variable*>& vars, ReplicaContext* ctx);
   // update() over the spans, in fixed pieces on the replica's share of the threads.

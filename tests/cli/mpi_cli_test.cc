@@ -194,7 +194,7 @@ TEST_F(MpiCli, AKilledRankEndsEveryRankAndTheRunResumesExactly) {
   EXPECT_NE(rc, 0);
   EXPECT_LT(seconds, 30) << "every rank ends within 30 s";
   EXPECT_THAT(r.err, ::testing::ContainsRegex("process rank [01] .*exited on signal 9")) << r.err;
-  // The newest checkpoint is whole; resume (one process) reaches step 100 with one process's bits.
+  // The newest checkpoint is whole; resume (one process) reaches the run's end with one process's bits.
   const int64_t saved = latest_step(dir_ + "/killed");
   ASSERT_GE(saved, 10);
   ASSERT_LT(saved, 936) << "the run should still have been training when the rank was killed";

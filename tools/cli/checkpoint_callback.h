@@ -26,8 +26,8 @@ namespace keel::cli {
 
 // Several processes: after a step each process's host copy of a sharded variable is current in
 // its own cores' shards only — Adam's slots (unsharded too on one machine: each process updates its
-// cores' shards and shares only the parameters, Optimizer::updates_slice_shards), the parameters too with --shard
-// full (the next forward gathers those, layer by layer). Every process gathers them
+// cores' shards and shares only the parameters, ReplicatedStrategy::updates_slice_shards), the
+// parameters too with --shard full (the next forward gathers those, layer by layer). Every process gathers them
 // whole where whole variables are read: a checkpoint, and an epoch's end, before EarlyStopping keeps
 // its best weights and ModelCheckpoint writes best.h5. Once per step: every process asks at the same
 // points, so every process takes part in the same gathers. Rank 0 writes.
@@ -39,6 +39,7 @@ class GatherShardedState : public Callback {
     const ShardingMode shard = model.strategy().shard();
     const int64_t step = model.optimizer().iterations();
     if (processes_ == nullptr || processes_->size() == 1 || step == gathered_at_) return;
+    if (!model.strategy().updates_slice_shards()) return;  // every process's copy is whole
     std::vector<Tensor> values;
     for (Variable* v : model.optimizer().slot_variables()) values.push_back(v->value());
     if (shard == ShardingMode::full) {
