@@ -7,6 +7,7 @@
 //   ... train|infer [--shard none|optimizer|gradients|full] [--remat none|segments]
 //       [--precision float32|mixed_bfloat16]   (memory savers)
 //   ... train [--optimizer sgd|adam]
+//   ... train|infer [--fuse on|off]   (BatchNormalization + ReLU as one op, the default, or layer by layer)
 //
 // The model is zoo "resnet50" (keras.applications.ResNet50 v1) with 10 classes, SGD(0.01, momentum
 // 0.9) or Adam (Keras's defaults) and sparse categorical cross-entropy on synthetic images and labels; --batch is the global
@@ -37,6 +38,7 @@
 #include "framework/device/context.h"
 #include "framework/device/strategy.h"
 #include "framework/layers/initializers.h"
+#include "framework/model/functional.h"
 #include "framework/model/model.h"
 #include "framework/model/planner.h"
 #include "models/zoo.h"
@@ -55,6 +57,7 @@ struct Args {
   keel::Remat remat = keel::Remat::none;
   std::string precision = "float32";
   std::string optimizer = "sgd";
+  bool fuse = true;
 };
 
 constexpr int64_t kClasses = 10;
@@ -83,6 +86,8 @@ Args parse(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--threads")) keel::set_host_threads(keel::parse_thread_count(argv[i + 1], "--threads"));
     else if (!std::strcmp(argv[i], "--precision")) a.precision = keel::mixed_precision::Policy(argv[i + 1]).name();
     else if (!std::strcmp(argv[i], "--optimizer")) a.optimizer = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--fuse") && (!std::strcmp(argv[i + 1], "on") || !std::strcmp(argv[i + 1], "off")))
+      a.fuse = !std::strcmp(argv[i + 1], "on");
     else usage(std::string("unknown option ") + argv[i]);
   }
   if (a.image < 32 || a.batch < 1 || a.steps < 1) usage("--image >= 32, --batch >= 1, --steps >= 1");
@@ -96,11 +101,12 @@ keel::DeviceSpec device_spec(const std::string& name) {
   return keel::DeviceSpec::preset(name);
 }
 
-std::unique_ptr<keel::Model> build_resnet50(int64_t image, const std::string& optimizer = "sgd") {
+std::unique_ptr<keel::Model> build_resnet50(int64_t image, const std::string& optimizer = "sgd", bool fuse = true) {
   keel::zoo::ModelOptions options;
   options.input_shape = {image, image, 3};
   options.classes = kClasses;
   std::unique_ptr<keel::Model> model = keel::zoo::build("resnet50", options);
+  dynamic_cast<keel::Functional&>(*model).set_fuse_batch_norm_relu(fuse);
   keel::SGD::Options sgd;
   sgd.learning_rate = 0.01f;
   sgd.momentum = 0.9f;
@@ -150,7 +156,7 @@ int run_timed(const Args& a) {
   {
     auto scope = strategy.scope();
     const keel::mixed_precision::GlobalPolicyScope policy(keel::mixed_precision::Policy(a.precision));
-    model = build_resnet50(a.image, a.optimizer);
+    model = build_resnet50(a.image, a.optimizer, a.fuse);
     model->set_remat(a.remat);
   }
   const keel::Batch batch = synthetic_batch(strategy, a.batch, a.image);
@@ -190,7 +196,7 @@ int run_memory(const Args& a) {
   std::unique_ptr<keel::Model> model;
   {
     auto scope = strategy.scope();
-    model = build_resnet50(a.image);
+    model = build_resnet50(a.image, "sgd", a.fuse);
   }
   const keel::Batch global = synthetic_batch(strategy, a.batch, a.image);
   const std::vector<keel::Variable*> vars = model->trainable_variables();

@@ -44,6 +44,7 @@ class Activation : public Layer {
   explicit Activation(std::string activation, std::string name = "");
   std::string class_name() const override { return "Activation"; }
   Tensor call(const Tensor& x, bool training) override;
+  const std::string& activation() const { return activation_; }
   nlohmann::json get_config() const override;
 
  private:

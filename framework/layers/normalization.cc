@@ -5,8 +5,10 @@
 #include <stdexcept>
 
 #include "framework/autodiff/recompute.h"
+#include "framework/device/context.h"
 #include "framework/layers/initializers.h"
 #include "framework/ops/batch_norm.h"
+#include "framework/ops/precision.h"
 
 namespace keel {
 namespace layers {
@@ -64,7 +66,17 @@ Tensor BatchNormalization::beta_or_zeros(int64_t channels) const {
   return beta_ ? beta_->value() : Tensor::zeros({channels});
 }
 
-Tensor BatchNormalization::call(const Tensor& x, bool training) {
+Tensor BatchNormalization::call(const Tensor& x, bool training) { return forward(x, training, false); }
+
+Tensor BatchNormalization::apply_with_relu(const Tensor& x, bool training, const std::string& relu_layer) {
+  if (!built()) build(Shape(x.shape().begin() + 1, x.shape().end()));
+  OwnerScope owner("activation:" + relu_layer);
+  const ops::ComputeDTypeScope compute(dtype_policy().compute_dtype());
+  const GatheredWeights gathered(*this);
+  return forward(x, training, true);
+}
+
+Tensor BatchNormalization::forward(const Tensor& x, bool training, bool relu) {
   const int64_t channels = moving_mean_->shape()[0];
   if (x.rank() < 2 || x.dim(-1) != channels) {
     throw std::invalid_argument("BatchNormalization '" + name() + "' expects inputs (batch, ..., " +
@@ -73,9 +85,9 @@ Tensor BatchNormalization::call(const Tensor& x, bool training) {
   const Tensor gamma = gamma_or_ones(channels), beta = beta_or_zeros(channels);
   const float epsilon = options_.epsilon;
   if (!training || !trainable()) {  // frozen: inference mode, as Keras 2's BatchNormalization
-    return ops::batch_norm_inference(x, gamma, beta, moving_mean_->value(), moving_variance_->value(), epsilon);
+    return ops::batch_norm_inference(x, gamma, beta, moving_mean_->value(), moving_variance_->value(), epsilon, relu);
   }
-  ops::BatchNormResult r = ops::batch_norm_training(x, gamma, beta, epsilon);
+  ops::BatchNormResult r = ops::batch_norm_training(x, gamma, beta, epsilon, relu);
   if (recomputing()) return r.y;  // remat's second pass: the first one has recorded the statistics
   ReplicaContext* ctx = current_replica_context();
   // An empty shard has no statistics (Keras leaves that replica's copy unchanged); an abstract one

@@ -53,6 +53,11 @@ class BatchNormalization : public Layer, public ReplicaLocalState {
   // training: batch statistics (and the moving-average update, above); else the moving ones.
   Tensor call(const Tensor& x, bool training) override;
   nlohmann::json get_config() const override;
+  // This layer and the Activation("relu") layer named `relu_layer` that reads its output alone, as
+  // one op (ops::batch_norm_training's relu; the bits of the two layers one after the other, one
+  // pass fewer over the activations each way): Layer::apply's work, the output charged to the ReLU
+  // layer's activations. Functional runs such pairs so.
+  Tensor apply_with_relu(const Tensor& x, bool training, const std::string& relu_layer);
 
   // Folds this step's statistics of every replica into the moving variables (formula above).
   void sync_replicas(ReplicaContext& ctx) override;
@@ -77,6 +82,7 @@ class BatchNormalization : public Layer, public ReplicaLocalState {
     std::vector<float> mean;      // (C,)
     std::vector<float> variance;  // (C,) biased
   };
+  Tensor forward(const Tensor& x, bool training, bool relu);
   // Per-channel gamma or beta: the variable, or a constant when scale/center is off.
   Tensor gamma_or_ones(int64_t channels) const;
   Tensor beta_or_zeros(int64_t channels) const;

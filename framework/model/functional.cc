@@ -9,6 +9,8 @@
 
 #include "framework/autodiff/recompute.h"
 #include "framework/device/context.h"
+#include "framework/layers/core_layers.h"
+#include "framework/layers/normalization.h"
 #include "framework/ops/precision.h"
 
 namespace keel {
@@ -159,7 +161,44 @@ Functional::Functional(std::vector<KerasTensor> inputs, std::vector<KerasTensor>
     if (std::find(layers_.begin(), layers_.end(), n->layer.get()) == layers_.end()) layers_.push_back(n->layer.get());
   }
   segments_ = find_segments();
+  find_batch_norm_relu_pairs();
   capture_strategy();
+}
+
+void Functional::find_batch_norm_relu_pairs() {
+  std::unordered_map<const GraphNode*, std::vector<size_t>> readers;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    for (const KerasTensor& in : nodes_[i]->inputs) readers[in.node().get()].push_back(i);
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const GraphNode* n = nodes_[i].get();
+    const auto* bn = dynamic_cast<const layers::BatchNormalization*>(n->layer.get());
+    const auto it = readers.find(n);
+    if (bn == nullptr || n->inputs.size() != 1 || is_output(n) || it == readers.end() || it->second.size() != 1) continue;
+    const GraphNode* next = nodes_[it->second.front()].get();
+    const auto* relu = dynamic_cast<const layers::Activation*>(next->layer.get());
+    if (relu == nullptr || relu->activation() != "relu" || next->inputs.size() != 1 ||
+        bn->dtype_policy().compute_dtype() != relu->dtype_policy().compute_dtype()) {
+      continue;
+    }
+    relu_after_[n] = it->second.front();
+  }
+}
+
+bool Functional::run_fused(size_t i, size_t end, std::vector<Tensor>& args, std::unordered_map<const GraphNode*, Tensor>& values,
+                           bool training) const {
+  const GraphNode* n = nodes_[i].get();
+  const auto pair = relu_after_.find(n);
+  const Remat::Mode remat_mode = remat().mode();
+  if (!fuse_batch_norm_relu_ || pair == relu_after_.end() || pair->second >= end ||
+      (remat_mode != Remat::Mode::none && remat_mode != Remat::Mode::segments)) {
+    return false;
+  }
+  // The ReLU's output, computed here; its own turn finds it there. The normalised values never exist.
+  const GraphNode* relu = nodes_[pair->second].get();
+  auto& bn = static_cast<layers::BatchNormalization&>(*n->layer);
+  values[relu] = bn.apply_with_relu(args.front(), training, relu->layer->name());
+  return true;
 }
 
 std::vector<Layer*> Functional::layers() const { return layers_; }
@@ -224,16 +263,22 @@ void Functional::run_nodes(size_t begin, size_t end, std::unordered_map<const Gr
   for (size_t i = begin; i < end; ++i) {
     const GraphNode* n = nodes_[i].get();
     if (n->inputs.empty()) continue;
+    if (values.count(n) != 0) {  // a fused ReLU, run with its BatchNormalization
+      if (--uses[n->inputs.front().node().get()] == 0) values.erase(n->inputs.front().node().get());
+      continue;
+    }
     args.clear();
     for (const KerasTensor& in : n->inputs) args.push_back(values.at(in.node().get()));
+    const bool fused = run_fused(i, end, args, values, training);
     // Remat's per-layer modes: a single-input layer that is not an output may be rematerialised.
     const bool per_layer = training && args.size() == 1 && !is_output(n);
-    Tensor y = per_layer ? call_layer(*n->layer, args.front(), training) : n->layer->apply(args, training);
+    Tensor y;
+    if (!fused) y = per_layer ? call_layer(*n->layer, args.front(), training) : n->layer->apply(args, training);
     args.clear();
     for (const KerasTensor& in : n->inputs) {
       if (--uses[in.node().get()] == 0) values.erase(in.node().get());
     }
-    values[n] = std::move(y);
+    if (!fused) values[n] = std::move(y);
   }
 }
 

@@ -85,6 +85,11 @@ class Functional : public Model {
   nlohmann::json to_config() const override;
   std::string summary() const override;
   std::vector<SummaryRow> summary_rows() const override;  // one row per call, in execution order
+  // A BatchNormalization whose output only an Activation("relu") reads runs with it as one op
+  // (BatchNormalization::apply_with_relu: the same bits, one pass fewer over the activations each
+  // way, and no buffer for the normalised values), unless remat computes layer by layer. On by
+  // default; off runs every layer on its own.
+  void set_fuse_batch_norm_relu(bool fuse) { fuse_batch_norm_relu_ = fuse; }
 
  private:
   // Remat's segments (framework/model/remat.h): runs of nodes [begin, end) in execution order that
@@ -108,6 +113,13 @@ class Functional : public Model {
   std::vector<std::shared_ptr<GraphNode>> nodes_;  // execution order
   std::vector<Layer*> layers_;                     // unique, first-use order
   std::vector<Segment> segments_;
+  // For each BatchNormalization node fused with the ReLU after it, that ReLU node's position.
+  std::unordered_map<const GraphNode*, size_t> relu_after_;
+  bool fuse_batch_norm_relu_ = true;
+  void find_batch_norm_relu_pairs();
+  // Runs nodes_[i], a BatchNormalization fused with the ReLU at relu_after_; false where it is not.
+  bool run_fused(size_t i, size_t end, std::vector<Tensor>& args, std::unordered_map<const GraphNode*, Tensor>& values,
+                 bool training) const;
 };
 
 }  // namespace keel

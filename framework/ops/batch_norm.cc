@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -139,33 +140,122 @@ void moments(const T* x, int64_t rows, int64_t channels, float* mean, float* var
   }
 }
 
-// y = (x - mean) * (gamma * inv_std) + beta, per row; x and y float32 or bfloat16.
-template <typename T, typename TY>
+// gamma * inv_std per channel, as float: what normalize multiplies by, and what the backward passes
+// of a fused ReLU recompute its mask with.
+std::vector<float> scale_of(const float* gamma, const std::vector<double>& inv) {
+  std::vector<float> scale(inv.size());
+  for (size_t c = 0; c < inv.size(); ++c) scale[c] = static_cast<float>(static_cast<double>(gamma[c]) * inv[c]);
+  return scale;
+}
+
+// One normalised element, before it is stored: an explicit fma, so that the forward pass and the
+// backward passes that recompute a fused ReLU's mask from x get the same bits.
+inline float normalized(float x, float mean, float scale, float beta) { return std::fma(x - mean, scale, beta); }
+
+// The gradient a fused ReLU passes back at x's element (row xr, channel c): g where its output,
+// normalized(...) stored as TY, is > 0 (the unfused relu's test on its stored output; the derivative
+// at 0 is 0), else 0. NoMask passes every g: BatchNormalization without a ReLU.
+struct NoMask {
+  static constexpr bool kActive = false;
+  template <typename T>
+  float gate(const T*, int64_t, float g) const {
+    return g;
+  }
+  template <typename T>
+  void gate_row(const T*, const float*, float*, int64_t) const {}
+};
+
+template <typename TY>
+struct ReluMask {
+  static constexpr bool kActive = true;
+  const float* mean;
+  const float* scale;
+  const float* beta;
+  // out[c] = gate(xr, c, dy[c]) for a row: a loop of its own, which vectorises.
+  template <typename T>
+  void gate_row(const T* __restrict xr, const float* __restrict dy, float* __restrict out, int64_t channels) const {
+    const float* __restrict m = mean;
+    const float* __restrict k = scale;
+    const float* __restrict b = beta;
+    for (int64_t c = 0; c < channels; ++c) {
+      const float v = normalized(detail::load(xr, c), m[c], k[c], b[c]);
+      if constexpr (std::is_same_v<TY, uint16_t>) {
+        out[c] = bfloat16_to_float(bfloat16_bits(v)) > 0.0f ? dy[c] : 0.0f;
+      } else {
+        out[c] = v > 0.0f ? dy[c] : 0.0f;
+      }
+    }
+  }
+  template <typename T>
+  float gate(const T* xr, int64_t c, float g) const {
+    const float v = normalized(detail::load(xr, c), mean[c], scale[c], beta[c]);
+    if constexpr (std::is_same_v<TY, uint16_t>) {
+      return bfloat16_to_float(bfloat16_bits(v)) > 0.0f ? g : 0.0f;
+    } else {
+      return v > 0.0f ? g : 0.0f;
+    }
+  }
+};
+
+// f(mask): NoMask without a ReLU, else the ReluMask of an output stored as bfloat16 or float32
+// (scale: scale_of's).
+template <typename F>
+void with_mask(bool relu, bool bfloat16_output, const float* mean, const std::vector<float>& scale, const float* beta, F f) {
+  if (!relu) {
+    f(NoMask{});
+  } else if (bfloat16_output) {
+    f(ReluMask<uint16_t>{mean, scale.data(), beta});
+  } else {
+    f(ReluMask<float>{mean, scale.data(), beta});
+  }
+}
+
+// y = (x - mean) * (gamma * inv_std) + beta, per row, then max(y, 0) when Relu (BatchNormalization
+// and the ReLU after it in one pass); x and y float32 or bfloat16.
+template <bool Relu, typename T, typename TY>
 void normalize(const T* x, int64_t rows, int64_t channels, const float* mean, const float* variance,
                const float* gamma, const float* beta, float epsilon, TY* y) {
-  const std::vector<double> inv = inv_std_of(variance, channels, epsilon);
-  std::vector<float> scale(static_cast<size_t>(channels));
-  for (int64_t c = 0; c < channels; ++c) scale[c] = static_cast<float>(static_cast<double>(gamma[c]) * inv[c]);
+  const std::vector<float> scale = scale_of(gamma, inv_std_of(variance, channels, epsilon));
   detail::for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * channels;
       TY* yr = y + r * channels;
-      for (int64_t c = 0; c < channels; ++c) detail::store(yr, c, (detail::load(xr, c) - mean[c]) * scale[c] + beta[c]);
+      for (int64_t c = 0; c < channels; ++c) {
+        float v = normalized(detail::load(xr, c), mean[c], scale[c], beta[c]);
+        if constexpr (Relu) v = v > 0.0f ? v : 0.0f;
+        detail::store(yr, c, v);
+      }
     }
   });
 }
 
-// sum(dy) and sum(dy * (x - mean)) per channel, in double.
-template <typename T>
-void channel_sums(const float* dy, const T* x, const float* mean, int64_t rows, int64_t channels,
+// normalize with Relu chosen at run time.
+template <typename T, typename TY>
+void normalize(bool relu, const T* x, int64_t rows, int64_t channels, const float* mean, const float* variance,
+               const float* gamma, const float* beta, float epsilon, TY* y) {
+  if (relu) {
+    normalize<true>(x, rows, channels, mean, variance, gamma, beta, epsilon, y);
+  } else {
+    normalize<false>(x, rows, channels, mean, variance, gamma, beta, epsilon, y);
+  }
+}
+
+// sum(g) and sum(g * (x - mean)) per channel, in double, with g = mask.gate(dy).
+template <typename T, typename Mask>
+void channel_sums(const float* dy, const T* x, const float* mean, int64_t rows, int64_t channels, const Mask& mask,
                   std::vector<double>& sum_dy, std::vector<double>& sum_dy_xc) {
   const size_t cs = static_cast<size_t>(channels);
   channel_sums_in_blocks<2>(rows, channels, {&sum_dy, &sum_dy_xc}, [&](int64_t r0, int64_t r1, double* s) {
     double* s_dy = s;
     double* s_dy_xc = s + cs;
+    std::vector<float> gated(Mask::kActive ? cs : 0);
     for (int64_t r = r0; r < r1; ++r) {
       const float* dyr = dy + r * channels;
       const T* xr = x + r * channels;
+      if constexpr (Mask::kActive) {
+        mask.gate_row(xr, dyr, gated.data(), channels);
+        dyr = gated.data();
+      }
       for (int64_t c = 0; c < channels; ++c) {
         s_dy[c] += static_cast<double>(dyr[c]);
         s_dy_xc[c] += static_cast<double>(dyr[c] * (detail::load(xr, c) - mean[c]));
@@ -185,14 +275,14 @@ void sum_rows(const float* dy, int64_t rows, int64_t channels, float* out) {
   for (int64_t c = 0; c < channels; ++c) out[c] = static_cast<float>(sum[static_cast<size_t>(c)]);
 }
 
-// dx (rows, C) of batch_norm_training from dy, the saved x, mean and gamma, inv_std and the
-// channel sums of dy and dy * (x - mean).
-template <typename T>
-void training_input_grad(const float* dy, const T* x, const float* mean, const float* gamma,
+// dx (rows, C) of batch_norm_training from dy (gated by mask), the saved x, mean and gamma, inv_std
+// and the channel sums of g and g * (x - mean).
+template <typename T, typename Mask>
+void training_input_grad(const float* dy, const T* x, const float* mean, const float* gamma, const Mask& mask,
                          const std::vector<double>& inv, const std::vector<double>& sum_dy,
                          const std::vector<double>& sum_dy_xc, int64_t rows, int64_t channels, float* dx) {
-  // dx = a * (dy - b - (x - mean) * k): a = gamma * inv_std, b = sum(dy) / count,
-  // k = inv_std² * sum(dy * (x - mean)) / count  (so that (x - mean) * k = x̂ * dgamma / count).
+  // dx = a * (g - b - (x - mean) * k): a = gamma * inv_std, b = sum(g) / count,
+  // k = inv_std² * sum(g * (x - mean)) / count  (so that (x - mean) * k = x̂ * dgamma / count).
   const size_t cs = static_cast<size_t>(channels);
   const double count = static_cast<double>(rows);
   std::vector<float> a(cs), b(cs), k(cs);
@@ -206,14 +296,64 @@ void training_input_grad(const float* dy, const T* x, const float* mean, const f
       const T* xr = x + r * channels;
       const float* dyr = dy + r * channels;
       float* dxr = dx + r * channels;
-      for (int64_t c = 0; c < channels; ++c) dxr[c] = a[c] * (dyr[c] - b[c] - (detail::load(xr, c) - mean[c]) * k[c]);
+      for (int64_t c = 0; c < channels; ++c) {
+        dxr[c] = a[c] * (mask.gate(xr, c, dyr[c]) - b[c] - (detail::load(xr, c) - mean[c]) * k[c]);
+      }
     }
   });
 }
 
 }  // namespace
 
-BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon) {
+namespace {
+
+// What batch_norm_training's backward pass keeps (x, gamma and the statistics only where a gradient
+// or a fused ReLU's mask needs them; beta only for the mask).
+struct TrainingSaved {
+  Tensor x, gamma, beta, mean, variance;
+  Shape x_shape;
+  int64_t rows = 0, channels = 0;
+  float epsilon = 0;
+  bool relu = false, bfloat16_output = false;
+  std::array<bool, 3> is_variable{};
+};
+
+std::vector<Tensor> training_grads(const std::vector<Tensor>& dy, const std::vector<bool>& needs, const TrainingSaved& s) {
+  const int64_t rows = s.rows, channels = s.channels;
+  std::vector<Tensor> grads(3);
+  if (needs[0]) grads[0] = detail::grad_buffer(s.x_shape, s.is_variable[0]);
+  if (needs[1]) grads[1] = detail::grad_buffer({channels}, s.is_variable[1]);
+  if (needs[2]) grads[2] = detail::grad_buffer({channels}, s.is_variable[2]);
+  if (!compute({&grads[0], &grads[1], &grads[2]}, {&dy[0], &s.x, &s.gamma, &s.beta, &s.mean, &s.variance})) return grads;
+  if (!s.relu && !needs[0] && !needs[1]) {
+    sum_rows(dy[0].data(), rows, channels, grads[2].data());
+    return grads;
+  }
+  const float* mean = s.mean.data();
+  const std::vector<double> inv = inv_std_of(s.variance.data(), channels, s.epsilon);
+  const std::vector<float> scale = scale_of(s.gamma.data(), inv);
+  std::vector<double> sum_dy, sum_dy_xc;
+  with_mask(s.relu, s.bfloat16_output, mean, scale, s.relu ? s.beta.data() : nullptr, [&](const auto& mask) {
+    with_storage(s.x, [&](const auto* xd) {
+      channel_sums(dy[0].data(), xd, mean, rows, channels, mask, sum_dy, sum_dy_xc);
+      if (needs[0] && rows > 0) {
+        training_input_grad(dy[0].data(), xd, mean, s.gamma.data(), mask, inv, sum_dy, sum_dy_xc, rows, channels,
+                            grads[0].data());
+      }
+    });
+  });
+  if (needs[2]) {
+    for (int64_t c = 0; c < channels; ++c) grads[2].data()[c] = static_cast<float>(sum_dy[c]);
+  }
+  if (needs[1]) {
+    for (int64_t c = 0; c < channels; ++c) grads[1].data()[c] = static_cast<float>(sum_dy_xc[c] * inv[c]);
+  }
+  return grads;
+}
+
+}  // namespace
+
+BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon, bool relu) {
   const int64_t channels = check_shapes("batch_norm_training", x, {{"gamma", &gamma}, {"beta", &beta}});
   const int64_t rows = rows_of(x, channels);
   // float32 arithmetic on a bfloat16 input (widened as it is read); the output in the compute dtype.
@@ -222,112 +362,112 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
   if (compute({&out.y, &out.mean, &out.variance}, {&x, &gamma, &beta})) {
     with_storage(x, out.y, [&](const auto* xd, auto* yd) {
       moments(xd, rows, channels, out.mean.data(), out.variance.data());
-      normalize(xd, rows, channels, out.mean.data(), out.variance.data(), gamma.data(), beta.data(), epsilon, yd);
+      normalize(relu, xd, rows, channels, out.mean.data(), out.variance.data(), gamma.data(), beta.data(), epsilon, yd);
     });
   }
   if (GradientTape::is_recording({&x, &gamma, &beta})) {
-    // x, gamma, mean and variance are needed for dx and dgamma; dbeta needs only dy.
-    const bool save = GradientTape::is_recording({&x}) || GradientTape::is_recording({&gamma});
-    const Tensor saved_x = save ? x : Tensor(), saved_gamma = save ? gamma : Tensor();
-    const Tensor saved_mean = save ? out.mean : Tensor(), saved_variance = save ? out.variance : Tensor();
-    const Shape x_shape = x.shape();
-    const bool x_is_variable = x.is_trainable_variable(), gamma_is_variable = gamma.is_trainable_variable(),
-               beta_is_variable = beta.is_trainable_variable();
-    GradientTape::record(
-        {x, gamma, beta}, {out.y},
-        [=](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
-          std::vector<Tensor> grads(3);
-          if (needs[0]) grads[0] = detail::grad_buffer(x_shape, x_is_variable);
-          if (needs[1]) grads[1] = detail::grad_buffer({channels}, gamma_is_variable);
-          if (needs[2]) grads[2] = detail::grad_buffer({channels}, beta_is_variable);
-          if (!compute({&grads[0], &grads[1], &grads[2]},
-                       {&dy[0], &saved_x, &saved_gamma, &saved_mean, &saved_variance})) {
-            return grads;
-          }
-          if (!needs[0] && !needs[1]) {
-            sum_rows(dy[0].data(), rows, channels, grads[2].data());
-            return grads;
-          }
-          const float* mean = saved_mean.data();
-          std::vector<double> sum_dy, sum_dy_xc;
-          with_storage(saved_x, [&](const auto* xd) { channel_sums(dy[0].data(), xd, mean, rows, channels, sum_dy, sum_dy_xc); });
-          const std::vector<double> inv = inv_std_of(saved_variance.data(), channels, epsilon);
-          if (needs[2]) {
-            for (int64_t c = 0; c < channels; ++c) grads[2].data()[c] = static_cast<float>(sum_dy[c]);
-          }
-          if (needs[1]) {
-            for (int64_t c = 0; c < channels; ++c) grads[1].data()[c] = static_cast<float>(sum_dy_xc[c] * inv[c]);
-          }
-          if (needs[0] && rows > 0) {
-            with_storage(saved_x, [&](const auto* xd) {
-              training_input_grad(dy[0].data(), xd, mean, saved_gamma.data(), inv, sum_dy, sum_dy_xc, rows, channels,
-                                  grads[0].data());
-            });
-          }
-          return grads;
-        });
+    // x, gamma, mean and variance are needed for dx and dgamma, and for a fused ReLU's mask; without
+    // one dbeta needs only dy.
+    const bool save = relu || GradientTape::is_recording({&x}) || GradientTape::is_recording({&gamma});
+    TrainingSaved s;
+    if (save) s.x = x, s.gamma = gamma, s.mean = out.mean, s.variance = out.variance;
+    if (relu) s.beta = beta;
+    s.x_shape = x.shape(), s.rows = rows, s.channels = channels, s.epsilon = epsilon;
+    s.relu = relu, s.bfloat16_output = dt == DType::bfloat16;
+    s.is_variable = {x.is_trainable_variable(), gamma.is_trainable_variable(), beta.is_trainable_variable()};
+    GradientTape::record({x, gamma, beta}, {out.y}, [s = std::move(s)](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
+      return training_grads(dy, needs, s);
+    });
   }
   return out;
 }
 
+namespace {
+
+// The backward pass of batch_norm_inference (see there).
+std::vector<Tensor> inference_grads(const std::vector<Tensor>& dy, const std::vector<bool>& needs, const Tensor& saved_x,
+                                    const Tensor& gamma, const Tensor& beta, const Tensor& moving_mean,
+                                    const Tensor& moving_variance, float epsilon, bool relu, bool bfloat16_output,
+                                    const std::array<bool, 3>& is_variable) {
+  const int64_t channels = gamma.dim(0);
+  std::vector<Tensor> grads(3);
+  if (needs[0]) grads[0] = detail::grad_buffer(dy[0].shape(), is_variable[0]);
+  if (needs[1]) grads[1] = detail::grad_buffer({channels}, is_variable[1]);
+  if (needs[2]) grads[2] = detail::grad_buffer({channels}, is_variable[2]);
+  if (!compute({&grads[0], &grads[1], &grads[2]}, {&dy[0], &saved_x, &gamma, &beta, &moving_mean, &moving_variance})) {
+    return grads;
+  }
+  const int64_t rows = rows_of(dy[0], channels);
+  const std::vector<double> inv = inv_std_of(moving_variance.data(), channels, epsilon);
+  const std::vector<float> a = scale_of(gamma.data(), inv);
+  const float* mean = moving_mean.data();
+  with_mask(relu, bfloat16_output, mean, a, relu ? beta.data() : nullptr, [&](const auto& mask) {
+    if (needs[0] && rows > 0) {
+      const float* dyd = dy[0].data();
+      float* dxd = grads[0].data();
+      if (relu) {
+        with_storage(saved_x, [&](const auto* xd) {
+          detail::for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) {
+              for (int64_t c = 0; c < channels; ++c) {
+                dxd[r * channels + c] = mask.gate(xd + r * channels, c, dyd[r * channels + c]) * a[c];
+              }
+            }
+          });
+        });
+      } else {
+        detail::for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            for (int64_t c = 0; c < channels; ++c) dxd[r * channels + c] = dyd[r * channels + c] * a[c];
+          }
+        });
+      }
+    }
+    if (needs[1] || (relu && needs[2])) {
+      std::vector<double> sum_dy, sum_dy_xc;
+      with_storage(saved_x, [&](const auto* xd) { channel_sums(dy[0].data(), xd, mean, rows, channels, mask, sum_dy, sum_dy_xc); });
+      if (needs[1]) {
+        for (int64_t c = 0; c < channels; ++c) grads[1].data()[c] = static_cast<float>(sum_dy_xc[c] * inv[c]);
+      }
+      if (needs[2]) {
+        for (int64_t c = 0; c < channels; ++c) grads[2].data()[c] = static_cast<float>(sum_dy[c]);
+      }
+    } else if (needs[2]) {
+      sum_rows(dy[0].data(), rows, channels, grads[2].data());
+    }
+  });
+  return grads;
+}
+
+}  // namespace
+
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& moving_mean,
-                            const Tensor& moving_variance, float epsilon) {
+                            const Tensor& moving_variance, float epsilon, bool relu) {
   const int64_t channels = check_shapes("batch_norm_inference", x,
                                         {{"gamma", &gamma},
                                          {"beta", &beta},
                                          {"moving_mean", &moving_mean},
                                          {"moving_variance", &moving_variance}});
   const int64_t rows = rows_of(x, channels);
-  Tensor y = Tensor::empty(x.shape(), compute_dtype());
+  const DType dt = compute_dtype();
+  Tensor y = Tensor::empty(x.shape(), dt);
   if (compute({&y}, {&x, &gamma, &beta, &moving_mean, &moving_variance})) {
     with_storage(x, y, [&](const auto* xd, auto* yd) {
-      normalize(xd, rows, channels, moving_mean.data(), moving_variance.data(), gamma.data(), beta.data(), epsilon, yd);
+      normalize(relu, xd, rows, channels, moving_mean.data(), moving_variance.data(), gamma.data(), beta.data(), epsilon,
+                yd);
     });
   }
   if (GradientTape::is_recording({&x, &gamma, &beta})) {
-    // dx needs gamma and the variance; dgamma needs x and both statistics; dbeta needs only dy.
-    const Tensor saved_x = GradientTape::is_recording({&gamma}) ? x : Tensor();
-    const Shape x_shape = x.shape();
-    const bool x_is_variable = x.is_trainable_variable(), gamma_is_variable = gamma.is_trainable_variable(),
-               beta_is_variable = beta.is_trainable_variable();
-    GradientTape::record(
-        {x, gamma, beta}, {y},
-        [=](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
-          std::vector<Tensor> grads(3);
-          if (needs[0]) grads[0] = detail::grad_buffer(x_shape, x_is_variable);
-          if (needs[1]) grads[1] = detail::grad_buffer({channels}, gamma_is_variable);
-          if (needs[2]) grads[2] = detail::grad_buffer({channels}, beta_is_variable);
-          if (!compute({&grads[0], &grads[1], &grads[2]}, {&dy[0], &saved_x, &gamma, &moving_mean, &moving_variance})) {
-            return grads;
-          }
-          const std::vector<double> inv = inv_std_of(moving_variance.data(), channels, epsilon);
-          if (needs[0] && rows > 0) {
-            std::vector<float> a(static_cast<size_t>(channels));
-            for (int64_t c = 0; c < channels; ++c) a[c] = static_cast<float>(static_cast<double>(gamma.data()[c]) * inv[c]);
-            const float* dyd = dy[0].data();
-            float* dxd = grads[0].data();
-            detail::for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
-              for (int64_t r = r0; r < r1; ++r) {
-                const float* dyr = dyd + r * channels;
-                float* dxr = dxd + r * channels;
-                for (int64_t c = 0; c < channels; ++c) dxr[c] = dyr[c] * a[c];
-              }
-            });
-          }
-          if (needs[1]) {
-            std::vector<double> sum_dy, sum_dy_xc;
-            with_storage(saved_x, [&](const auto* xd) {
-              channel_sums(dy[0].data(), xd, moving_mean.data(), rows, channels, sum_dy, sum_dy_xc);
-            });
-            for (int64_t c = 0; c < channels; ++c) grads[1].data()[c] = static_cast<float>(sum_dy_xc[c] * inv[c]);
-            if (needs[2]) {
-              for (int64_t c = 0; c < channels; ++c) grads[2].data()[c] = static_cast<float>(sum_dy[c]);
-            }
-          } else if (needs[2]) {
-            sum_rows(dy[0].data(), rows, channels, grads[2].data());
-          }
-          return grads;
-        });
+    // dx needs gamma and the variance (and x, for a fused ReLU's mask); dgamma needs x and both
+    // statistics; dbeta needs only dy (and x, with a ReLU).
+    const Tensor saved_x = relu || GradientTape::is_recording({&gamma}) ? x : Tensor();
+    const std::array<bool, 3> is_variable = {x.is_trainable_variable(), gamma.is_trainable_variable(),
+                                             beta.is_trainable_variable()};
+    const bool bfloat16_output = dt == DType::bfloat16;
+    GradientTape::record({x, gamma, beta}, {y}, [=](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
+      return inference_grads(dy, needs, saved_x, gamma, beta, moving_mean, moving_variance, epsilon, relu, bfloat16_output,
+                             is_variable);
+    });
   }
   return y;
 }

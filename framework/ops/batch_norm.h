@@ -31,13 +31,19 @@ struct BatchNormResult {
 //   dx     = gamma * inv_std * (dy - dbeta / count - x̂ * dgamma / count)
 // Nothing is saved when only beta is differentiated. Do not modify the returned mean/variance
 // before the backward pass has run.
-BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon);
+//
+// relu = true fuses the ReLU that follows (Keras's BatchNormalization then Activation("relu")):
+// y = max(bn(x), 0) in the same pass, with the bits of the two ops one after the other, and a
+// backward pass that recomputes where y > 0 from x (saved in any case) instead of reading y.
+BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon,
+                                    bool relu = false);
 
 // Inference mode: the same formula with the given statistics, which are constants (no gradient
 // flows to them; they are not recorded as inputs). Saved for backward: gamma, moving_mean and
 // moving_variance (shared handles), and x only when gamma is being differentiated.
 //   dx = dy * gamma * inv_std     dgamma = sum(dy * (x - moving_mean) * inv_std)     dbeta = sum(dy)
+// relu as for batch_norm_training (x is then saved for the mask).
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& moving_mean,
-                            const Tensor& moving_variance, float epsilon);
+                            const Tensor& moving_variance, float epsilon, bool relu = false);
 
 }  // namespace keel::ops

@@ -3,7 +3,9 @@
 // (tests/golden/bn_small.json, written by bench/golden_bn.py).
 #include "framework/ops/batch_norm.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -15,6 +17,7 @@
 #include "framework/autodiff/tape.h"
 #include "framework/ops/concat.h"
 #include "framework/ops/ops.h"
+#include "framework/ops/precision.h"
 #include "tests/support/golden.h"
 #include "tests/support/grad_check.h"
 #include "tests/support/thread_checks.h"
@@ -224,6 +227,87 @@ TEST(BatchNormTrainingTest, AbstractRunOfAnEmptyBatchChargesLikeRealRun) {
         return ops::concat({y, ops::reshape(in[0], {1, 4})}, 0);
       },
       {random_host({4}, 0.5f, 1.5f, 124), random_host({4}, -1, 1, 125)});
+}
+
+// --- BatchNormalization + ReLU fused (relu = true) ---
+
+// y and the gradients for x, gamma and beta of sum(y * w), BatchNormalization then ReLU as two ops
+// or as one, training or inference, in float32 or with bfloat16 activations (x widened as read).
+struct BnRelu {
+  std::vector<float> y, dx, dgamma, dbeta;
+};
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+BnRelu bn_relu(bool fused, bool training, DType dt) {
+  const Shape shape = {4, 3, 3, 8};
+  Tensor x = random_host(shape, -2, 2, 151), gamma = random_host({8}, -1.5f, 1.5f, 152), beta = random_host({8}, -0.5f, 0.5f, 153);
+  const Tensor w = random_host({4 * 3 * 3 * 8, 1}, -1, 1, 154);
+  const Tensor mean = random_host({8}, -0.5f, 0.5f, 155), variance = random_host({8}, 0.5f, 2.0f, 156);
+  GradientTape tape;
+  tape.watch(x);
+  tape.watch(gamma);
+  tape.watch(beta);
+  Tensor y;
+  {
+    const ops::ComputeDTypeScope compute(dt);
+    const Tensor in = ops::cast(x, dt);
+    if (training) {
+      y = fused ? ops::batch_norm_training(in, gamma, beta, 1e-3f, true).y
+                : ops::relu(ops::batch_norm_training(in, gamma, beta, 1e-3f).y);
+    } else {
+      y = fused ? ops::batch_norm_inference(in, gamma, beta, mean, variance, 1e-3f, true)
+                : ops::relu(ops::batch_norm_inference(in, gamma, beta, mean, variance, 1e-3f));
+    }
+  }
+  const Tensor y32 = ops::cast(y, DType::float32);
+  const Tensor loss = ops::reduce_sum(ops::matmul(ops::reshape(y32, {1, y32.size()}), w));
+  const std::vector<Tensor> g = tape.gradient(loss, {x, gamma, beta});
+  return {y32.to_vector(), g[0].to_vector(), g[1].to_vector(), g[2].to_vector()};
+}
+
+TEST(BatchNormReluTest, FusedGivesTheBitsOfBatchNormThenRelu) {
+  for (const DType dt : {DType::float32, DType::bfloat16}) {
+    for (const bool training : {true, false}) {
+      const std::string what = std::string(training ? "training" : "inference") + (dt == DType::bfloat16 ? ", bfloat16" : "");
+      const BnRelu two = bn_relu(false, training, dt), one = bn_relu(true, training, dt);
+      EXPECT_TRUE(same_bits(two.y, one.y)) << what;
+      EXPECT_TRUE(same_bits(two.dx, one.dx)) << what;
+      EXPECT_TRUE(same_bits(two.dgamma, one.dgamma)) << what;
+      EXPECT_TRUE(same_bits(two.dbeta, one.dbeta)) << what;
+      // The ReLU did something: part of y is 0 and part of the gradient with it.
+      EXPECT_GT(std::count(one.y.begin(), one.y.end(), 0.0f), 20) << what;
+      EXPECT_LT(std::count(one.y.begin(), one.y.end(), 0.0f), 268) << what;
+    }
+  }
+}
+
+TEST(BatchNormReluTest, GradientsMatchCentralDifferences) {
+  const std::vector<Tensor> in = {random_host({3, 2, 2, 4}, -2, 2, 157), random_host({4}, 0.5f, 1.5f, 158),
+                                  random_host({4}, -0.3f, 0.3f, 159), random_host({4}, -0.5f, 0.5f, 160),
+                                  random_host({4}, 0.5f, 2.0f, 161)};
+  expect_gradients_match(
+      [](const std::vector<Tensor>& t) { return ops::batch_norm_training(t[0], t[1], t[2], 1e-3f, true).y; },
+      {in[0], in[1], in[2]}, tolerances("batch_norm_training + relu", 1e-3, 1e-3, 1e-2));
+  testing::GradCheckOptions o = tolerances("batch_norm_inference + relu", 1e-3, 1e-4, 1e-3);
+  o.check_inputs = {0, 1, 2};
+  expect_gradients_match(
+      [](const std::vector<Tensor>& t) { return ops::batch_norm_inference(t[0], t[1], t[2], t[3], t[4], 1e-3f, true); }, in, o);
+  // Each parameter alone: the fused backward saves x for the mask even when only beta is watched.
+  for (int i = 1; i < 3; ++i) {
+    o.name = "batch_norm_training + relu, input " + std::to_string(i);
+    o.check_inputs = {i};
+    expect_gradients_match(
+        [](const std::vector<Tensor>& t) { return ops::batch_norm_training(t[0], t[1], t[2], 1e-3f, true).y; },
+        {in[0], in[1], in[2]}, o);
+  }
+}
+
+TEST(BatchNormReluTest, AbstractRunChargesLikeRealRun) {
+  expect_abstract_matches_real(
+      [](const std::vector<Tensor>& in) { return ops::batch_norm_training(in[0], in[1], in[2], 1e-3f, true).y; },
+      {random_host({2, 3, 3, 4}, -1, 1, 162), random_host({4}, 0.5f, 1.5f, 163), random_host({4}, -1, 1, 164)});
 }
 
 // --- batch_norm_inference ---
