@@ -76,7 +76,16 @@ Tensor BatchNormalization::apply_with_relu(const Tensor& x, bool training, const
   return forward(x, training, true);
 }
 
-Tensor BatchNormalization::forward(const Tensor& x, bool training, bool relu) {
+Tensor BatchNormalization::apply_with_add_relu(const Tensor& x, const Tensor& residual, bool training,
+                                               const std::string& relu_layer) {
+  if (!built()) build(Shape(x.shape().begin() + 1, x.shape().end()));
+  OwnerScope owner("activation:" + relu_layer);
+  const ops::ComputeDTypeScope compute(dtype_policy().compute_dtype());
+  const GatheredWeights gathered(*this);
+  return forward(x, training, true, &residual);
+}
+
+Tensor BatchNormalization::forward(const Tensor& x, bool training, bool relu, const Tensor* residual) {
   const int64_t channels = moving_mean_->shape()[0];
   if (x.rank() < 2 || x.dim(-1) != channels) {
     throw std::invalid_argument("BatchNormalization '" + name() + "' expects inputs (batch, ..., " +
@@ -85,9 +94,14 @@ Tensor BatchNormalization::forward(const Tensor& x, bool training, bool relu) {
   const Tensor gamma = gamma_or_ones(channels), beta = beta_or_zeros(channels);
   const float epsilon = options_.epsilon;
   if (!training || !trainable()) {  // frozen: inference mode, as Keras 2's BatchNormalization
+    if (residual != nullptr) {
+      return ops::batch_norm_add_relu_inference(x, gamma, beta, *residual, moving_mean_->value(), moving_variance_->value(),
+                                                epsilon);
+    }
     return ops::batch_norm_inference(x, gamma, beta, moving_mean_->value(), moving_variance_->value(), epsilon, relu);
   }
-  ops::BatchNormResult r = ops::batch_norm_training(x, gamma, beta, epsilon, relu);
+  ops::BatchNormResult r = residual != nullptr ? ops::batch_norm_add_relu_training(x, gamma, beta, *residual, epsilon)
+                                               : ops::batch_norm_training(x, gamma, beta, epsilon, relu);
   if (recomputing()) return r.y;  // remat's second pass: the first one has recorded the statistics
   ReplicaContext* ctx = current_replica_context();
   // An empty shard has no statistics (Keras leaves that replica's copy unchanged); an abstract one

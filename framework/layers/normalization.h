@@ -58,6 +58,9 @@ class BatchNormalization : public Layer, public ReplicaLocalState {
   // pass fewer over the activations each way): Layer::apply's work, the output charged to the ReLU
   // layer's activations. Functional runs such pairs so.
   Tensor apply_with_relu(const Tensor& x, bool training, const std::string& relu_layer);
+  // The same with an Add of `residual` between the two (a ResNet block's end): ReLU(residual + this
+  // layer's output), as ops::batch_norm_add_relu_training; residual in the compute dtype.
+  Tensor apply_with_add_relu(const Tensor& x, const Tensor& residual, bool training, const std::string& relu_layer);
 
   // Folds this step's statistics of every replica into the moving variables (formula above).
   void sync_replicas(ReplicaContext& ctx) override;
@@ -82,7 +85,7 @@ class BatchNormalization : public Layer, public ReplicaLocalState {
     std::vector<float> mean;      // (C,)
     std::vector<float> variance;  // (C,) biased
   };
-  Tensor forward(const Tensor& x, bool training, bool relu);
+  Tensor forward(const Tensor& x, bool training, bool relu, const Tensor* residual = nullptr);
   // Per-channel gamma or beta: the variable, or a constant when scale/center is off.
   Tensor gamma_or_ones(int64_t channels) const;
   Tensor beta_or_zeros(int64_t channels) const;

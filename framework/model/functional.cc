@@ -9,6 +9,7 @@
 
 #include "framework/autodiff/recompute.h"
 #include "framework/device/context.h"
+#include "framework/layers/conv_layers.h"
 #include "framework/layers/core_layers.h"
 #include "framework/layers/normalization.h"
 #include "framework/ops/precision.h"
@@ -170,30 +171,79 @@ void Functional::find_batch_norm_relu_pairs() {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     for (const KerasTensor& in : nodes_[i]->inputs) readers[in.node().get()].push_back(i);
   }
+  // The node that alone reads node n's output, if any (n not an output).
+  auto only_reader = [&](const GraphNode* n) -> const GraphNode* {
+    const auto it = readers.find(n);
+    return is_output(n) || it == readers.end() || it->second.size() != 1 ? nullptr : nodes_[it->second.front()].get();
+  };
+  auto is_relu = [](const GraphNode* n, DType dt) {
+    const auto* a = n == nullptr ? nullptr : dynamic_cast<const layers::Activation*>(n->layer.get());
+    return a != nullptr && a->activation() == "relu" && n->inputs.size() == 1 && a->dtype_policy().compute_dtype() == dt;
+  };
+  std::unordered_map<const GraphNode*, size_t> index;
+  for (size_t i = 0; i < nodes_.size(); ++i) index[nodes_[i].get()] = i;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const GraphNode* n = nodes_[i].get();
     const auto* bn = dynamic_cast<const layers::BatchNormalization*>(n->layer.get());
-    const auto it = readers.find(n);
-    if (bn == nullptr || n->inputs.size() != 1 || is_output(n) || it == readers.end() || it->second.size() != 1) continue;
-    const GraphNode* next = nodes_[it->second.front()].get();
-    const auto* relu = dynamic_cast<const layers::Activation*>(next->layer.get());
-    if (relu == nullptr || relu->activation() != "relu" || next->inputs.size() != 1 ||
-        bn->dtype_policy().compute_dtype() != relu->dtype_policy().compute_dtype()) {
+    if (bn == nullptr || n->inputs.size() != 1) continue;
+    const DType dt = bn->dtype_policy().compute_dtype();
+    const GraphNode* next = only_reader(n);
+    if (is_relu(next, dt)) {
+      relu_after_[n] = index.at(next);
       continue;
     }
-    relu_after_[n] = it->second.front();
+    const auto* add = next == nullptr ? nullptr : dynamic_cast<const layers::Add*>(next->layer.get());
+    if (add == nullptr || next->inputs.size() != 2 || add->dtype_policy().compute_dtype() != dt ||
+        next->inputs[0].node() == next->inputs[1].node() || !is_relu(only_reader(next), dt)) {
+      continue;
+    }
+    // Where both of an Add's inputs are such layers (a projection shortcut), the main path's (the
+    // second input, as Keras's ResNets add [shortcut, x]) fuses; the other runs on its own.
+    const auto taken = batch_norm_before_.find(next);
+    if (taken != batch_norm_before_.end()) {
+      if (next->inputs[1].node().get() != n) continue;
+      add_relu_after_.erase(nodes_[taken->second].get());
+    }
+    add_relu_after_[n] = {index.at(next), index.at(only_reader(next))};
+    batch_norm_before_[next] = i;
   }
+}
+
+bool Functional::fusing() const {
+  const Remat::Mode remat_mode = remat().mode();
+  return fuse_batch_norm_relu_ && (remat_mode == Remat::Mode::none || remat_mode == Remat::Mode::segments);
+}
+
+bool Functional::run_fused_add(size_t i, size_t begin, std::unordered_map<const GraphNode*, Tensor>& values,
+                               std::unordered_map<const GraphNode*, int>& uses, bool training) const {
+  const GraphNode* add = nodes_[i].get();
+  const auto it = batch_norm_before_.find(add);
+  if (!fusing() || it == batch_norm_before_.end() || it->second < begin) return false;
+  const GraphNode* bn_node = nodes_[it->second].get();
+  const GraphNode* bn_input = bn_node->inputs.front().node().get();
+  const bool bn_first = add->inputs[0].node().get() == bn_node;
+  const GraphNode* other = add->inputs[bn_first ? 1 : 0].node().get();
+  const Tensor& x = values.at(bn_input);
+  const Tensor& residual = values.at(other);
+  auto& bn = static_cast<layers::BatchNormalization&>(*bn_node->layer);
+  const GraphNode* relu = nodes_[add_relu_after_.at(bn_node).relu].get();
+  if (residual.dtype() == bn.dtype_policy().compute_dtype() && residual.shape() == x.shape()) {
+    values[relu] = bn.apply_with_add_relu(x, residual, training, relu->layer->name());
+  } else {  // not the op's case: the two layers, one after the other
+    const Tensor y = bn.apply({x}, training);
+    values[add] = add->layer->apply(bn_first ? std::vector<Tensor>{y, residual} : std::vector<Tensor>{residual, y}, training);
+  }
+  for (const GraphNode* g : std::initializer_list<const GraphNode*>{bn_input, add->inputs[0].node().get(), add->inputs[1].node().get()}) {
+    if (--uses[g] == 0) values.erase(g);
+  }
+  return true;
 }
 
 bool Functional::run_fused(size_t i, size_t end, std::vector<Tensor>& args, std::unordered_map<const GraphNode*, Tensor>& values,
                            bool training) const {
   const GraphNode* n = nodes_[i].get();
   const auto pair = relu_after_.find(n);
-  const Remat::Mode remat_mode = remat().mode();
-  if (!fuse_batch_norm_relu_ || pair == relu_after_.end() || pair->second >= end ||
-      (remat_mode != Remat::Mode::none && remat_mode != Remat::Mode::segments)) {
-    return false;
-  }
+  if (!fusing() || pair == relu_after_.end() || pair->second >= end) return false;
   // The ReLU's output, computed here; its own turn finds it there. The normalised values never exist.
   const GraphNode* relu = nodes_[pair->second].get();
   auto& bn = static_cast<layers::BatchNormalization&>(*n->layer);
@@ -267,6 +317,9 @@ void Functional::run_nodes(size_t begin, size_t end, std::unordered_map<const Gr
       if (--uses[n->inputs.front().node().get()] == 0) values.erase(n->inputs.front().node().get());
       continue;
     }
+    const auto deferred = add_relu_after_.find(n);
+    if (deferred != add_relu_after_.end() && deferred->second.add < end && fusing()) continue;  // runs at the Add's turn
+    if (run_fused_add(i, begin, values, uses, training)) continue;
     args.clear();
     for (const KerasTensor& in : n->inputs) args.push_back(values.at(in.node().get()));
     const bool fused = run_fused(i, end, args, values, training);

@@ -87,8 +87,9 @@ class Functional : public Model {
   std::vector<SummaryRow> summary_rows() const override;  // one row per call, in execution order
   // A BatchNormalization whose output only an Activation("relu") reads runs with it as one op
   // (BatchNormalization::apply_with_relu: the same bits, one pass fewer over the activations each
-  // way, and no buffer for the normalised values), unless remat computes layer by layer. On by
-  // default; off runs every layer on its own.
+  // way, and no buffer for the normalised values), and one that only an Add read by a ReLU alone
+  // reads runs with both (apply_with_add_relu, at the Add's turn), unless remat computes layer by
+  // layer. On by default; off runs every layer on its own.
   void set_fuse_batch_norm_relu(bool fuse) { fuse_batch_norm_relu_ = fuse; }
 
  private:
@@ -113,13 +114,25 @@ class Functional : public Model {
   std::vector<std::shared_ptr<GraphNode>> nodes_;  // execution order
   std::vector<Layer*> layers_;                     // unique, first-use order
   std::vector<Segment> segments_;
-  // For each BatchNormalization node fused with the ReLU after it, that ReLU node's position.
+  // For each BatchNormalization node fused with the ReLU after it, that ReLU node's position; for
+  // each fused with the Add and ReLU after it (a ResNet block's end), the Add's and the ReLU's, and
+  // for that Add, the BatchNormalization's.
+  struct AddRelu {
+    size_t add = 0, relu = 0;
+  };
   std::unordered_map<const GraphNode*, size_t> relu_after_;
+  std::unordered_map<const GraphNode*, AddRelu> add_relu_after_;
+  std::unordered_map<const GraphNode*, size_t> batch_norm_before_;
   bool fuse_batch_norm_relu_ = true;
   void find_batch_norm_relu_pairs();
+  bool fusing() const;
   // Runs nodes_[i], a BatchNormalization fused with the ReLU at relu_after_; false where it is not.
   bool run_fused(size_t i, size_t end, std::vector<Tensor>& args, std::unordered_map<const GraphNode*, Tensor>& values,
                  bool training) const;
+  // Runs nodes_[i], an Add whose BatchNormalization input was left for it, with that layer and the
+  // ReLU after it; false where it is not one.
+  bool run_fused_add(size_t i, size_t begin, std::unordered_map<const GraphNode*, Tensor>& values,
+                     std::unordered_map<const GraphNode*, int>& uses, bool training) const;
 };
 
 }  // namespace keel

@@ -19,6 +19,7 @@
 
 #include "framework/autodiff/tape.h"
 #include "framework/core/thread_pool.h"
+#include "framework/ops/batch_norm_internal.h"
 #include "framework/ops/op_util.h"
 
 namespace keel::ops {
@@ -211,15 +212,26 @@ void with_mask(bool relu, bool bfloat16_output, const float* mean, const std::ve
 }
 
 // y = (x - mean) * (gamma * inv_std) + beta, per row, then max(y, 0) when Relu (BatchNormalization
-// and the ReLU after it in one pass); x and y float32 or bfloat16.
+// and the ReLU after it in one pass); with a residual (of y's type TY), max(y + residual, 0), each
+// sum rounded to TY as the Add between them would; x float32 or bfloat16.
 template <bool Relu, typename T, typename TY>
 void normalize(const T* x, int64_t rows, int64_t channels, const float* mean, const float* variance,
-               const float* gamma, const float* beta, float epsilon, TY* y) {
+               const float* gamma, const float* beta, float epsilon, TY* y, const TY* residual = nullptr) {
   const std::vector<float> scale = scale_of(gamma, inv_std_of(variance, channels, epsilon));
   detail::for_row_blocks(rows, channels, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * channels;
       TY* yr = y + r * channels;
+      if (residual != nullptr) {
+        const TY* sr = residual + r * channels;
+        for (int64_t c = 0; c < channels; ++c) {
+          float v = normalized(detail::load(xr, c), mean[c], scale[c], beta[c]);
+          if constexpr (std::is_same_v<TY, uint16_t>) v = bfloat16_to_float(bfloat16_bits(v));
+          const float w = v + detail::load(sr, c);
+          detail::store(yr, c, w > 0.0f ? w : 0.0f);
+        }
+        continue;
+      }
       for (int64_t c = 0; c < channels; ++c) {
         float v = normalized(detail::load(xr, c), mean[c], scale[c], beta[c]);
         if constexpr (Relu) v = v > 0.0f ? v : 0.0f;
@@ -305,26 +317,35 @@ void training_input_grad(const float* dy, const T* x, const float* mean, const f
 
 }  // namespace
 
-namespace {
+void detail::batch_norm_moments(const Tensor& x, Tensor& mean, Tensor& variance) {
+  const int64_t channels = x.dim(-1);
+  with_storage(x, [&](const auto* xd) { moments(xd, rows_of(x, channels), channels, mean.data(), variance.data()); });
+}
 
-// What batch_norm_training's backward pass keeps (x, gamma and the statistics only where a gradient
-// or a fused ReLU's mask needs them; beta only for the mask).
-struct TrainingSaved {
-  Tensor x, gamma, beta, mean, variance;
-  Shape x_shape;
-  int64_t rows = 0, channels = 0;
-  float epsilon = 0;
-  bool relu = false, bfloat16_output = false;
-  std::array<bool, 3> is_variable{};
-};
+void detail::batch_norm_add_relu(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma,
+                                 const Tensor& beta, float epsilon, const Tensor& residual, Tensor& y) {
+  const int64_t channels = x.dim(-1);
+  with_storage(x, y, [&](const auto* xd, auto* yd) {
+    using TY = std::remove_pointer_t<decltype(yd)>;
+    const TY* sd = nullptr;
+    if constexpr (std::is_same_v<TY, uint16_t>) {
+      sd = residual.bfloat16_data();
+    } else {
+      sd = residual.data();
+    }
+    normalize<true>(xd, rows_of(x, channels), channels, mean.data(), variance.data(), gamma.data(), beta.data(), epsilon,
+                    yd, sd);
+  });
+}
 
-std::vector<Tensor> training_grads(const std::vector<Tensor>& dy, const std::vector<bool>& needs, const TrainingSaved& s) {
+std::vector<Tensor> detail::batch_norm_training_grads(const std::vector<Tensor>& dy, const std::vector<bool>& needs,
+                                                     const detail::BatchNormSaved& s) {
   const int64_t rows = s.rows, channels = s.channels;
   std::vector<Tensor> grads(3);
   if (needs[0]) grads[0] = detail::grad_buffer(s.x_shape, s.is_variable[0]);
   if (needs[1]) grads[1] = detail::grad_buffer({channels}, s.is_variable[1]);
   if (needs[2]) grads[2] = detail::grad_buffer({channels}, s.is_variable[2]);
-  if (!compute({&grads[0], &grads[1], &grads[2]}, {&dy[0], &s.x, &s.gamma, &s.beta, &s.mean, &s.variance})) return grads;
+  if (!ops::compute({&grads[0], &grads[1], &grads[2]}, {&dy[0], &s.x, &s.gamma, &s.beta, &s.mean, &s.variance})) return grads;
   if (!s.relu && !needs[0] && !needs[1]) {
     sum_rows(dy[0].data(), rows, channels, grads[2].data());
     return grads;
@@ -351,8 +372,6 @@ std::vector<Tensor> training_grads(const std::vector<Tensor>& dy, const std::vec
   return grads;
 }
 
-}  // namespace
-
 BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon, bool relu) {
   const int64_t channels = check_shapes("batch_norm_training", x, {{"gamma", &gamma}, {"beta", &beta}});
   const int64_t rows = rows_of(x, channels);
@@ -369,32 +388,30 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
     // x, gamma, mean and variance are needed for dx and dgamma, and for a fused ReLU's mask; without
     // one dbeta needs only dy.
     const bool save = relu || GradientTape::is_recording({&x}) || GradientTape::is_recording({&gamma});
-    TrainingSaved s;
+    detail::BatchNormSaved s;
     if (save) s.x = x, s.gamma = gamma, s.mean = out.mean, s.variance = out.variance;
     if (relu) s.beta = beta;
     s.x_shape = x.shape(), s.rows = rows, s.channels = channels, s.epsilon = epsilon;
     s.relu = relu, s.bfloat16_output = dt == DType::bfloat16;
     s.is_variable = {x.is_trainable_variable(), gamma.is_trainable_variable(), beta.is_trainable_variable()};
     GradientTape::record({x, gamma, beta}, {out.y}, [s = std::move(s)](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
-      return training_grads(dy, needs, s);
+      return detail::batch_norm_training_grads(dy, needs, s);
     });
   }
   return out;
 }
 
-namespace {
-
-// The backward pass of batch_norm_inference (see there).
-std::vector<Tensor> inference_grads(const std::vector<Tensor>& dy, const std::vector<bool>& needs, const Tensor& saved_x,
-                                    const Tensor& gamma, const Tensor& beta, const Tensor& moving_mean,
-                                    const Tensor& moving_variance, float epsilon, bool relu, bool bfloat16_output,
-                                    const std::array<bool, 3>& is_variable) {
+std::vector<Tensor> detail::batch_norm_inference_grads(const std::vector<Tensor>& dy, const std::vector<bool>& needs,
+                                                      const Tensor& saved_x, const Tensor& gamma, const Tensor& beta,
+                                                      const Tensor& moving_mean, const Tensor& moving_variance,
+                                                      float epsilon, bool relu, bool bfloat16_output,
+                                                      const std::array<bool, 3>& is_variable) {
   const int64_t channels = gamma.dim(0);
   std::vector<Tensor> grads(3);
   if (needs[0]) grads[0] = detail::grad_buffer(dy[0].shape(), is_variable[0]);
   if (needs[1]) grads[1] = detail::grad_buffer({channels}, is_variable[1]);
   if (needs[2]) grads[2] = detail::grad_buffer({channels}, is_variable[2]);
-  if (!compute({&grads[0], &grads[1], &grads[2]}, {&dy[0], &saved_x, &gamma, &beta, &moving_mean, &moving_variance})) {
+  if (!ops::compute({&grads[0], &grads[1], &grads[2]}, {&dy[0], &saved_x, &gamma, &beta, &moving_mean, &moving_variance})) {
     return grads;
   }
   const int64_t rows = rows_of(dy[0], channels);
@@ -439,8 +456,6 @@ std::vector<Tensor> inference_grads(const std::vector<Tensor>& dy, const std::ve
   return grads;
 }
 
-}  // namespace
-
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& moving_mean,
                             const Tensor& moving_variance, float epsilon, bool relu) {
   const int64_t channels = check_shapes("batch_norm_inference", x,
@@ -465,7 +480,7 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
                                              beta.is_trainable_variable()};
     const bool bfloat16_output = dt == DType::bfloat16;
     GradientTape::record({x, gamma, beta}, {y}, [=](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
-      return inference_grads(dy, needs, saved_x, gamma, beta, moving_mean, moving_variance, epsilon, relu, bfloat16_output,
+      return detail::batch_norm_inference_grads(dy, needs, saved_x, gamma, beta, moving_mean, moving_variance, epsilon, relu, bfloat16_output,
                              is_variable);
     });
   }

@@ -46,4 +46,14 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& moving_mean,
                             const Tensor& moving_variance, float epsilon, bool relu = false);
 
+// BatchNormalization, then Add with `residual`, then ReLU — a ResNet block's end — as one op
+// (batch_norm_add_relu.cc): y = max(bn(x) + residual, 0), with the bits of the three layers one after
+// the other (the normalised value rounded to y's dtype before the sum, as the Add reads it). residual
+// has x's shape and the compute dtype, as the Add's inputs do. Backward: dy where y > 0 (y saved: the
+// next layer keeps it anyway) is the residual's gradient, and BatchNormalization's backward runs on it.
+BatchNormResult batch_norm_add_relu_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                             const Tensor& residual, float epsilon);
+Tensor batch_norm_add_relu_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& residual,
+                                     const Tensor& moving_mean, const Tensor& moving_variance, float epsilon);
+
 }  // namespace keel::ops

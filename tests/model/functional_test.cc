@@ -109,10 +109,10 @@ TEST(Functional, DeepChainNeedsNoRecursion) {
   EXPECT_EQ(y.data()[1], 3.0f);
 }
 
-// A BatchNormalization whose output only a ReLU reads runs with it as one op: the same output,
-// gradients and moving statistics as layer by layer, in float32 and in mixed bfloat16, and fewer ops
-// recorded. ResNet18's pairs (the stem's, each block's first) fuse; a block's second
-// BatchNormalization, read by an Add, runs alone.
+// A BatchNormalization whose output only a ReLU reads runs with it as one op, and one read by an Add
+// read by a ReLU with both: the same output, gradients and moving statistics as layer by layer, in
+// float32 and in mixed bfloat16, and fewer ops recorded. In ResNet18's downsampling blocks both of
+// the Add's inputs come from a BatchNormalization: the main path's fuses, the shortcut's runs alone.
 struct Step {
   std::vector<std::vector<float>> values;  // output, gradients, then every variable after the step
   size_t recorded_ops = 0;
@@ -141,8 +141,9 @@ Step resnet18_step(bool fuse, const std::string& policy) {
 TEST(Functional, BatchNormReluPairsRunAsOneOpWithTheSameBits) {
   for (const std::string policy : {"float32", "mixed_bfloat16"}) {
     const Step apart = resnet18_step(false, policy), fused = resnet18_step(true, policy);
-    // ResNet18 has 9 BatchNormalization + ReLU pairs: the stem's and the first of each of its 8 blocks.
-    EXPECT_EQ(apart.recorded_ops - fused.recorded_ops, 9u) << policy;
+    // ResNet18 has 9 BatchNormalization + ReLU pairs (the stem's and the first of each of its 8
+    // blocks: one op fewer each) and 8 BatchNormalization + Add + ReLU ends of blocks (two fewer).
+    EXPECT_EQ(apart.recorded_ops - fused.recorded_ops, 9u + 2u * 8u) << policy;
     ASSERT_EQ(apart.values.size(), fused.values.size());
     for (size_t i = 0; i < apart.values.size(); ++i) {
       const std::vector<float>& a = apart.values[i];

@@ -310,6 +310,76 @@ TEST(BatchNormReluTest, AbstractRunChargesLikeRealRun) {
       {random_host({2, 3, 3, 4}, -1, 1, 162), random_host({4}, 0.5f, 1.5f, 163), random_host({4}, -1, 1, 164)});
 }
 
+// --- BatchNormalization + Add + ReLU fused (batch_norm_add_relu_*) ---
+
+// y = relu(residual + bn(x)) and the gradients of sum(y * w) for x, gamma, beta and the residual,
+// as three ops (the Add as Keras's ResNets call it: [shortcut, x]) or as one.
+std::vector<std::vector<float>> bn_add_relu(bool fused, bool training, DType dt) {
+  const Shape shape = {4, 3, 3, 8};
+  Tensor x = random_host(shape, -2, 2, 171), gamma = random_host({8}, -1.5f, 1.5f, 172), beta = random_host({8}, -0.5f, 0.5f, 173);
+  Tensor residual = random_host(shape, -1, 1, 174);
+  const Tensor w = random_host({4 * 3 * 3 * 8, 1}, -1, 1, 175);
+  const Tensor mean = random_host({8}, -0.5f, 0.5f, 176), variance = random_host({8}, 0.5f, 2.0f, 177);
+  GradientTape tape;
+  for (const Tensor* t : {&x, &gamma, &beta, &residual}) tape.watch(*t);
+  Tensor y;
+  {
+    const ops::ComputeDTypeScope compute(dt);
+    const Tensor in = ops::cast(x, dt), s = ops::cast(residual, dt);
+    if (fused) {
+      y = training ? ops::batch_norm_add_relu_training(in, gamma, beta, s, 1e-3f).y
+                   : ops::batch_norm_add_relu_inference(in, gamma, beta, s, mean, variance, 1e-3f);
+    } else {
+      const Tensor bn = training ? ops::batch_norm_training(in, gamma, beta, 1e-3f).y
+                                 : ops::batch_norm_inference(in, gamma, beta, mean, variance, 1e-3f);
+      y = ops::relu(ops::add(s, bn));
+    }
+  }
+  const Tensor y32 = ops::cast(y, DType::float32);
+  const Tensor loss = ops::reduce_sum(ops::matmul(ops::reshape(y32, {1, y32.size()}), w));
+  std::vector<std::vector<float>> out = {y32.to_vector()};
+  for (const Tensor& g : tape.gradient(loss, {x, gamma, beta, residual})) out.push_back(g.to_vector());
+  return out;
+}
+
+TEST(BatchNormAddReluTest, FusedGivesTheBitsOfTheThreeOps) {
+  for (const DType dt : {DType::float32, DType::bfloat16}) {
+    for (const bool training : {true, false}) {
+      const std::string what = std::string(training ? "training" : "inference") + (dt == DType::bfloat16 ? ", bfloat16" : "");
+      const auto three = bn_add_relu(false, training, dt), one = bn_add_relu(true, training, dt);
+      ASSERT_EQ(three.size(), one.size());
+      for (size_t i = 0; i < three.size(); ++i) EXPECT_TRUE(same_bits(three[i], one[i])) << what << ", value " << i;
+      EXPECT_GT(std::count(one[0].begin(), one[0].end(), 0.0f), 20) << what;
+      EXPECT_LT(std::count(one[0].begin(), one[0].end(), 0.0f), 268) << what;
+    }
+  }
+}
+
+TEST(BatchNormAddReluTest, GradientsMatchCentralDifferences) {
+  const std::vector<Tensor> in = {random_host({3, 2, 2, 4}, -2, 2, 178), random_host({4}, 0.5f, 1.5f, 179),
+                                  random_host({4}, -0.3f, 0.3f, 180), random_host({3, 2, 2, 4}, -0.5f, 0.5f, 191),
+                                  random_host({4}, -0.5f, 0.5f, 182), random_host({4}, 0.5f, 2.0f, 183)};
+  expect_gradients_match(
+      [](const std::vector<Tensor>& t) { return ops::batch_norm_add_relu_training(t[0], t[1], t[2], t[3], 1e-3f).y; },
+      {in[0], in[1], in[2], in[3]}, tolerances("batch_norm_add_relu_training", 1e-3, 1e-3, 1e-2));
+  testing::GradCheckOptions o = tolerances("batch_norm_add_relu_inference", 1e-3, 1e-4, 1e-3);
+  o.check_inputs = {0, 1, 2, 3};
+  expect_gradients_match(
+      [](const std::vector<Tensor>& t) { return ops::batch_norm_add_relu_inference(t[0], t[1], t[2], t[3], t[4], t[5], 1e-3f); },
+      in, o);
+}
+
+TEST(BatchNormAddReluTest, AbstractRunChargesLikeRealRunAndBadResidualsAreRefused) {
+  expect_abstract_matches_real(
+      [](const std::vector<Tensor>& in) { return ops::batch_norm_add_relu_training(in[0], in[1], in[2], in[3], 1e-3f).y; },
+      {random_host({2, 3, 3, 4}, -1, 1, 184), random_host({4}, 0.5f, 1.5f, 185), random_host({4}, -1, 1, 186),
+       random_host({2, 3, 3, 4}, -1, 1, 187)});
+  const Tensor x = random_host({2, 4}, -1, 1, 188), g = Tensor::full({4}, 1.0f), b = Tensor::zeros({4});
+  EXPECT_THROW(ops::batch_norm_add_relu_training(x, g, b, Tensor::zeros({2, 3}), 1e-3f), std::invalid_argument);
+  EXPECT_THROW(ops::batch_norm_add_relu_training(x, g, b, ops::cast(x, DType::bfloat16), 1e-3f), std::invalid_argument)
+      << "the residual in another dtype than the compute dtype";
+}
+
 // --- batch_norm_inference ---
 
 TEST(BatchNormInferenceTest, ForwardUsesTheGivenStatistics) {
