@@ -94,14 +94,21 @@ TEST(ReductionTreeTest, EightReplicas) {
 }
 
 TEST(TreeSumTest, FollowsTheTreeBitForBit) {
-  for (int n = 1; n <= 9; ++n) {
+  // 2, 4, 8 and 16 inputs take the one-pass form; the others the level-by-level one.
+  for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16}) {
     std::vector<std::vector<float>> x;
     std::vector<const float*> in;
-    for (int r = 0; r < n; ++r) x.push_back(spread_values(3000, 100 + static_cast<uint64_t>(r)));
+    for (int r = 0; r < n; ++r) x.push_back(spread_values(9000, 100 + static_cast<uint64_t>(r)));
     for (const auto& v : x) in.push_back(v.data());
-    std::vector<float> out(3000);
-    tree_sum(in, out.data(), 3000);
+    std::vector<float> out(9000);
+    tree_sum(in, out.data(), 9000);
     EXPECT_TRUE(bitwise_equal(out, reference(x, ReduceOp::Sum))) << n << " replicas";
+    // In place, into the first input (as a replica's own buffer receives the sum).
+    std::vector<std::vector<float>> y = x;
+    std::vector<const float*> y_in;
+    for (const auto& v : y) y_in.push_back(v.data());
+    tree_sum(y_in, y[0].data(), 9000);
+    EXPECT_TRUE(bitwise_equal(y[0], reference(x, ReduceOp::Sum))) << n << " replicas, in place";
   }
 }
 
@@ -110,7 +117,7 @@ TEST(TreeSumTest, FollowsTheTreeBitForBit) {
 // later chunk behind an earlier one, a sum that overflows from finite inputs).
 TEST(TreeSumTest, MeanCheckedIsTheSumDividedAndFindsTheFirstNonFinite) {
   const int64_t count = 5000;
-  for (int n : {1, 2, 3, 4}) {
+  for (int n : {1, 2, 3, 4, 8, 16}) {
     std::vector<std::vector<float>> x;
     std::vector<const float*> in;
     for (int r = 0; r < n; ++r) x.push_back(spread_values(count, 300 + static_cast<uint64_t>(r)));
@@ -120,7 +127,7 @@ TEST(TreeSumTest, MeanCheckedIsTheSumDividedAndFindsTheFirstNonFinite) {
     EXPECT_TRUE(bitwise_equal(out, reference(x, ReduceOp::Mean))) << n << " replicas";
     EXPECT_EQ(tree_mean_checked(in, out.data(), count, 1), count) << n;
     EXPECT_TRUE(bitwise_equal(out, reference(x, ReduceOp::Sum))) << n << " replicas";
-    for (int64_t at : {int64_t{0}, int64_t{1023}, int64_t{1024}, int64_t{4999}}) {
+    for (int64_t at : {int64_t{0}, int64_t{1023}, int64_t{1024}, int64_t{4095}, int64_t{4096}, int64_t{4999}}) {
       std::vector<std::vector<float>> bad = x;
       bad[static_cast<size_t>(n - 1)][static_cast<size_t>(at)] = std::numeric_limits<float>::infinity();
       if (at == 1023) bad[0][4000] = std::numeric_limits<float>::quiet_NaN();  // a later one: not the first
