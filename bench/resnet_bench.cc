@@ -7,7 +7,8 @@
 //   ... train|infer [--shard none|optimizer|gradients|full] [--remat none|segments]
 //       [--precision float32|mixed_bfloat16]   (memory savers)
 //   ... train [--optimizer sgd|adam]
-//   ... train|infer [--fuse on|off]   (BatchNormalization + ReLU as one op, the default, or layer by layer)
+//   ... train|infer [--fuse on|off]   (BatchNormalization + ReLU (+ Add) as one op and the convolutions'
+//                                      bias in oneDNN's kernel, the default, or every layer's ops on their own)
 //
 // The model is zoo "resnet50" (keras.applications.ResNet50 v1) with 10 classes, SGD(0.01, momentum
 // 0.9) or Adam (Keras's defaults) and sparse categorical cross-entropy on synthetic images and labels; --batch is the global
@@ -39,6 +40,7 @@
 #include "framework/device/strategy.h"
 #include "framework/layers/initializers.h"
 #include "framework/model/functional.h"
+#include "framework/ops/conv.h"
 #include "framework/model/model.h"
 #include "framework/model/planner.h"
 #include "models/zoo.h"
@@ -87,7 +89,7 @@ Args parse(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--precision")) a.precision = keel::mixed_precision::Policy(argv[i + 1]).name();
     else if (!std::strcmp(argv[i], "--optimizer")) a.optimizer = argv[i + 1];
     else if (!std::strcmp(argv[i], "--fuse") && (!std::strcmp(argv[i + 1], "on") || !std::strcmp(argv[i + 1], "off")))
-      a.fuse = !std::strcmp(argv[i + 1], "on");
+      a.fuse = !std::strcmp(argv[i + 1], "on"), keel::ops::set_conv_bias_fusion(a.fuse);
     else usage(std::string("unknown option ") + argv[i]);
   }
   if (a.image < 32 || a.batch < 1 || a.steps < 1) usage("--image >= 32, --batch >= 1, --steps >= 1");

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# What fusing BatchNormalization with the ReLU (and the Add) after it buys: ResNet50 on `cpu` (all
-# hardware threads), training at 32x32 batch 32 and at 224x224 batch 8 (Adam), and inference at
-# 224x224 batch 8, each with `resnet_bench --fuse off` (every layer on its own) and `--fuse on` (the
-# default), interleaved, REPEATS times; prints per configuration the best and the median of the
-# steps' best times, and the speed-up of the best. Both give the same bits (tests/model/functional_test.cc).
+# What fusion buys (BatchNormalization with the ReLU, and the Add, after it; the convolutions' bias
+# in oneDNN's forward kernel): ResNet50 on `cpu` (all hardware threads), training at 32x32 batch 32
+# and at 224x224 batch 8 (Adam), and inference at 224x224 batch 8, each with `resnet_bench --fuse
+# off` (every layer's ops on their own) and `--fuse on` (the default), interleaved, REPEATS times;
+# prints per configuration the best and the median of the steps' best times, and the speed-up of
+# the best. Both give the same bits (tests/model/functional_test.cc, tests/ops/conv_onednn_test.cc).
 # Usage: bench/run_fusion_bench.sh   (REPEATS, default 5; BUILD_DIR, default build)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -63,8 +63,7 @@ void Conv2D::build_weights(const Shape& s) {
 
 Tensor Conv2D::call(const Tensor& x, bool training) {
   Tensor y = ops::conv2d(x, kernel_->value(), options_.strides, parse_padding("Conv2D", options_.padding),
-                         options_.dilation_rate);
-  if (bias_) y = ops::bias_add(y, bias_->value());
+                         options_.dilation_rate, bias_ ? bias_->value() : Tensor());
   return apply_activation(options_.activation, y);
 }
 

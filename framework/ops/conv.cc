@@ -23,6 +23,7 @@
 #include "framework/ops/conv_onednn.h"
 #include "framework/ops/gemm.h"
 #include "framework/ops/op_util.h"
+#include "framework/ops/ops.h"
 
 namespace keel::ops {
 
@@ -419,6 +420,12 @@ std::atomic<ConvBackend>& backend_setting() {
 void set_conv_backend(ConvBackend backend) { backend_setting().store(backend); }
 ConvBackend conv_backend() { return backend_setting().load(std::memory_order_relaxed); }
 
+namespace {
+std::atomic<bool> g_conv_bias_fusion{true};
+}  // namespace
+void set_conv_bias_fusion(bool fuse) { g_conv_bias_fusion.store(fuse); }
+bool conv_bias_fusion() { return g_conv_bias_fusion.load(std::memory_order_relaxed); }
+
 Shape conv2d_output_shape(const Shape& x, const Shape& kernel, std::array<int, 2> strides, Padding padding,
                           std::array<int, 2> dilation) {
   const ConvGeometry g = conv_geometry(x, kernel, strides, padding, dilation);
@@ -459,12 +466,17 @@ std::vector<Tensor> conv_gradients(const ConvRecord& r, const Tensor& dy, const 
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides, Padding padding,
-              std::array<int, 2> dilation) {
+              std::array<int, 2> dilation, const Tensor& bias) {
   if (!x.defined() || !kernel.defined()) detail::shape_error("conv2d", "undefined input or kernel");
   const ConvGeometry g = conv_geometry(x.shape(), kernel.shape(), strides, padding, dilation);
   const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
   const Shape y_shape = {g.batch, g.h.output, g.w.output, cout};
   const DType dt = compute_dtype();
+  // The bias goes into oneDNN's float32 forward kernel; elsewhere (im2col, bfloat16) bias_add follows.
+  const bool fused_bias = bias.defined() && conv_bias_fusion() && dt == DType::float32 && bias.dtype() == DType::float32 &&
+                          bias.rank() == 1 && bias.dim(0) == cout && conv_backend() == ConvBackend::onednn &&
+                          detail::onednn_runs(g);
+  if (bias.defined() && !fused_bias) return bias_add(conv2d(x, kernel, strides, padding, dilation), bias);
   // Under bfloat16 the input is read as bfloat16 (a float32 one is kept as its bfloat16 copy), the
   // kernel as its rounded float32 values.
   const Tensor x_kept = dt == DType::bfloat16 && !x.is_trainable_variable() ? x.to(DType::bfloat16) : detail::operand(x, dt).kept;
@@ -499,10 +511,14 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   } else {
     const Tensor xv = detail::compute_values(x_kept, dt);
     Tensor out = detail::output_buffer(y_shape, dt);
-    const bool real = detail::compute(out, {&xv, &kv.tensor()});
+    const bool real = detail::compute(out, {&xv, &kv.tensor(), &bias});
     if (real && empty) out.fill(0.0f);
+    if (real && empty && fused_bias) {  // no sums: y is the bias
+      for (int64_t r = 0; r < out.size() / std::max<int64_t>(cout, 1); ++r) std::copy_n(bias.data(), cout, out.data() + r * cout);
+    }
     if (!empty && onednn) {
-      detail::onednn_conv_forward(g, real ? xv.data() : nullptr, kv.ref(), real ? out.data() : nullptr);
+      detail::onednn_conv_forward(g, real ? xv.data() : nullptr, kv.ref(), real ? out.data() : nullptr,
+                                  fused_bias && real ? bias.data() : nullptr);
     } else if (!empty) {
       forward_float32(g, real ? xv.data() : nullptr, kv.data(), real ? out.data() : nullptr);
     }
@@ -510,7 +526,21 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   }
   ko.value = Tensor();
   kv = detail::KernelValues();
-  if (GradientTape::is_recording({&x, &kernel})) {
+  if (fused_bias && GradientTape::is_recording({&x, &kernel, &bias})) {
+    const ConvRecord record{x_kept, ko.kept, g, dt, x.is_trainable_variable(), kernel.is_trainable_variable(), onednn, raw_kernel};
+    const bool bias_is_variable = bias.is_trainable_variable();
+    GradientTape::record({x, kernel, bias}, {y}, [record, bias_is_variable](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
+      std::vector<Tensor> grads = conv_gradients(record, dy[0], {needs[0], needs[1]});
+      Tensor db;  // bias_add's gradient: the column sums of dy, in row order
+      if (needs[2]) {
+        const int64_t c = record.g.out_channels;
+        db = detail::grad_buffer({c}, bias_is_variable);
+        if (detail::compute(db, {&dy[0]}) && c > 0) detail::parallel_column_sums(dy[0].data(), dy[0].size() / c, c, db.data());
+      }
+      grads.push_back(db);
+      return grads;
+    });
+  } else if (GradientTape::is_recording({&x, &kernel})) {
     const ConvRecord record{x_kept, ko.kept, g, dt, x.is_trainable_variable(), kernel.is_trainable_variable(), onednn, raw_kernel};
     GradientTape::record({x, kernel}, {y}, [record](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
       return conv_gradients(record, dy[0], needs);

@@ -56,8 +56,11 @@ Shape conv2d_output_shape(const Shape& x, const Shape& kernel, std::array<int, 2
 // recomputed chunk by chunk from x, and dx = col2im(dy · kernelᵀ), using one workspace buffer of the
 // same size. Throws std::invalid_argument on bad ranks, a Cin mismatch, kernel/stride/dilation < 1,
 // or a VALID window larger than the input.
+// With a (Cout,) bias, conv2d then bias_add as one op where oneDNN computes a float32 convolution
+// (its kernel adds the bias to each sum as it stores it: the same bits; the bias's gradient is
+// bias_add's); elsewhere the two ops one after the other.
 Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides, Padding padding,
-              std::array<int, 2> dilation = {1, 1});
+              std::array<int, 2> dilation = {1, 1}, const Tensor& bias = Tensor());
 
 // The kernels of float32 convolutions: oneDNN's (the default; framework/ops/conv_onednn.h), or keel's
 // own im2col + Eigen GEMMs, which bfloat16 inputs always use. Process-wide; the environment variable
@@ -66,6 +69,10 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
 enum class ConvBackend { onednn, im2col };
 void set_conv_backend(ConvBackend backend);
 ConvBackend conv_backend();
+// Whether conv2d adds a given bias in oneDNN's float32 forward kernel (the default) or as bias_add
+// after the convolution (the same bits; for comparison: bench/run_fusion_bench.sh). Process-wide.
+void set_conv_bias_fusion(bool fuse);
+bool conv_bias_fusion();
 
 // Shape rule of zero_pad2d: (N, H, W, C) -> (N, H + top + bottom, W + left + right, C) (-1 stays -1).
 Shape zero_pad2d_output_shape(const Shape& x, std::array<int, 4> pads);

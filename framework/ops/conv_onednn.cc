@@ -36,7 +36,7 @@ dnnl::stream& thread_stream() {
   return stream;
 }
 
-enum class Pass { forward, backward_data, backward_weights };
+enum class Pass { forward, backward_data, backward_weights, forward_bias };
 
 // One cached primitive: what it computes on `images` images of a geometry, and the kernel layout it
 // reads (forward, backward_data) or writes (backward_weights), with the reorder from or to HWIO.
@@ -47,6 +47,7 @@ struct ConvPrimitive {
   dnnl::primitive reorder;  // HWIO -> kernel_layout, or kernel_layout -> HWIO for backward_weights
   memory::desc scratch;          // oneDNN's scratchpad for one execution
   memory::desc reorder_scratch;
+  memory::desc bias;             // forward_bias: the (Cout,) float32 bias
 };
 
 using Key = std::array<int64_t, 17>;
@@ -83,13 +84,20 @@ struct Window {
 
 // The forward primitive descriptor of `images` images (float32 backward passes are built against
 // it): activations and kernel in `dt`, accumulation in float32 either way.
-dnnl::convolution_forward::primitive_desc forward_desc(const ConvGeometry& g, int64_t images, DataType dt = DataType::f32) {
+dnnl::convolution_forward::primitive_desc forward_desc(const ConvGeometry& g, int64_t images, DataType dt = DataType::f32,
+                                                       bool bias = false) {
   const Window w(g);
-  const dnnl::convolution_forward::desc d(
-      dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, images_desc(images, g.h.input, g.w.input, g.in_channels, dt),
-      kernel_desc(g, Tag::any, dt), images_desc(images, g.h.output, g.w.output, g.out_channels, dt), w.strides, w.dilates, w.pad_l,
-      w.pad_r);
-  return dnnl::convolution_forward::primitive_desc(d, user_scratchpad(), cpu_engine());
+  const memory::desc x = images_desc(images, g.h.input, g.w.input, g.in_channels, dt), k = kernel_desc(g, Tag::any, dt),
+                     y = images_desc(images, g.h.output, g.w.output, g.out_channels, dt);
+  const auto kind = dnnl::prop_kind::forward_training;
+  const auto alg = dnnl::algorithm::convolution_direct;
+  if (bias) {
+    const memory::desc b({g.out_channels}, DataType::f32, Tag::a);
+    return {dnnl::convolution_forward::desc(kind, alg, x, k, b, y, w.strides, w.dilates, w.pad_l, w.pad_r), user_scratchpad(),
+            cpu_engine()};
+  }
+  return {dnnl::convolution_forward::desc(kind, alg, x, k, y, w.strides, w.dilates, w.pad_l, w.pad_r), user_scratchpad(),
+          cpu_engine()};
 }
 
 void set_reorder(ConvPrimitive& p, const memory::desc& from, const memory::desc& to) {
@@ -122,12 +130,13 @@ dnnl::convolution_backward_weights::primitive_desc backward_weights_desc(const C
 // Every pass in `dt` (forward's x, y and kernel; backward's x, dy and kernel), the rest float32.
 std::unique_ptr<ConvPrimitive> build(const ConvGeometry& g, int64_t images, Pass pass, DataType dt) {
   auto p = std::make_unique<ConvPrimitive>();
-  const dnnl::convolution_forward::primitive_desc fwd = forward_desc(g, images, dt);
+  const dnnl::convolution_forward::primitive_desc fwd = forward_desc(g, images, dt, pass == Pass::forward_bias);
   const memory::desc hwio = kernel_desc(g, Tag::hwio);
-  if (pass == Pass::forward) {
+  if (pass == Pass::forward || pass == Pass::forward_bias) {
     p->conv = dnnl::convolution_forward(fwd);
     p->kernel_layout = fwd.weights_desc();
     p->scratch = fwd.scratchpad_desc();
+    if (pass == Pass::forward_bias) p->bias = fwd.bias_desc();
     set_reorder(*p, hwio, p->kernel_layout);
   } else if (pass == Pass::backward_data) {
     const auto pd = backward_data_desc(g, images, dt, fwd);
@@ -268,25 +277,29 @@ struct TaskImages {
 // (float32 HWIO) into the primitive's layout and dtype, then one call per task. real == false
 // charges the workspace only.
 void kernel_pass(const ConvGeometry& g, Pass pass, const KernelRef& kernel, const void* in, void* out, bool real,
-                 DataType dt = DataType::f32) {
+                 DataType dt = DataType::f32, const float* bias = nullptr) {
+  if (pass == Pass::forward && bias != nullptr) pass = Pass::forward_bias;
+  const bool fwd = pass != Pass::backward_data;
   const int64_t tasks = image_tasks(g);
-  const TaskImages ti(g, g.batch / tasks, pass == Pass::forward ? dt : DataType::f32, dt);
+  const TaskImages ti(g, g.batch / tasks, fwd ? dt : DataType::f32, dt);
   const ConvPrimitive& p = primitive(g, ti.images, pass, dt);
   PassWorkspace w(p, tasks);
   if (!real) return;
   std::shared_ptr<SharedBuffer> shared;
   const void* k = kernel_for(p, g, kernel, w, shared);
-  const bool fwd = pass == Pass::forward;
   const memory::desc& in_desc = fwd ? ti.x : ti.y;
   const memory::desc& out_desc = fwd ? ti.y : ti.x;
   const int64_t in_step = fwd ? ti.x_bytes : ti.y_bytes, out_step = fwd ? ti.y_bytes : ti.x_bytes;
   const auto* in_bytes = static_cast<const char*>(in);
   auto* out_bytes = static_cast<char*>(out);
   parallel_for(tasks, [&](int64_t t) {
-    execute(p, {{fwd ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST, wrap(in_desc, in_bytes + t * in_step)},
-                {DNNL_ARG_WEIGHTS, wrap(p.kernel_layout, k)},
-                {fwd ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC, wrap(out_desc, out_bytes + t * out_step)},
-                {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}});
+    std::unordered_map<int, memory> args = {
+        {fwd ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST, wrap(in_desc, in_bytes + t * in_step)},
+        {DNNL_ARG_WEIGHTS, wrap(p.kernel_layout, k)},
+        {fwd ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC, wrap(out_desc, out_bytes + t * out_step)},
+        {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}};
+    if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, wrap(p.bias, bias));
+    execute(p, args);
   });
 }
 
@@ -295,8 +308,8 @@ void kernel_pass(const ConvGeometry& g, Pass pass, const KernelRef& kernel, cons
 bool onednn_runs(const ConvGeometry& g) { return g.rows() >= 256; }
 bool onednn_runs_dx(const ConvGeometry& g) { return g.in_channels >= 16; }
 
-void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y) {
-  kernel_pass(g, Pass::forward, kernel, x, y, x != nullptr);
+void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y, const float* bias) {
+  kernel_pass(g, Pass::forward, kernel, x, y, x != nullptr, DataType::f32, bias);
 }
 
 bool onednn_runs_bfloat16(const ConvGeometry& g) {

@@ -36,8 +36,11 @@ bool onednn_runs(const ConvGeometry& g);
 // channels to blocks of 16, and its dx on the 1- and 3-channel stems ran 2.5-5x slower than im2col.
 bool onednn_runs_dx(const ConvGeometry& g);
 
-// y (N, OH, OW, Cout) = conv(x, kernel); x == nullptr plans (charges the workspace only).
-void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y);
+// y (N, OH, OW, Cout) = conv(x, kernel) (+ bias (Cout,), added by the kernel to each sum before it is
+// stored: the bits of the sum stored, then the bias added); x == nullptr plans (charges the
+// workspace only).
+void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y,
+                         const float* bias = nullptr);
 
 // Whether oneDNN computes the forward pass of a bfloat16 convolution of this geometry: where it
 // computes float32 ones (onednn_runs) and this CPU has its bfloat16 kernels (AVX512_BF16 or AMX).

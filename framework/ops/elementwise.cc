@@ -56,18 +56,7 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
         const int64_t channels = bias_shape[0];
         grads[1] = detail::grad_buffer(bias_shape, bias_is_variable);
         if (detail::compute(grads[1], {&dy[0]}) && channels > 0) {
-          // Blocks of 16 columns (a cache line) on the replica's threads: each column's sum in row
-          // order, so the bits do not depend on the threads.
-          const int64_t rows = dy[0].size() / channels, blocks = (channels + 15) / 16;
-          const float* d = dy[0].data();
-          float* out = grads[1].data();
-          parallel_for(
-              blocks,
-              [=](int64_t b) {
-                const int64_t c0 = b * 16, c1 = std::min(channels, c0 + 16);
-                detail::column_sums(d + c0, rows, channels, c1 - c0, out + c0);
-              },
-              threads_worth(static_cast<double>(dy[0].size()), kMinElementsPerThread));
+          detail::parallel_column_sums(dy[0].data(), dy[0].size() / channels, channels, grads[1].data());
         }
       }
       return grads;

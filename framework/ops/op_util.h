@@ -123,6 +123,18 @@ inline void column_sums(const float* x, int64_t rows, int64_t ld, int64_t cols, 
   }
 }
 
+// column_sums of a (rows, cols) matrix on the replica's threads, in blocks of 16 columns (a cache
+// line): each column's sum in row order, so the bits do not depend on the threads.
+inline void parallel_column_sums(const float* x, int64_t rows, int64_t cols, float* out) {
+  parallel_for(
+      (cols + 15) / 16,
+      [=](int64_t b) {
+        const int64_t c0 = b * 16, c1 = std::min(cols, c0 + 16);
+        column_sums(x + c0, rows, cols, c1 - c0, out + c0);
+      },
+      threads_worth(static_cast<double>(rows) * static_cast<double>(cols), kMinElementsPerThread));
+}
+
 [[noreturn]] inline void shape_error(const std::string& op, const std::string& what) {
   throw std::invalid_argument(op + ": " + what);
 }

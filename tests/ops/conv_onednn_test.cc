@@ -44,6 +44,42 @@ float relative_difference(const std::vector<float>& a, const std::vector<float>&
   return scale > 0 ? worst / scale : worst;
 }
 
+// A bias given to conv2d goes into oneDNN's float32 forward kernel: the bits of conv2d then
+// bias_add, forward and every gradient (x, kernel, bias), at sizes of one and of several tasks, and
+// under im2col (where it is bias_add after the convolution) as well.
+TEST(Conv2dTest, BiasInTheConvolutionGivesTheBitsOfBiasAddAfterIt) {
+  struct Case {
+    Shape x, kernel;
+    std::array<int, 2> strides;
+    Padding padding;
+  };
+  const std::vector<Case> cases = {{{2, 16, 16, 8}, {3, 3, 8, 16}, {1, 1}, Padding::same},
+                                   {{4, 20, 20, 16}, {1, 1, 16, 32}, {2, 2}, Padding::valid},
+                                   {{8, 32, 32, 3}, {7, 7, 3, 16}, {2, 2}, Padding::same}};
+  uint64_t seed = 300;
+  for (const ops::ConvBackend backend : testing::kConvBackends) {
+    const testing::ConvBackendScope scope(backend);
+    for (const Case& c : cases) {
+      Tensor x = random_host(c.x, -1, 1, seed++), k = random_host(c.kernel, -1, 1, seed++);
+      Tensor b = random_host({c.kernel[3]}, -1, 1, seed++);
+      std::vector<std::vector<float>> got[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        GradientTape tape;
+        for (const Tensor* t : {&x, &k, &b}) tape.watch(*t);
+        const Tensor y = fused ? ops::conv2d(x, k, c.strides, c.padding, {1, 1}, b)
+                               : ops::bias_add(ops::conv2d(x, k, c.strides, c.padding, {1, 1}), b);
+        const Tensor dy = random_host(y.shape(), -1, 1, 77);
+        const Tensor loss = ops::reduce_sum(ops::matmul(ops::reshape(y, {1, y.size()}), ops::reshape(dy, {y.size(), 1})));
+        got[fused].push_back(y.to_vector());
+        for (const Tensor& g : tape.gradient(loss, {x, k, b})) got[fused].push_back(g.to_vector());
+      }
+      for (size_t i = 0; i < got[0].size(); ++i) {
+        EXPECT_EQ(got[0][i], got[1][i]) << testing::conv_backend_name(backend) << " " << shape_string(c.x) << " value " << i;
+      }
+    }
+  }
+}
+
 // Under bfloat16, where oneDNN runs (its bfloat16 kernels where this CPU has them): the output is the
 // float32 convolution of the rounded operands, rounded — to within one bfloat16 step, oneDNN's
 // bfloat16 kernels summing in their own order — and both gradients (float32) are the float32
