@@ -186,14 +186,20 @@ int64_t largest_divisor_up_to(int64_t n, int64_t limit) {
 }
 
 // Tasks over the batch: a divisor of it (equal tasks, one primitive), as many as the work is worth
-// (at least 8 x kMinFlopsPerThread each: each task is a call with its own overheads, and fewer
-// images per call run slower), at most kMaxTasks. The shape alone decides.
+// (at least min_flops_per_task each: each task is a call with its own overheads, and fewer images
+// per call run slower), at most kMaxTasks. The shape alone decides.
 constexpr int64_t kMaxTasks = 16;
-int64_t image_tasks(const ConvGeometry& g) {
+int64_t image_tasks(const ConvGeometry& g, double min_flops_per_task = 8 * kMinFlopsPerThread) {
   const double flops = 2.0 * static_cast<double>(g.rows()) * static_cast<double>(g.patch()) * static_cast<double>(g.out_channels);
-  const int64_t want = std::clamp<int64_t>(static_cast<int64_t>(flops / (8 * kMinFlopsPerThread)), 1, kMaxTasks);
+  const int64_t want = std::clamp<int64_t>(static_cast<int64_t>(flops / min_flops_per_task), 1, kMaxTasks);
   return largest_divisor_up_to(g.batch, want);
 }
+// Forward and backward_data tasks: 2 x kMinFlopsPerThread each (at 32x32, ResNet50's first-stage
+// convolutions, 67 MFLOP, were one task under the kernel gradient's 8x, and the second thread
+// waited: 12% of a training step, 4 interleaved pairs; 1x ran no faster than 2x). Their images are
+// independent, so the task count never changes a bit; the kernel gradient's partial sums keep
+// image_tasks' count, which decides their order.
+int64_t data_tasks(const ConvGeometry& g) { return image_tasks(g, 2 * kMinFlopsPerThread); }
 
 // The kernel gradient's tasks: image_tasks, fewer where their partial kernels would exceed twice
 // the kernel or 4 MiB, whichever is larger.
@@ -280,7 +286,7 @@ void kernel_pass(const ConvGeometry& g, Pass pass, const KernelRef& kernel, cons
                  DataType dt = DataType::f32, const float* bias = nullptr) {
   if (pass == Pass::forward && bias != nullptr) pass = Pass::forward_bias;
   const bool fwd = pass != Pass::backward_data;
-  const int64_t tasks = image_tasks(g);
+  const int64_t tasks = data_tasks(g);
   const TaskImages ti(g, g.batch / tasks, fwd ? dt : DataType::f32, dt);
   const ConvPrimitive& p = primitive(g, ti.images, pass, dt);
   PassWorkspace w(p, tasks);
