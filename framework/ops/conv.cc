@@ -1,4 +1,4 @@
-// conv2d and zero_pad2d, NHWC. Convolutions run on oneDNN (conv_onednn.cc; bfloat16 ones where the
+// conv2d, NHWC (zero_pad2d: zero_pad.cc). Convolutions run on oneDNN (conv_onednn.cc; bfloat16 ones where the
 // CPU has its bfloat16 kernels) unless set_conv_backend(im2col) says otherwise; the rest here: im2col + Eigen
 // GEMMs, chunk by chunk of output pixels. Inside a chunk, blocks of output pixels (multiples of
 // ops/gemm.h's row block) are im2col'ed and multiplied on the replica's share of the threads; col2im
@@ -184,24 +184,6 @@ void col2im_add(const float* dcols, const ConvGeometry& g, int64_t row0, int64_t
 Tensor cols_workspace(const ConvGeometry& g) {
   CategoryScope workspace(Category::workspace);
   return Tensor::empty({g.chunk_rows(), g.patch()});
-}
-
-// dst (N, OH, OW, C) = src (N, H, W, C) placed at (top, left), zeros around it.
-template <typename T>
-void pad_images(const T* src, int64_t N, int64_t H, int64_t W, int64_t C, int64_t OH, int64_t OW, int64_t top,
-                int64_t left, T* dst) {
-  const size_t row_bytes = static_cast<size_t>(W * C) * sizeof(T);
-  for (int64_t n = 0; n < N; ++n) {
-    T* image = dst + n * OH * OW * C;
-    std::memset(image, 0, static_cast<size_t>(top * OW * C) * sizeof(T));
-    for (int64_t h = 0; h < H; ++h) {
-      T* row = image + (top + h) * OW * C;
-      std::memset(row, 0, static_cast<size_t>(left * C) * sizeof(T));
-      if (row_bytes > 0) std::memcpy(row + left * C, src + (n * H + h) * W * C, row_bytes);
-      std::memset(row + (left + W) * C, 0, static_cast<size_t>((OW - left - W) * C) * sizeof(T));
-    }
-    std::memset(image + (top + H) * OW * C, 0, static_cast<size_t>((OH - top - H) * OW * C) * sizeof(T));
-  }
 }
 
 // Runs block(r0, rn) over the output pixel rows [r0, r0 + rn) of a chunk of n rows, in blocks of a
@@ -463,6 +445,36 @@ std::vector<Tensor> conv_gradients(const ConvRecord& r, const Tensor& dy, const 
   return grads;
 }
 
+// Whether conv2d adds `bias` in oneDNN's float32 forward kernel; elsewhere (im2col, bfloat16, where
+// Keras's mixed policy rounds the sum first) bias_add follows the convolution.
+bool bias_in_kernel(const ConvGeometry& g, const Tensor& bias, DType dt) {
+  return bias.defined() && conv_bias_fusion() && dt == DType::float32 && bias.dtype() == DType::float32 && bias.rank() == 1 &&
+         bias.dim(0) == g.out_channels && conv_backend() == ConvBackend::onednn && detail::onednn_runs(g);
+}
+
+// Records conv2d's backward pass: dx and dkernel, and with a bias (added in the convolution's op)
+// bias_add's gradient, the column sums of dy in row order.
+void record_conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const ConvRecord& record, const Tensor& y) {
+  if (!bias.defined()) {
+    GradientTape::record({x, kernel}, {y}, [record](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
+      return conv_gradients(record, dy[0], needs);
+    });
+    return;
+  }
+  const bool bias_is_variable = bias.is_trainable_variable();
+  GradientTape::record({x, kernel, bias}, {y}, [record, bias_is_variable](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
+    std::vector<Tensor> grads = conv_gradients(record, dy[0], {needs[0], needs[1]});
+    Tensor db;
+    if (needs[2]) {
+      const int64_t c = record.g.out_channels;
+      db = detail::grad_buffer({c}, bias_is_variable);
+      if (detail::compute(db, {&dy[0]}) && c > 0) detail::parallel_column_sums(dy[0].data(), dy[0].size() / c, c, db.data());
+    }
+    grads.push_back(db);
+    return grads;
+  });
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides, Padding padding,
@@ -472,10 +484,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
   const Shape y_shape = {g.batch, g.h.output, g.w.output, cout};
   const DType dt = compute_dtype();
-  // The bias goes into oneDNN's float32 forward kernel; elsewhere (im2col, bfloat16) bias_add follows.
-  const bool fused_bias = bias.defined() && conv_bias_fusion() && dt == DType::float32 && bias.dtype() == DType::float32 &&
-                          bias.rank() == 1 && bias.dim(0) == cout && conv_backend() == ConvBackend::onednn &&
-                          detail::onednn_runs(g);
+  const bool fused_bias = bias_in_kernel(g, bias, dt);
   if (bias.defined() && !fused_bias) return bias_add(conv2d(x, kernel, strides, padding, dilation), bias);
   // Under bfloat16 the input is read as bfloat16 (a float32 one is kept as its bfloat16 copy), the
   // kernel as its rounded float32 values.
@@ -513,9 +522,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
     Tensor out = detail::output_buffer(y_shape, dt);
     const bool real = detail::compute(out, {&xv, &kv.tensor(), &bias});
     if (real && empty) out.fill(0.0f);
-    if (real && empty && fused_bias) {  // no sums: y is the bias
-      for (int64_t r = 0; r < out.size() / std::max<int64_t>(cout, 1); ++r) std::copy_n(bias.data(), cout, out.data() + r * cout);
-    }
+    for (int64_t r = 0; real && empty && fused_bias && r < rows; ++r) std::copy_n(bias.data(), cout, out.data() + r * cout);
     if (!empty && onednn) {
       detail::onednn_conv_forward(g, real ? xv.data() : nullptr, kv.ref(), real ? out.data() : nullptr,
                                   fused_bias && real ? bias.data() : nullptr);
@@ -526,72 +533,8 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   }
   ko.value = Tensor();
   kv = detail::KernelValues();
-  if (fused_bias && GradientTape::is_recording({&x, &kernel, &bias})) {
-    const ConvRecord record{x_kept, ko.kept, g, dt, x.is_trainable_variable(), kernel.is_trainable_variable(), onednn, raw_kernel};
-    const bool bias_is_variable = bias.is_trainable_variable();
-    GradientTape::record({x, kernel, bias}, {y}, [record, bias_is_variable](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
-      std::vector<Tensor> grads = conv_gradients(record, dy[0], {needs[0], needs[1]});
-      Tensor db;  // bias_add's gradient: the column sums of dy, in row order
-      if (needs[2]) {
-        const int64_t c = record.g.out_channels;
-        db = detail::grad_buffer({c}, bias_is_variable);
-        if (detail::compute(db, {&dy[0]}) && c > 0) detail::parallel_column_sums(dy[0].data(), dy[0].size() / c, c, db.data());
-      }
-      grads.push_back(db);
-      return grads;
-    });
-  } else if (GradientTape::is_recording({&x, &kernel})) {
-    const ConvRecord record{x_kept, ko.kept, g, dt, x.is_trainable_variable(), kernel.is_trainable_variable(), onednn, raw_kernel};
-    GradientTape::record({x, kernel}, {y}, [record](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
-      return conv_gradients(record, dy[0], needs);
-    });
-  }
-  return y;
-}
-
-Shape zero_pad2d_output_shape(const Shape& x, std::array<int, 4> pads) {
-  if (x.size() != 4) detail::shape_error("zero_pad2d", "input must be NHWC (rank 4), got " + shape_string(x));
-  for (int p : pads) {
-    if (p < 0) detail::shape_error("zero_pad2d", "pads {top, bottom, left, right} must be >= 0, got " + std::to_string(p));
-  }
-  return {x[0], x[1] < 0 ? -1 : x[1] + pads[0] + pads[1], x[2] < 0 ? -1 : x[2] + pads[2] + pads[3], x[3]};
-}
-
-Tensor zero_pad2d(const Tensor& x, std::array<int, 4> pads) {
-  const Shape out_shape = zero_pad2d_output_shape(x.shape(), pads);
-  // Pads in the compute dtype (a bfloat16 input stays bfloat16: zeros and copies are exact).
-  const DType dt = compute_dtype();
-  const Tensor xin = dt == DType::float32 ? detail::operand(x, dt).value : x.to(dt);
-  Tensor y = Tensor::empty(out_shape, dt);
-  const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
-  const int64_t OH = out_shape[1], OW = out_shape[2], top = pads[0], left = pads[2];
-  if (detail::compute(y, {&xin}) && y.size() > 0) {
-    if (dt == DType::bfloat16) {
-      pad_images(xin.bfloat16_data(), N, H, W, C, OH, OW, top, left, y.bfloat16_data());
-    } else {
-      pad_images(xin.data(), N, H, W, C, OH, OW, top, left, y.data());
-    }
-  }
-  if (GradientTape::is_recording({&x})) {
-    const Shape in_shape = x.shape();
-    const bool is_variable = x.is_trainable_variable();
-    GradientTape::record({x}, {y}, [in_shape, is_variable, top, left](const std::vector<Tensor>& dy,
-                                                                      const std::vector<bool>&) {
-      // dx = dy cropped to the input's window.
-      Tensor dx = detail::grad_buffer(in_shape, is_variable);
-      const int64_t N = in_shape[0], H = in_shape[1], W = in_shape[2], C = in_shape[3];
-      const int64_t OH = dy[0].dim(1), OW = dy[0].dim(2);
-      if (detail::compute(dx, {&dy[0]}) && dx.size() > 0) {
-        const size_t row_bytes = static_cast<size_t>(W * C) * sizeof(float);
-        for (int64_t n = 0; n < N; ++n) {
-          for (int64_t h = 0; h < H; ++h) {
-            std::memcpy(dx.data() + (n * H + h) * W * C, dy[0].data() + ((n * OH + top + h) * OW + left) * C, row_bytes);
-          }
-        }
-      }
-      return std::vector<Tensor>{dx};
-    });
-  }
+  const ConvRecord record{x_kept, ko.kept, g, dt, x.is_trainable_variable(), kernel.is_trainable_variable(), onednn, raw_kernel};
+  if (GradientTape::is_recording({&x, &kernel, &bias})) record_conv2d(x, kernel, bias, record, y);
   return y;
 }
 
