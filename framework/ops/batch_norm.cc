@@ -162,8 +162,6 @@ struct NoMask {
   float gate(const T*, int64_t, float g) const {
     return g;
   }
-  template <typename T>
-  void gate_row(const T*, const float*, float*, int64_t) const {}
 };
 
 template <typename TY>
@@ -172,29 +170,22 @@ struct ReluMask {
   const float* mean;
   const float* scale;
   const float* beta;
+  // g where the normalised value v, stored as TY, is > 0.
+  static float through(float v, float g) {
+    if constexpr (std::is_same_v<TY, uint16_t>) v = bfloat16_to_float(bfloat16_bits(v));
+    return v > 0.0f ? g : 0.0f;
+  }
+  template <typename T>
+  float gate(const T* xr, int64_t c, float g) const {
+    return through(normalized(detail::load(xr, c), mean[c], scale[c], beta[c]), g);
+  }
   // out[c] = gate(xr, c, dy[c]) for a row: a loop of its own, which vectorises.
   template <typename T>
   void gate_row(const T* __restrict xr, const float* __restrict dy, float* __restrict out, int64_t channels) const {
     const float* __restrict m = mean;
     const float* __restrict k = scale;
     const float* __restrict b = beta;
-    for (int64_t c = 0; c < channels; ++c) {
-      const float v = normalized(detail::load(xr, c), m[c], k[c], b[c]);
-      if constexpr (std::is_same_v<TY, uint16_t>) {
-        out[c] = bfloat16_to_float(bfloat16_bits(v)) > 0.0f ? dy[c] : 0.0f;
-      } else {
-        out[c] = v > 0.0f ? dy[c] : 0.0f;
-      }
-    }
-  }
-  template <typename T>
-  float gate(const T* xr, int64_t c, float g) const {
-    const float v = normalized(detail::load(xr, c), mean[c], scale[c], beta[c]);
-    if constexpr (std::is_same_v<TY, uint16_t>) {
-      return bfloat16_to_float(bfloat16_bits(v)) > 0.0f ? g : 0.0f;
-    } else {
-      return v > 0.0f ? g : 0.0f;
-    }
+    for (int64_t c = 0; c < channels; ++c) out[c] = through(normalized(detail::load(xr, c), m[c], k[c], b[c]), dy[c]);
   }
 };
 
@@ -297,9 +288,9 @@ void training_input_grad(const float* dy, const T* x, const float* mean, const f
   // k = inv_std² * sum(g * (x - mean)) / count  (so that (x - mean) * k = x̂ * dgamma / count).
   const size_t cs = static_cast<size_t>(channels);
   const double count = static_cast<double>(rows);
-  std::vector<float> a(cs), b(cs), k(cs);
+  const std::vector<float> a = scale_of(gamma, inv);
+  std::vector<float> b(cs), k(cs);
   for (int64_t c = 0; c < channels; ++c) {
-    a[c] = static_cast<float>(static_cast<double>(gamma[c]) * inv[c]);
     b[c] = static_cast<float>(sum_dy[c] / count);
     k[c] = static_cast<float>(inv[c] * inv[c] * sum_dy_xc[c] / count);
   }

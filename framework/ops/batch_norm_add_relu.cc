@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "framework/autodiff/tape.h"
+#include "framework/ops/activations.h"
 #include "framework/ops/batch_norm.h"
 #include "framework/ops/batch_norm_internal.h"
 #include "framework/ops/op_util.h"
@@ -31,36 +32,13 @@ int64_t check_add_relu(const std::string& op, const Tensor& x, const Tensor& res
   return channels;
 }
 
-// out = dy where y > 0, else 0: loops on restrict pointers, which vectorise (read through a
-// closure's captures, they reloaded them for every element).
-template <typename TY>
-void masked(const TY* __restrict y, const float* __restrict dy, float* __restrict out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = detail::load(y, i) > 0.0f ? dy[i] : 0.0f;
-}
-
-// dy where y > 0, else 0 (the ReLU's gradient, as ops::relu takes it from its stored output).
-Tensor relu_masked(const Tensor& dy, const Tensor& y) {
-  Tensor g = Tensor::empty(y.shape());
-  if (!detail::compute(g, {&dy, &y})) return g;
-  const float* d = dy.data();
-  float* out = g.data();
-  if (y.dtype() == DType::bfloat16) {
-    const uint16_t* yd = y.bfloat16_data();
-    detail::for_element_blocks(y.size(), [yd, d, out](int64_t b, int64_t e) { masked(yd + b, d + b, out + b, e - b); });
-  } else {
-    const float* yd = y.data();
-    detail::for_element_blocks(y.size(), [yd, d, out](int64_t b, int64_t e) { masked(yd + b, d + b, out + b, e - b); });
-  }
-  return g;
-}
-
 // Records y's backward pass: the masked dy is the residual's gradient and BatchNormalization's dy
 // (bn_grads: its backward pass on that dy, for x, gamma and beta).
 template <typename BnGrads>
 void record_add_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& residual, const Tensor& y,
                      BnGrads bn_grads) {
   GradientTape::record({x, gamma, beta, residual}, {y}, [y, bn_grads](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
-    const Tensor g = relu_masked(dy[0], y);
+    const Tensor g = detail::relu_gradient(dy[0], y);
     std::vector<Tensor> grads = bn_grads(std::vector<Tensor>{g}, std::vector<bool>{needs[0], needs[1], needs[2]});
     grads.push_back(needs[3] ? g : Tensor());
     return grads;
