@@ -11,6 +11,7 @@
 
 #include "framework/core/fiber_locals.h"
 #include "framework/core/host_threads.h"
+#include "framework/core/spin_wait.h"
 
 namespace keel {
 namespace {
@@ -27,22 +28,6 @@ const FiberLocal<int, kernel_threads_of_thread> kKernelThreadsFollowTheReplica;
 // once (6 pairs), 200 us slower; yielding while polling 5% faster than not (10 pairs), and `keel
 // train`'s wait for input 6-14% of the step time instead of 17-23%.
 constexpr auto kSpin = std::chrono::microseconds(100);
-
-// Polls done() until it holds or kSpin has passed.
-template <class Done>
-void spin_until(Done&& done) {
-  const auto until = std::chrono::steady_clock::now() + kSpin;
-  for (int i = 0;; ++i) {
-    if (done()) return;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-    if ((i & 63) == 63) {
-      if (std::chrono::steady_clock::now() > until) return;
-      std::this_thread::yield();  // a runnable thread (the input pipeline's) takes the core first
-    }
-  }
-}
 
 // One parallel_for in flight: its caller claims tasks too, and waits for the helpers that attached.
 struct Job {
@@ -103,7 +88,7 @@ class Pool {
     }
     job.work();
     // The helpers that attached finish their last tasks: wait a little before sleeping on it.
-    spin_until([&] { return job.attached.load(std::memory_order_acquire) == 0; });
+    spin_until([&] { return job.attached.load(std::memory_order_acquire) == 0; }, kSpin);
     std::unique_lock<std::mutex> lock(mu_);
     jobs_.erase(std::find(jobs_.begin(), jobs_.end(), &job));  // every task is claimed: no one else attaches
     done_cv_.wait(lock, [&] { return job.attached.load(std::memory_order_relaxed) == 0; });
@@ -130,7 +115,7 @@ class Pool {
         // sleeping (waking a sleeping thread costs tens of microseconds on a virtual machine).
         const uint64_t seen = posted_.load(std::memory_order_acquire);
         lock.unlock();
-        spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; });
+        spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; }, kSpin);
         lock.lock();
         ++sleeping_;
         work_cv_.wait(lock, [&] { return stop_ || (job = wanting_job()) != nullptr; });

@@ -129,33 +129,33 @@ void ReplicaScheduler::enter(Fiber& f) {
   after_switch(slot_fake_stack, nullptr, nullptr);
 }
 
+void ReplicaScheduler::start(Fiber& f, const std::function<void(int)>& body, int l) {
+  f.done = false;
+  f.error = nullptr;
+  f.waits_for = kRunnable;
+  f.stack.clean_for_a_new_fiber();
+  f.context = ctx::fiber(std::allocator_arg, ReuseStack{&f.stack}, [&f, &body, l](ctx::fiber&& from) {
+    f.slot = std::move(from);
+    after_switch(nullptr, &f.slot_bottom, &f.slot_size);
+    try {
+      body(l);
+    } catch (...) {
+      f.error = std::current_exception();
+    }
+    f.done = true;
+    before_switch(nullptr, f.slot_bottom, f.slot_size);  // this fiber's fake stack goes with it
+    return std::move(f.slot);
+  });
+}
+
 void ReplicaScheduler::run_slot(int slot, const std::function<void(int)>& body) {
+  (void)slot;
+  std::vector<Fiber*> mine;  // the replicas this slot took, in the order it took them
   size_t running = 0;
-  for (int l = slot; l < replicas_; l += slots_) {
-    Fiber& f = *fibers_[static_cast<size_t>(l)];
-    f.done = false;
-    f.error = nullptr;
-    f.waits_for = kRunnable;
-    f.stack.clean_for_a_new_fiber();
-    f.context = ctx::fiber(std::allocator_arg, ReuseStack{&f.stack}, [&f, &body, l](ctx::fiber&& from) {
-      f.slot = std::move(from);
-      after_switch(nullptr, &f.slot_bottom, &f.slot_size);
-      try {
-        body(l);
-      } catch (...) {
-        f.error = std::current_exception();
-      }
-      f.done = true;
-      before_switch(nullptr, f.slot_bottom, f.slot_size);  // this fiber's fake stack goes with it
-      return std::move(f.slot);
-    });
-    ++running;
-  }
-  while (running > 0) {
+  for (;;) {
     bool entered = false;
     uint64_t parked_on = kRunnable;
-    for (int l = slot; l < replicas_; l += slots_) {
-      Fiber* f = fibers_[static_cast<size_t>(l)].get();
+    for (Fiber* f : mine) {
       if (f->done) continue;
       if (f->waits_for != kRunnable && f->waits_for == generation_.load(std::memory_order_acquire) &&
           !aborted_.load(std::memory_order_acquire)) {
@@ -167,10 +167,23 @@ void ReplicaScheduler::run_slot(int slot, const std::function<void(int)>& body) 
       entered = true;
       if (f->done) --running;
     }
-    if (!entered && running > 0) wait_for_generation_after(parked_on);
+    if (entered) continue;
+    // Every replica of this slot is parked or done: take one nobody has started, if any.
+    const int l = unstarted_.fetch_add(1, std::memory_order_relaxed);
+    if (l < replicas_) {
+      Fiber& f = *fibers_[static_cast<size_t>(l)];
+      start(f, body, l);
+      mine.push_back(&f);
+      ++running;
+      enter(f);
+      if (f.done) --running;
+      continue;
+    }
+    if (running == 0) break;
+    wait_for_generation_after(parked_on);
   }
-  for (int l = slot; l < replicas_; l += slots_) {
-    if (fibers_[static_cast<size_t>(l)]->error) std::rethrow_exception(fibers_[static_cast<size_t>(l)]->error);
+  for (Fiber* f : mine) {
+    if (f->error) std::rethrow_exception(f->error);
   }
 }
 
@@ -227,6 +240,7 @@ void ReplicaScheduler::abort() {
 void ReplicaScheduler::reset() {
   aborted_.store(false);
   arrived_.store(0);
+  unstarted_.store(0);
 }
 
 }  // namespace keel

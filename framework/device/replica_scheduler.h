@@ -1,11 +1,14 @@
 // ReplicaScheduler: how the replicas of one strategy share the host's threads, and meet.
 //
-// `slots` host threads (no more than the hardware has) run `replicas` replicas: replica l runs on
-// slot l mod slots, each replica on a fiber of its own (Boost.Context), with its own stack and its own
-// copy of the thread-locals that describe it (framework/core/fiber_locals.h). A replica that reaches a
-// barrier parks its fiber and the slot's thread runs its next replica, with no system call; only
-// when every replica of a slot is parked does the thread wait for the others: briefly spinning, then
-// sleeping on a condition variable. With 8 replicas on 2 threads a barrier so costs one meeting of
+// `slots` host threads (no more than the hardware has) run `replicas` replicas, each replica on a
+// fiber of its own (Boost.Context), with its own stack and its own copy of the thread-locals that
+// describe it (framework/core/fiber_locals.h). A slot takes a replica nobody has started whenever all
+// of its own are parked at a barrier, so a slot whose thread starts late, or shares its core with
+// the input pipeline's, takes fewer (with a fixed share, replica l on slot l mod slots, the other
+// slot waited 170 us of every 0.7 ms step of bench/mlp_throughput --device v3-8 on 2 threads). A
+// replica that reaches a barrier parks its fiber and the slot's thread runs its next replica, with no
+// system call; only when every replica of a slot is parked and none is left to take does the thread
+// wait for the others: briefly spinning, then sleeping on a condition variable. With 8 replicas on 2 threads a barrier so costs one meeting of
 // two threads, where a thread per replica cost eight sleeps and wake-ups, which dominated small steps.
 //
 // A replica's fiber runs on one thread only, so its thread-locals' addresses stay valid across a
@@ -40,9 +43,10 @@ class ReplicaScheduler {
   int replicas() const { return replicas_; }
   int slots() const { return slots_; }
 
-  // On the thread of `slot` (one thread per slot, all at once): body(l) for each replica l of the
-  // slot, each on its fiber, switching between them at barriers; returns once all have returned.
-  // An exception that escapes a body is rethrown here after the slot's other replicas have finished.
+  // On the thread of `slot` (one thread per slot, all at once): body(l) for each replica l the slot
+  // takes, each on its fiber, switching between them at barriers; returns once they have returned
+  // and every replica has been taken. Which slot runs which replica changes no result. An exception
+  // that escapes a body is rethrown here after the slot's other replicas have finished.
   void run_slot(int slot, const std::function<void(int)>& body);
   // Called by replica l inside run_slot: returns once every replica has called it. Throws
   // ReplicaCancelled after abort() if the barrier had not completed.
@@ -54,12 +58,14 @@ class ReplicaScheduler {
 
  private:
   struct Fiber;
+  void start(Fiber& f, const std::function<void(int)>& body, int l);
   void enter(Fiber& f);
   void wait_for_generation_after(uint64_t generation);
 
   const int replicas_;
   const int slots_;
   std::vector<std::unique_ptr<Fiber>> fibers_;  // per replica
+  std::atomic<int> unstarted_{0};        // the next replica no slot has taken
   std::atomic<int> arrived_{0};
   std::atomic<uint64_t> generation_{0};  // barriers completed
   std::atomic<bool> aborted_{false};

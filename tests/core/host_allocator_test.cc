@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <thread>
 
 #include "framework/core/host_allocator.h"
 #include "framework/core/tensor.h"
@@ -23,6 +24,26 @@ TEST(HostAllocator, AlignedAndReusedForTheSameSize) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(host_cache_stats().hits, before.hits + 1);
   host_free(b, 1000);
+  host_cache_release();
+  EXPECT_EQ(host_cache_stats().cached_bytes, 0);
+}
+
+// Each thread keeps its small blocks to itself, without a lock; a thread's blocks outlive it in the
+// shared cache, where any thread finds them.
+TEST(HostAllocator, AThreadsBlocksGoToTheSharedCacheWhenItEnds) {
+  host_cache_release();
+  void* from_thread = nullptr;
+  std::thread([&] {
+    void* a = host_allocate(3000);
+    host_free(a, 3000);
+    EXPECT_EQ(host_allocate(3000), a);  // its own cache
+    host_free(a, 3000);
+    from_thread = a;
+  }).join();
+  EXPECT_EQ(host_cache_stats().cached_bytes, 3008);
+  void* here = host_allocate(3000);
+  EXPECT_EQ(here, from_thread);
+  host_free(here, 3000);
   host_cache_release();
   EXPECT_EQ(host_cache_stats().cached_bytes, 0);
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -101,7 +102,7 @@ TEST(StrategyDistributeTest, ImagesWithoutLabels) {
 
 // Replica r runs on the thread of slot r mod 2 (slot 0: the caller's), each with its own replica
 // and device context, and the caller's context is its own again afterwards.
-TEST(StrategyRunTest, RunsEachReplicaOnItsSlotsThreadWithItsOwnContextAndCore) {
+TEST(StrategyRunTest, RunsEachReplicaOnASlotsThreadWithItsOwnContextAndCore) {
   ReplicatedStrategy s(DeviceSpec::custom(4, 0), ReplicatedStrategy::Options{.host_threads = 2});
   std::vector<Batch> shards = s.distribute(Batch{iota({4, 1}), Tensor()});
   struct Seen {
@@ -131,7 +132,6 @@ TEST(StrategyRunTest, RunsEachReplicaOnItsSlotsThreadWithItsOwnContextAndCore) {
   ASSERT_EQ(seen.size(), 4u);
   for (int r = 0; r < 4; ++r) {
     const Seen& x = seen[static_cast<size_t>(r)];
-    EXPECT_EQ(x.thread, seen[static_cast<size_t>(r % 2)].thread) << r;
     EXPECT_EQ(x.replica, r);
     EXPECT_EQ(x.num_replicas, 4);
     EXPECT_EQ(x.context_core, r);
@@ -139,7 +139,9 @@ TEST(StrategyRunTest, RunsEachReplicaOnItsSlotsThreadWithItsOwnContextAndCore) {
     EXPECT_EQ(x.t.storage().charges()[0].ledger.lock().get(), &s.ledger().core(r));
     EXPECT_EQ(s.ledger().core(r).stat(Category::activations).current, (r + 1) * 10 * 4) << r;
   }
-  EXPECT_NE(seen[0].thread, seen[1].thread);
+  std::set<std::thread::id> threads;  // the slots take the replicas as they come free: 2 at most
+  for (const Seen& x : seen) threads.insert(x.thread);
+  EXPECT_LE(threads.size(), 2u);
   EXPECT_EQ(replica_after, nullptr) << "no replica context outside run";
   EXPECT_EQ(core_after, -1) << "the caller's device context is its own again";
 }
