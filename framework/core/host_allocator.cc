@@ -17,9 +17,10 @@ constexpr size_t kMaxCachedBlock = size_t{256} << 20;
 constexpr int64_t kMaxCachedBytes = int64_t{1} << 30;
 // Each thread keeps blocks up to kMaxThreadBlock, kMaxThreadBytes of them, for itself: a replica's
 // small tensors come and go with no lock (2 replica threads meeting on one mutex at every op cost
-// 6% of a small model's step, bench/mlp_throughput --device v3-8). Larger blocks, and a thread's
-// blocks beyond its bound (those a pipeline's thread allocates and a replica frees), go to the
-// shared cache, whose lock is small beside their work.
+// 6% of a small model's step, bench/mlp_throughput --device v3-8). Larger blocks go to the shared
+// cache, whose lock is small beside their work; so does a thread's whole cache when it is full,
+// since what fills it is mostly blocks other threads allocate (a pipeline's batches, which a replica
+// frees): kept, they made the main thread's copies of a batch's shards miss its cache (3x slower).
 constexpr size_t kMaxThreadBlock = size_t{4} << 20;
 constexpr int64_t kMaxThreadBytes = int64_t{32} << 20;
 
@@ -65,6 +66,13 @@ struct ThreadCache {
   ~ThreadCache() {
     SharedCache& s = shared();
     std::lock_guard<std::mutex> lock(s.mu);
+    move_to(s);
+    s.retired.hits += hits.load(std::memory_order_relaxed);
+    s.retired.misses += misses.load(std::memory_order_relaxed);
+    s.threads.erase(std::find(s.threads.begin(), s.threads.end(), this));
+  }
+  // Every block to the shared cache (or back to the system beyond its bound); s.mu held.
+  void move_to(SharedCache& s) {
     for (auto& [size, blocks] : free_blocks) {
       for (void* p : blocks) {
         if (s.cached_bytes + static_cast<int64_t>(size) <= kMaxCachedBytes) {
@@ -74,10 +82,9 @@ struct ThreadCache {
           std::free(p);
         }
       }
+      blocks.clear();
     }
-    s.retired.hits += hits.load(std::memory_order_relaxed);
-    s.retired.misses += misses.load(std::memory_order_relaxed);
-    s.threads.erase(std::find(s.threads.begin(), s.threads.end(), this));
+    cached_bytes.store(0, std::memory_order_relaxed);
   }
   void add(std::atomic<int64_t>& counter, int64_t n) { counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
 };
@@ -126,8 +133,15 @@ void host_free(void* ptr, size_t bytes) {
   const size_t size = rounded(bytes == 0 ? 1 : bytes);
   if (size > kMaxCachedBlock) return std::free(ptr);
   ThreadCache* mine = this_thread();
-  if (mine != nullptr && size <= kMaxThreadBlock &&
-      mine->cached_bytes.load(std::memory_order_relaxed) + static_cast<int64_t>(size) <= kMaxThreadBytes) {
+  if (mine != nullptr && size <= kMaxThreadBlock) {
+    if (mine->cached_bytes.load(std::memory_order_relaxed) + static_cast<int64_t>(size) > kMaxThreadBytes) {
+      // Full: most of it is likely blocks another thread allocates and this one frees (a pipeline's
+      // batches, a replica's shard): they go where that thread will find them, and this thread's
+      // cache starts again from what it frees now.
+      SharedCache& s = shared();
+      std::lock_guard<std::mutex> lock(s.mu);
+      mine->move_to(s);
+    }
     mine->free_blocks[size].push_back(ptr);
     mine->add(mine->cached_bytes, static_cast<int64_t>(size));
     return;

@@ -149,9 +149,16 @@ void ReplicaScheduler::start(Fiber& f, const std::function<void(int)>& body, int
 }
 
 void ReplicaScheduler::run_slot(int slot, const std::function<void(int)>& body) {
-  (void)slot;
   std::vector<Fiber*> mine;  // the replicas this slot took, in the order it took them
   size_t running = 0;
+  if (slot == 0) {
+    // The first replica stays on slot 0, the caller's thread, as before replicas were taken: it
+    // leads the process's part of the collectives (MPI calls among them).
+    Fiber& f = *fibers_[0];
+    start(f, body, 0);
+    mine.push_back(&f);
+    ++running;
+  }
   for (;;) {
     bool entered = false;
     uint64_t parked_on = kRunnable;
@@ -240,7 +247,7 @@ void ReplicaScheduler::abort() {
 void ReplicaScheduler::reset() {
   aborted_.store(false);
   arrived_.store(0);
-  unstarted_.store(0);
+  unstarted_.store(1);
 }
 
 }  // namespace keel

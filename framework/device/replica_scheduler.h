@@ -2,7 +2,8 @@
 //
 // `slots` host threads (no more than the hardware has) run `replicas` replicas, each replica on a
 // fiber of its own (Boost.Context), with its own stack and its own copy of the thread-locals that
-// describe it (framework/core/fiber_locals.h). A slot takes a replica nobody has started whenever all
+// describe it (framework/core/fiber_locals.h). Slot 0 (the caller's thread) runs replica 0, which
+// leads the process's part of the collectives; a slot takes a replica nobody has started whenever all
 // of its own are parked at a barrier, so a slot whose thread starts late, or shares its core with
 // the input pipeline's, takes fewer (with a fixed share, replica l on slot l mod slots, the other
 // slot waited 170 us of every 0.7 ms step of bench/mlp_throughput --device v3-8 on 2 threads). A
@@ -65,7 +66,7 @@ class ReplicaScheduler {
   const int replicas_;
   const int slots_;
   std::vector<std::unique_ptr<Fiber>> fibers_;  // per replica
-  std::atomic<int> unstarted_{0};        // the next replica no slot has taken
+  std::atomic<int> unstarted_{1};        // the next replica no slot has taken (slot 0 runs replica 0)
   std::atomic<int> arrived_{0};
   std::atomic<uint64_t> generation_{0};  // barriers completed
   std::atomic<bool> aborted_{false};
