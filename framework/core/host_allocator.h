@@ -1,8 +1,7 @@
 // Host memory for tensor storage, with a cache of freed blocks (as PyTorch's caching allocator):
 // a training step allocates the same sizes every step, and reusing blocks avoids a malloc, and for
 // large blocks an mmap/munmap and a page fault per page, on every step. The cache only affects host
-// memory; the HBM ledger charges tensors independently of it. Each thread keeps its own small blocks
-// (up to 4 MiB each, 32 MiB in all) with no lock; the rest are shared under one.
+// memory; the HBM ledger charges tensors independently of it.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +19,7 @@ struct HostCacheStats {
   int64_t misses = 0;
 };
 HostCacheStats host_cache_stats();
-// Returns the shared cache's blocks and this thread's to the system (other threads keep theirs).
+// Returns every cached block to the system.
 void host_cache_release();
 
 }  // namespace keel
