@@ -6,6 +6,24 @@
 #include <unordered_map>
 #include <vector>
 
+// AddressSanitizer: a cached block is poisoned until it is handed out again, so that a tensor used
+// after its storage was freed is reported, as it would be had the block gone back to malloc.
+#if defined(__SANITIZE_ADDRESS__)
+#define KEEL_HOST_CACHE_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KEEL_HOST_CACHE_UNDER_ASAN 1
+#endif
+#endif
+#ifdef KEEL_HOST_CACHE_UNDER_ASAN
+#include <sanitizer/asan_interface.h>
+#define KEEL_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define KEEL_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define KEEL_POISON(p, n) ((void)(p), (void)(n))
+#define KEEL_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace keel {
 namespace {
 
@@ -40,6 +58,7 @@ void* host_allocate(size_t bytes) {
       it->second.pop_back();
       c.stats.cached_bytes -= static_cast<int64_t>(size);
       ++c.stats.hits;
+      KEEL_UNPOISON(p, size);
       return p;
     }
     ++c.stats.misses;
@@ -58,6 +77,7 @@ void host_free(void* ptr, size_t bytes) {
     if (c.stats.cached_bytes + static_cast<int64_t>(size) <= kMaxCachedBytes) {
       c.free_blocks[size].push_back(ptr);
       c.stats.cached_bytes += static_cast<int64_t>(size);
+      KEEL_POISON(ptr, size);
       return;
     }
   }
@@ -74,7 +94,10 @@ void host_cache_release() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   for (auto& [size, blocks] : c.free_blocks) {
-    for (void* p : blocks) std::free(p);
+    for (void* p : blocks) {
+      KEEL_UNPOISON(p, size);
+      std::free(p);
+    }
   }
   c.free_blocks.clear();
   c.stats.cached_bytes = 0;
