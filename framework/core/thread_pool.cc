@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -20,14 +19,6 @@ thread_local int tls_kernel_threads = 1;
 int& kernel_threads_of_thread() { return tls_kernel_threads; }
 // A replica's share, whichever host thread runs it.
 const FiberLocal<int, kernel_threads_of_thread> kKernelThreadsFollowTheReplica;
-
-// How long a thread that has run out of work polls for more before sleeping: longer than the gaps
-// between a small step's products (the seed MLP's), shorter than what it would take from the input
-// pipeline's thread, to which it yields the core while it polls. Measured on 2 cores
-// (bench/mlp_throughput, cpu, 2 threads, interleaved pairs): 100 us 11% faster than sleeping at
-// once (6 pairs), 200 us slower; yielding while polling 5% faster than not (10 pairs), and `keel
-// train`'s wait for input 6-14% of the step time instead of 17-23%.
-constexpr auto kSpin = std::chrono::microseconds(100);
 
 // One parallel_for in flight: its caller claims tasks too, and waits for the helpers that attached.
 struct Job {
@@ -88,7 +79,7 @@ class Pool {
     }
     job.work();
     // The helpers that attached finish their last tasks: wait a little before sleeping on it.
-    spin_until([&] { return job.attached.load(std::memory_order_acquire) == 0; }, kSpin);
+    spin_until([&] { return job.attached.load(std::memory_order_acquire) == 0; }, kSpinBeforeSleep);
     std::unique_lock<std::mutex> lock(mu_);
     jobs_.erase(std::find(jobs_.begin(), jobs_.end(), &job));  // every task is claimed: no one else attaches
     done_cv_.wait(lock, [&] { return job.attached.load(std::memory_order_relaxed) == 0; });
@@ -115,7 +106,7 @@ class Pool {
         // sleeping (waking a sleeping thread costs tens of microseconds on a virtual machine).
         const uint64_t seen = posted_.load(std::memory_order_acquire);
         lock.unlock();
-        spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; }, kSpin);
+        spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; }, kSpinBeforeSleep);
         lock.lock();
         ++sleeping_;
         work_cv_.wait(lock, [&] { return stop_ || (job = wanting_job()) != nullptr; });

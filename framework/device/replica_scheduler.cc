@@ -182,9 +182,7 @@ void ReplicaScheduler::run_slot(int slot, const std::function<void(int)>& body) 
       start(f, body, l);
       mine.push_back(&f);
       ++running;
-      enter(f);
-      if (f.done) --running;
-      continue;
+      continue;  // the loop above enters it
     }
     if (running == 0) break;
     wait_for_generation_after(parked_on);

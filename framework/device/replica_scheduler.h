@@ -5,12 +5,12 @@
 // describe it (framework/core/fiber_locals.h). Slot 0 (the caller's thread) runs replica 0, which
 // leads the process's part of the collectives; a slot takes a replica nobody has started whenever all
 // of its own are parked at a barrier, so a slot whose thread starts late, or shares its core with
-// the input pipeline's, takes fewer (with a fixed share, replica l on slot l mod slots, the other
-// slot waited 170 us of every 0.7 ms step of bench/mlp_throughput --device v3-8 on 2 threads). A
-// replica that reaches a barrier parks its fiber and the slot's thread runs its next replica, with no
-// system call; only when every replica of a slot is parked and none is left to take does the thread
-// wait for the others: briefly spinning, then sleeping on a condition variable. With 8 replicas on 2 threads a barrier so costs one meeting of
-// two threads, where a thread per replica cost eight sleeps and wake-ups, which dominated small steps.
+// the input pipeline's, takes fewer (with a fixed share, replica l on slot l mod slots, every barrier
+// waited for the slowest slot). A replica that reaches a barrier parks its fiber and the slot's
+// thread runs its next replica, with no system call; only when every replica of a slot is parked and
+// none is left to take does the thread wait for the others: briefly spinning, then sleeping on a
+// condition variable. With 8 replicas on 2 threads a barrier so costs one meeting of two threads,
+// where a thread per replica cost eight sleeps and wake-ups, which dominated small steps.
 //
 // A replica's fiber runs on one thread only, so its thread-locals' addresses stay valid across a
 // barrier. A replica must not hold a lock across a barrier (another replica of its thread could then

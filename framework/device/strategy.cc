@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
-#include <thread>
 #include <stdexcept>
+#include <thread>
 
 #include "framework/core/host_threads.h"
 #include "framework/core/spin_wait.h"
@@ -18,8 +17,7 @@ namespace keel {
 
 // A persistent host thread (a slot of the scheduler): runs one job at a time. Both sides of a
 // hand-off spin a little before sleeping: the steps of a small model follow each other within
-// microseconds, and a condition variable's wake-up costs tens of them on a virtual machine
-// (bench/mlp_throughput --device v3-8 on 2 threads: 67-88 us from post to start, every step).
+// microseconds, and a condition variable's wake-up costs tens of them on a virtual machine.
 class ReplicatedStrategy::Worker {
  public:
   Worker() : thread_([this] { loop(); }) {}
@@ -57,7 +55,7 @@ class ReplicatedStrategy::Worker {
   void await(std::atomic<bool>& flag) { await_either(flag, flag); }
   void await_either(std::atomic<bool>& a, std::atomic<bool>& b) {
     auto ready = [&] { return a.load(std::memory_order_acquire) || b.load(std::memory_order_acquire); };
-    spin_until(ready, kSpin);
+    spin_until(ready, kSpinBeforeSleep);
     if (ready()) return;
     std::unique_lock<std::mutex> lock(mu_);
     ++sleepers_;
@@ -65,7 +63,6 @@ class ReplicatedStrategy::Worker {
     --sleepers_;
   }
 
-  static constexpr std::chrono::microseconds kSpin{100};  // as the kernels' pool (thread_pool.cc)
   std::mutex mu_;
   std::condition_variable cv_;
   int sleepers_ = 0;  // guarded by mu_

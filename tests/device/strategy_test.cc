@@ -100,7 +100,7 @@ TEST(StrategyDistributeTest, ImagesWithoutLabels) {
   EXPECT_EQ(s.ledger().core(0).transfers().host_to_core_count, 1);
 }
 
-// Replica r runs on the thread of slot r mod 2 (slot 0: the caller's), each with its own replica
+// Each replica runs on one of the 2 slots' threads (slot 0: the caller's), with its own replica
 // and device context, and the caller's context is its own again afterwards.
 TEST(StrategyRunTest, RunsEachReplicaOnASlotsThreadWithItsOwnContextAndCore) {
   ReplicatedStrategy s(DeviceSpec::custom(4, 0), ReplicatedStrategy::Options{.host_threads = 2});
