@@ -10,6 +10,7 @@
 #include <limits>
 #include <memory>
 
+#include "framework/core/host_allocator.h"
 #include "framework/data/data_error.h"
 
 namespace keel {
@@ -17,6 +18,8 @@ namespace {
 
 constexpr size_t kInputChunkBytes = size_t{1} << 16;
 constexpr size_t kFirstDataChunkBytes = size_t{1} << 20;
+// At most this much is reserved before the data arrives; a larger array grows as it arrives.
+constexpr uint64_t kMostReservedBytes = uint64_t{1} << 30;
 // Counting trailing bytes for the error message stops here (a gzip bomb must not keep us busy).
 constexpr size_t kTrailingCountLimit = size_t{1} << 20;
 
@@ -65,6 +68,16 @@ class ByteSource {
   ByteSource& operator=(const ByteSource&) = delete;
 
   size_t read(uint8_t* dst, size_t n) { return gzip_ ? read_gzip(dst, n) : read_plain(dst, n); }
+
+  // The most bytes read() can return from here on: the file's size, or 1032 times it for gzip
+  // (deflate's largest ratio); 0 when its size is unknown (a pipe).
+  uint64_t most_bytes() const {
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(path_, ec);
+    if (ec) return 0;
+    constexpr uint64_t kDeflateMaxRatio = 1032;
+    return gzip_ ? (size > UINT64_MAX / kDeflateMaxRatio ? UINT64_MAX : size * kDeflateMaxRatio) : size;
+  }
 
  private:
   // Reads the next chunk of the file into in_; returns its size (0 at end of file).
@@ -208,15 +221,18 @@ uint64_t read_dims(ByteSource& src, const std::string& path, size_t ndims, std::
 
 // Reads the `expected` data bytes into out->data.
 void read_data(ByteSource& src, const std::string& path, uint64_t expected, IdxArray* out) {
-  // Grow with the bytes that actually arrive: a lying header must not make us allocate its claim.
-  size_t have = 0;
-  out->data.resize(static_cast<size_t>(std::min<uint64_t>(expected, kFirstDataChunkBytes)));
+  // Room for all of them at once (no copies as it grows, and its pages in 2 MiB huge pages where the
+  // kernel has them), unless the file is too small to hold what the header claims: a lying header
+  // must not make us allocate its claim, so the data then grows with the bytes that actually arrive.
+  const uint64_t room = std::min({expected, std::max<uint64_t>(src.most_bytes(), kFirstDataChunkBytes), kMostReservedBytes});
+  out->data.reserve(static_cast<size_t>(room));
+  advise_huge_pages(out->data.data(), out->data.capacity());
+  std::vector<uint8_t> chunk(static_cast<size_t>(std::min<uint64_t>(expected, kFirstDataChunkBytes)));
+  uint64_t have = 0;
   while (have < expected) {
-    if (have == out->data.size()) {
-      out->data.resize(static_cast<size_t>(std::min<uint64_t>(expected, 2 * uint64_t{out->data.size()})));
-    }
-    const size_t ask = out->data.size() - have;
-    const size_t n = src.read(out->data.data() + have, ask);
+    const size_t ask = static_cast<size_t>(std::min<uint64_t>(expected - have, chunk.size()));
+    const size_t n = src.read(chunk.data(), ask);
+    out->data.insert(out->data.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(n));
     have += n;
     if (n < ask) break;
   }

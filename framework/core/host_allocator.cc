@@ -1,5 +1,7 @@
 #include "framework/core/host_allocator.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -43,9 +45,22 @@ Cache& cache() {
   return *c;
 }
 
-size_t rounded(size_t bytes) { return (bytes + 63) & ~size_t{63}; }
+// Blocks of at least kHugePageMin bytes are whole 2 MiB pages, aligned to them and advised as such.
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kHugePageMin = size_t{4} << 20;
+
+size_t rounded(size_t bytes) {
+  return bytes >= kHugePageMin ? (bytes + kHugePage - 1) & ~(kHugePage - 1) : (bytes + 63) & ~size_t{63};
+}
 
 }  // namespace
+
+void advise_huge_pages(void* p, size_t bytes) {
+  const auto begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~uintptr_t{kHugePage - 1};
+  const auto end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~uintptr_t{kHugePage - 1};
+  // Advice only: a kernel without transparent huge pages says EINVAL, and 4 KiB pages it is.
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
 
 void* host_allocate(size_t bytes) {
   const size_t size = rounded(bytes == 0 ? 1 : bytes);
@@ -63,8 +78,9 @@ void* host_allocate(size_t bytes) {
     }
     ++c.stats.misses;
   }
-  void* p = std::aligned_alloc(64, size);
+  void* p = std::aligned_alloc(size >= kHugePageMin ? kHugePage : 64, size);
   if (p == nullptr) throw std::bad_alloc();
+  if (size >= kHugePageMin) advise_huge_pages(p, size);
   return p;
 }
 

@@ -30,7 +30,7 @@ std::unique_ptr<Sequential> mlp(uint64_t seed) {
   return m;
 }
 
-void train(Model& m, int steps) {
+void train_steps(Model& m, int steps) {
   const Batch b{testing::random_host({6, 3}, -1, 1, 77), testing::host({6, 2}, {1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1})};
   for (int i = 0; i < steps; ++i) m.train_step(b);
 }
@@ -65,7 +65,7 @@ class CheckpointSnapshotTest : public ::testing::Test {
 
 TEST_F(CheckpointSnapshotTest, BytesCountEveryWeightAndSlot) {
   auto m = mlp(1);
-  train(*m, 1);
+  train_steps(*m, 1);
   const CheckpointSnapshot s = snapshot_checkpoint(*m, m->optimizer(), state_at(1));
   EXPECT_EQ(s.bytes(), 3 * 26 * 4);  // weights, m and v
   ASSERT_EQ(s.layers.size(), 2u);
@@ -78,10 +78,10 @@ TEST_F(CheckpointSnapshotTest, BytesCountEveryWeightAndSlot) {
 
 TEST_F(CheckpointSnapshotTest, IsACopyThatTrainingMayMovePast) {
   auto m = mlp(1);
-  train(*m, 3);
+  train_steps(*m, 3);
   const std::vector<std::vector<float>> at_3 = values_of(*m);
   const CheckpointSnapshot s = snapshot_checkpoint(*m, m->optimizer(), state_at(3));
-  train(*m, 2);  // as the training thread does while the writer thread writes
+  train_steps(*m, 2);  // as the training thread does while the writer thread writes
   ASSERT_NE(values_of(*m), at_3);
   const std::string p = dir_ + "/ckpt-3.h5";
   write_checkpoint(p, s);
@@ -94,7 +94,7 @@ TEST_F(CheckpointSnapshotTest, IsACopyThatTrainingMayMovePast) {
 
 TEST_F(CheckpointSnapshotTest, ARefillReusesTheMemoryOfTheLastOne) {
   auto m = mlp(1);
-  train(*m, 1);
+  train_steps(*m, 1);
   CheckpointSnapshot s;
   snapshot_checkpoint(*m, m->optimizer(), state_at(1), s);
   std::vector<const float*> where;
@@ -102,7 +102,7 @@ TEST_F(CheckpointSnapshotTest, ARefillReusesTheMemoryOfTheLastOne) {
     for (const SnapshotValue& w : l.weights) where.push_back(w.values.data());
   }
   for (const SnapshotValue& v : s.slots) where.push_back(v.values.data());
-  train(*m, 1);
+  train_steps(*m, 1);
   snapshot_checkpoint(*m, m->optimizer(), state_at(2), s);
   size_t i = 0;
   for (const SnapshotLayer& l : s.layers) {
@@ -116,7 +116,7 @@ TEST_F(CheckpointSnapshotTest, ARefillReusesTheMemoryOfTheLastOne) {
 
 TEST_F(CheckpointSnapshotTest, WritesWhatSaveCheckpointWrites) {
   auto m = mlp(1);
-  train(*m, 2);
+  train_steps(*m, 2);
   const std::string a = dir_ + "/saved.h5", b = dir_ + "/written.h5";
   save_checkpoint(a, *m, m->optimizer(), state_at(2));
   write_checkpoint(b, snapshot_checkpoint(*m, m->optimizer(), state_at(2)));

@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 const std::string kGolden = std::string(KEEL_TESTS_DIR) + "/golden/keras_mlp_weights.h5";
 
 // keel's MLP: 784 -> Dense(128, relu) "dense" -> Dense(classes, softmax) "dense_1".
-std::unique_ptr<Sequential> mlp(int64_t classes = 10, uint64_t seed = 3) {
+std::unique_ptr<Sequential> keras_mlp(int64_t classes = 10, uint64_t seed = 3) {
   clear_session();
   set_random_seed(seed);
   auto m = std::make_unique<Sequential>(std::vector<LayerPtr>{Dense(128, "relu", Shape{784}), Dense(classes, "softmax")});
@@ -70,7 +70,7 @@ class KerasWeightsTest : public ::testing::Test {
   // Expects the load to throw CheckpointError saying each of `what`, leaving the model untouched.
   void expect_refused(const std::string& p, const std::vector<std::string>& what, KerasWeightsOptions options = {},
                       int64_t classes = 10) {
-    auto m = mlp(classes);
+    auto m = keras_mlp(classes);
     const auto before = values(*m);
     try {
       load_keras_weights(p, *m, options);
@@ -85,7 +85,7 @@ class KerasWeightsTest : public ::testing::Test {
 };
 
 TEST_F(KerasWeightsTest, TopologicalLoadSkipsWeightlessLayersAndCopiesEveryValue) {
-  auto m = mlp();
+  auto m = keras_mlp();
   const KerasWeightsReport r = load_keras_weights(kGolden, *m);
   EXPECT_EQ(r.layers_loaded, 2);
   EXPECT_EQ(r.values_loaded, 784 * 128 + 128 + 128 * 10 + 10);
@@ -118,7 +118,7 @@ TEST_F(KerasWeightsTest, AWholeModelFileWithModelWeightsGroupLoadsToo) {
     H5Gclose(g);
     H5Adelete(f, "layer_names");
   });
-  auto m = mlp();
+  auto m = keras_mlp();
   EXPECT_EQ(load_keras_weights(p, *m).layers_loaded, 2);
   EXPECT_EQ(m->variables()[2]->value().to_vector(), golden("dense_1/dense_1/kernel:0", {128, 10}));
 }
@@ -149,14 +149,14 @@ TEST_F(KerasWeightsTest, LayerNamesSplitIntoChunksAreReadWhole) {
     }
     H5Fclose(rw);
   }
-  auto m = mlp();
+  auto m = keras_mlp();
   EXPECT_EQ(load_keras_weights(p, *m).layers_loaded, 2);
 }
 
 TEST_F(KerasWeightsTest, ByNameLoadsMatchingLayersAndSkipMismatchSkipsTheHead) {
   // A 5-class model: the file's head (128, 10) does not fit.
   expect_refused(kGolden, {"dense_1", "(128, 10)", "(128, 5)"}, {true, false}, 5);
-  auto m = mlp(5);
+  auto m = keras_mlp(5);
   const std::vector<float> head_before = m->variables()[2]->value().to_vector();
   const KerasWeightsReport r = load_keras_weights(kGolden, *m, {true, true});
   EXPECT_EQ(r.layers_loaded, 2);
@@ -182,7 +182,7 @@ TEST_F(KerasWeightsTest, ByNameLeavesLayersTheFileLacks) {
     H5Sclose(space);
     H5Tclose(type);
   });
-  auto m = mlp();
+  auto m = keras_mlp();
   const std::vector<float> head_before = m->variables()[2]->value().to_vector();
   const KerasWeightsReport r = load_keras_weights(p, *m, {true, false});
   EXPECT_EQ(r.layers_loaded, 1);
@@ -245,7 +245,7 @@ TEST_F(KerasWeightsTest, HostileFilesAreRefusedWithOneClearMessage) {
 }
 
 TEST_F(KerasWeightsTest, FrozenLayersGetNoGradientsNorSlots) {
-  auto m = mlp();
+  auto m = keras_mlp();
   m->layers()[0]->set_trainable(false);
   EXPECT_EQ(m->trainable_variables().size(), 2u);  // dense_1's kernel and bias
   EXPECT_EQ(m->layers()[0]->weights().size(), 2u);  // still saved and loaded, in Keras order

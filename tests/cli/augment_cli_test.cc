@@ -26,7 +26,7 @@ class AugmentCli : public ::testing::Test {
 };
 
 // ResNet18 at its smallest input, 2 cores x 4: a few steps take seconds.
-const std::string kRun = "--model resnet18 --input-shape 32x32x1 --cores 2 --hbm-per-core 4GiB --batch-per-core 4 "
+const std::string kAugmentRun = "--model resnet18 --input-shape 32x32x1 --cores 2 --hbm-per-core 4GiB --batch-per-core 4 "
                          "--epochs 1 --seed 3 --shuffle-buffer 256 --quiet --keep 1 ";
 
 TEST_F(AugmentCli, BadSpecsExit2WithOneLineNamingTheStep) {
@@ -41,7 +41,7 @@ TEST_F(AugmentCli, BadSpecsExit2WithOneLineNamingTheStep) {
       {"erase:0.5:0.4:0.1", "is not 0 <= S0 <= S1 <= 1"},
   };
   for (const auto& [spec, message] : bad) {
-    CommandResult r = run_keel("train " + kRun + "--augment '" + spec + "' --checkpoint-dir " + dir_ + "/bad");
+    CommandResult r = run_keel("train " + kAugmentRun + "--augment '" + spec + "' --checkpoint-dir " + dir_ + "/bad");
     EXPECT_EQ(r.exit_code, 2) << spec << ": " << r.err;
     EXPECT_THAT(r.err, StartsWith("keel train: --augment: bad augmentation step '")) << spec;
     EXPECT_THAT(r.err, HasSubstr(message)) << spec;
@@ -49,7 +49,7 @@ TEST_F(AugmentCli, BadSpecsExit2WithOneLineNamingTheStep) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_FALSE(std::filesystem::exists(dir_ + "/bad/latest")) << spec;
   }
-  CommandResult empty = run_keel("train " + kRun + "--augment '' --checkpoint-dir " + dir_ + "/bad");
+  CommandResult empty = run_keel("train " + kAugmentRun + "--augment '' --checkpoint-dir " + dir_ + "/bad");
   EXPECT_EQ(empty.exit_code, 2);
   EXPECT_THAT(empty.err, HasSubstr("--augment needs steps"));
   // A model of flat vectors has no image to augment.
@@ -59,7 +59,7 @@ TEST_F(AugmentCli, BadSpecsExit2WithOneLineNamingTheStep) {
 }
 
 TEST_F(AugmentCli, AResumedAugmentedRunIsBitIdenticalToAStraightOne) {
-  const std::string run = kRun + "--augment flip,crop:4,translate:0.1,zoom:0.1,erase ";
+  const std::string run = kAugmentRun + "--augment flip,crop:4,translate:0.1,zoom:0.1,erase ";
   CommandResult a = run_keel("train " + run + "--stop-after-steps 6 --checkpoint-dir " + dir_ + "/straight");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   // Stopped mid-epoch after 3 steps (the pipeline's map threads have run ahead), then resumed: the
@@ -76,7 +76,7 @@ TEST_F(AugmentCli, AResumedAugmentedRunIsBitIdenticalToAStraightOne) {
   // The augmentation acts: without it (or with another spec) the same 6 steps train other weights.
   for (const std::string& other : {std::string(""), std::string("--augment flip ")}) {
     const std::string name = other.empty() ? "plain" : "flip";
-    CommandResult c = run_keel("train " + kRun + other + "--stop-after-steps 6 --checkpoint-dir " + dir_ + "/" + name);
+    CommandResult c = run_keel("train " + kAugmentRun + other + "--stop-after-steps 6 --checkpoint-dir " + dir_ + "/" + name);
     ASSERT_EQ(c.exit_code, 0) << c.err;
     EXPECT_EQ(c.out.find("Augmenting") != std::string::npos, !other.empty()) << c.out;
     EXPECT_NE(read_checkpoint_values(dir_ + "/" + name + "/ckpt-6.h5"), read_checkpoint_values(dir_ + "/straight/ckpt-6.h5"))

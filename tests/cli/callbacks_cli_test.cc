@@ -37,7 +37,7 @@ class CallbacksCli : public ::testing::Test {
 // 54,000 training examples (--validation-split 0.1) in batches of 512: 105 steps an epoch.
 // A high learning rate makes the validation loss stall now and then: ReduceLROnPlateau halves the
 // rate after epochs 4, 6, 8, ... and EarlyStopping ends the run after epoch 14 (step 1470) of 20.
-const std::string kRun =
+const std::string kCallbacksRun =
     "--model mlp --dataset fashion_mnist --device cpu --batch-per-core 512 --seed 1 --lr 0.02 --validation-split 0.1 "
     "--early-stopping-patience 2 --reduce-lr-patience 0 --reduce-lr-factor 0.5 --epochs 20 ";
 
@@ -53,7 +53,7 @@ TEST_F(CallbacksCli, HistoryCsvHasKerasColumnsAndOneRowPerEpoch) {
 }
 
 TEST_F(CallbacksCli, AResumedRunWritesTheSameHistoryAndWeightsAsAStraightOne) {
-  CommandResult a = run_keel("train " + kRun + "--checkpoint-dir " + dir_ + "/straight");
+  CommandResult a = run_keel("train " + kCallbacksRun + "--checkpoint-dir " + dir_ + "/straight");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   const std::string history = read_file(dir_ + "/straight/history.csv");
   // The callbacks acted: the run stopped early, after the rate was lowered.
@@ -65,7 +65,7 @@ TEST_F(CallbacksCli, AResumedRunWritesTheSameHistoryAndWeightsAsAStraightOne) {
   for (const auto& [name, stops] : std::vector<std::pair<std::string, std::vector<int>>>{
            {"boundary", {420, 315}}, {"mid", {450, 500}}}) {
     const std::string run = dir_ + "/" + name;
-    CommandResult first = run_keel("train " + kRun + "--quiet --stop-after-steps " + std::to_string(stops[0]) +
+    CommandResult first = run_keel("train " + kCallbacksRun + "--quiet --stop-after-steps " + std::to_string(stops[0]) +
                                    " --checkpoint-dir " + run);
     ASSERT_EQ(first.exit_code, 0) << first.err;
     CommandResult second = run_keel("resume " + run + " --quiet --stop-after-steps " + std::to_string(stops[1]));

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 // 468 steps of batch 128 on one core: an epoch in a few seconds.
 const std::string kModel = "--model mlp --device cpu --batch-per-core 128 --seed 3 --quiet --keep 5 ";
-const std::string kRun = kModel + "--epochs 1 ";
+const std::string kTrustRun = kModel + "--epochs 1 ";
 
 class CheckpointTrustCli : public ::testing::Test {
  protected:
@@ -30,7 +30,7 @@ class CheckpointTrustCli : public ::testing::Test {
   // A run stopped after `steps` steps, saved every 100.
   std::string stopped_run(const std::string& name, int steps) {
     const std::string run = dir_ + "/" + name;
-    CommandResult r = run_keel("train " + kRun + "--save-every-steps 100 --stop-after-steps " + std::to_string(steps) +
+    CommandResult r = run_keel("train " + kTrustRun + "--save-every-steps 100 --stop-after-steps " + std::to_string(steps) +
                                " --checkpoint-dir " + run);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return run;
@@ -38,7 +38,7 @@ class CheckpointTrustCli : public ::testing::Test {
   // The reference: the same run, never interrupted.
   std::string straight_run() {
     const std::string run = dir_ + "/straight";
-    CommandResult r = run_keel("train " + kRun + "--save-every-steps 100 --checkpoint-dir " + run);
+    CommandResult r = run_keel("train " + kTrustRun + "--save-every-steps 100 --checkpoint-dir " + run);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return run;
   }
@@ -108,7 +108,7 @@ TEST_F(CheckpointTrustCli, OneWriterPerRunAndAKilledWriterDoesNotBlock) {
   const std::string pid = read_file(pid_file).substr(0, read_file(pid_file).find('\n'));
   ASSERT_TRUE(fs::exists(run + "/latest")) << read_file(log);
 
-  CommandResult second = run_keel("train " + kRun + "--overwrite --checkpoint-dir " + run);
+  CommandResult second = run_keel("train " + kTrustRun + "--overwrite --checkpoint-dir " + run);
   EXPECT_EQ(second.exit_code, 2);
   EXPECT_THAT(second.err, HasSubstr("in use by another keel process (pid " + pid + ")"));
   CommandResult resume = run_keel("resume " + run + " --quiet");
@@ -129,7 +129,7 @@ TEST_F(CheckpointTrustCli, OneWriterPerRunAndAKilledWriterDoesNotBlock) {
 TEST_F(CheckpointTrustCli, OverwriteMovesThePreviousRunAsideAndDeletesNothing) {
   const std::string run = stopped_run("run", 200);
   const std::string before = md5_of_dir(run);
-  CommandResult r = run_keel("train " + kRun + "--stop-after-steps 5 --overwrite --checkpoint-dir " + run);
+  CommandResult r = run_keel("train " + kTrustRun + "--stop-after-steps 5 --overwrite --checkpoint-dir " + run);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("Moved the previous run in " + run + " to " + run + "/replaced-1"));
   EXPECT_EQ(md5_of_dir(run + "/replaced-1"), before);

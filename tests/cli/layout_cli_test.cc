@@ -28,13 +28,13 @@ class LayoutCli : public ::testing::Test {
   std::string dir_;
 };
 
-const std::string kRun = "train --model mlp --dataset fashion_mnist --device v3-8 --batch-per-core 4 --epochs 1 --seed 5 --quiet ";
+const std::string kLayoutRun = "train --model mlp --dataset fashion_mnist --device v3-8 --batch-per-core 4 --epochs 1 --seed 5 --quiet ";
 const std::string kColumns = "--layout 'dense.*kernel=None,model' --layout 'dense.*bias=model' ";
 
 TEST_F(LayoutCli, ColumnParallelTrainsToTheSameBitsAndResumesUnderAnyLayout) {
-  const CommandResult plain = run_keel(kRun + "--stop-after-steps 12 --checkpoint-dir " + dir_ + "/plain");
+  const CommandResult plain = run_keel(kLayoutRun + "--stop-after-steps 12 --checkpoint-dir " + dir_ + "/plain");
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  const CommandResult columns = run_keel(kRun + kColumns + "--stop-after-steps 12 --checkpoint-dir " + dir_ + "/columns");
+  const CommandResult columns = run_keel(kLayoutRun + kColumns + "--stop-after-steps 12 --checkpoint-dir " + dir_ + "/columns");
   ASSERT_EQ(columns.exit_code, 0) << columns.err;
   expect_bit_identical(dir_ + "/plain/ckpt-12.h5", dir_ + "/columns/ckpt-12.h5");
   const nlohmann::json state =
@@ -43,7 +43,7 @@ TEST_F(LayoutCli, ColumnParallelTrainsToTheSameBitsAndResumesUnderAnyLayout) {
   EXPECT_EQ(state["memory"]["layout"], state["config"]["layout"]);
   // 4 steps laid out, 4 replicated, 4 with the kernels alone laid out: 12 replicated steps.
   const std::string split = dir_ + "/split";
-  ASSERT_EQ(run_keel(kRun + kColumns + "--stop-after-steps 4 --checkpoint-dir " + split).exit_code, 0);
+  ASSERT_EQ(run_keel(kLayoutRun + kColumns + "--stop-after-steps 4 --checkpoint-dir " + split).exit_code, 0);
   const CommandResult second = run_keel("resume " + split + " --stop-after-steps 4 --layout none --quiet");
   ASSERT_EQ(second.exit_code, 0) << second.err;
   const CommandResult third = run_keel("resume " + split + " --stop-after-steps 4 --layout 'kernel=None,model' --quiet");
@@ -63,14 +63,14 @@ TEST_F(LayoutCli, HostilePatternsEndQuickly) {
   const CommandResult r = run_keel("memory --model mlp --device v3-8 --layout '(.*)*(.*)*(.*)*(.*)*(.*)*!=None,model'");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_THAT(r.err, HasSubstr("matches no variable"));
-  ASSERT_EQ(run_keel(kRun + "--stop-after-steps 1 --checkpoint-dir " + dir_ + "/run").exit_code, 0);
+  ASSERT_EQ(run_keel(kLayoutRun + "--stop-after-steps 1 --checkpoint-dir " + dir_ + "/run").exit_code, 0);
   const CommandResult again = run_keel("memory " + dir_ + "/run --layout 'dense.*kernel=None,model'");
   EXPECT_EQ(again.exit_code, 2) << again.err;
 }
 
 // Mixed precision: the column-parallel layer rounds as the replicated one does.
 TEST_F(LayoutCli, MixedPrecisionTrainsToTheSameBits) {
-  const std::string mixed = kRun + "--precision mixed_bfloat16 --stop-after-steps 8 ";
+  const std::string mixed = kLayoutRun + "--precision mixed_bfloat16 --stop-after-steps 8 ";
   ASSERT_EQ(run_keel(mixed + "--checkpoint-dir " + dir_ + "/plain").exit_code, 0);
   const CommandResult columns = run_keel(mixed + kColumns + "--checkpoint-dir " + dir_ + "/columns");
   ASSERT_EQ(columns.exit_code, 0) << columns.err;

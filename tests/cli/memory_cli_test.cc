@@ -71,7 +71,7 @@ TEST(MemoryCli, PlanSaysDoesNotFitWhenPeakExceedsBudget) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["fits"], false);
 }
 
-TEST(TrainCli, ExhaustedBudgetExitsThreeWithReportAndLeavesCheckpointUntouched) {
+TEST(MemoryCli, ExhaustedBudgetExitsThreeWithReportAndLeavesCheckpointUntouched) {
   const std::string dir = make_temp_dir("keel-oom");
   // A previous run's checkpoint in the directory.
   CommandResult first = run_keel("train --model mlp --device cpu --batch-per-core 64 --epochs 1 --stop-after-steps 3 --quiet "

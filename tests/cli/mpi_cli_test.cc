@@ -69,14 +69,14 @@ class MpiCli : public ::testing::Test {
   std::string dir_;
 };
 
-const std::string kMlp = "train --model mlp --dataset fashion_mnist --device v3-32 --batch-per-core 4 --epochs 1 --seed 5 --quiet ";
-const std::string kMlpLoud = "train --model mlp --dataset fashion_mnist --device v3-32 --batch-per-core 4 --epochs 1 --seed 5 ";
+const std::string kMpiMlp = "train --model mlp --dataset fashion_mnist --device v3-32 --batch-per-core 4 --epochs 1 --seed 5 --quiet ";
+const std::string kMpiMlpLoud = "train --model mlp --dataset fashion_mnist --device v3-32 --batch-per-core 4 --epochs 1 --seed 5 ";
 
 TEST_F(MpiCli, MlpOnTwoAndFourProcessesEqualsOneProcess) {
-  ASSERT_EQ(run_keel(kMlp + "--stop-after-steps 100 --checkpoint-dir " + dir_ + "/one").exit_code, 0);
+  ASSERT_EQ(run_keel(kMpiMlp + "--stop-after-steps 100 --checkpoint-dir " + dir_ + "/one").exit_code, 0);
   for (int p : {2, 4}) {
     const std::string run = dir_ + "/np" + std::to_string(p);
-    const CommandResult r = mpirun_keel(p, kMlpLoud + "--stop-after-steps 100 --checkpoint-dir " + run);
+    const CommandResult r = mpirun_keel(p, kMpiMlpLoud + "--stop-after-steps 100 --checkpoint-dir " + run);
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     expect_same_run(dir_ + "/one/ckpt-100.h5", run + "/ckpt-100.h5");
     // Rank 0 alone prints: the run's lines once, then what crossed processes per step.
@@ -95,8 +95,8 @@ TEST_F(MpiCli, MlpOnTwoAndFourProcessesEqualsOneProcess) {
 // Between machines (here: shared memory turned off) every process updates whole variables and the
 // all-reduce goes through MPI's collectives: the same bits, and again the all-reduce's minimum.
 TEST_F(MpiCli, WithoutSharedMemoryTheBitsAndTheBytesAreTheSame) {
-  ASSERT_EQ(run_keel(kMlp + "--stop-after-steps 30 --checkpoint-dir " + dir_ + "/one").exit_code, 0);
-  const CommandResult r = run_command(mpirun(2, "-x KEEL_MPI_SHARED_MEMORY=0 ") + kMlpLoud +
+  ASSERT_EQ(run_keel(kMpiMlp + "--stop-after-steps 30 --checkpoint-dir " + dir_ + "/one").exit_code, 0);
+  const CommandResult r = run_command(mpirun(2, "-x KEEL_MPI_SHARED_MEMORY=0 ") + kMpiMlpLoud +
                                       "--stop-after-steps 30 --checkpoint-dir " + dir_ + "/two");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   expect_same_run(dir_ + "/one/ckpt-30.h5", dir_ + "/two/ckpt-30.h5");
@@ -142,7 +142,7 @@ TEST_F(MpiCli, FileInputDecodedPerProcessTrainsAsOneProcessAndResumesUnderAnothe
 TEST_F(MpiCli, ResumesUnderAnyProcessCountBitIdentical) {
   for (const std::string shard : {"none", "optimizer", "gradients", "full"}) {
     const std::string d = dir_ + "/" + shard;
-    const std::string train = kMlp + "--shard " + shard + " ";
+    const std::string train = kMpiMlp + "--shard " + shard + " ";
     ASSERT_EQ(run_keel(train + "--stop-after-steps 12 --checkpoint-dir " + d + "/straight").exit_code, 0);
     CommandResult r = mpirun_keel(2, train + "--stop-after-steps 4 --checkpoint-dir " + d + "/split");
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -186,7 +186,7 @@ CommandResult kill_a_rank(const std::string& run_args, const std::string& run, c
 TEST_F(MpiCli, AKilledRankEndsEveryRankAndTheRunResumesExactly) {
   // Two epochs (936 steps of a millisecond or less): the kill, within a tenth of a second of the
   // first checkpoint, lands mid-run however fast the steps go.
-  const std::string two_epochs = std::regex_replace(kMlp, std::regex("--epochs 1"), "--epochs 2");
+  const std::string two_epochs = std::regex_replace(kMpiMlp, std::regex("--epochs 1"), "--epochs 2");
   const std::string args = two_epochs + "--save-every-steps 10";
   ASSERT_EQ(run_keel(two_epochs + "--checkpoint-dir " + dir_ + "/straight").exit_code, 0);
   const CommandResult r = kill_a_rank(args, dir_ + "/killed", "rank");
@@ -211,7 +211,7 @@ TEST_F(MpiCli, AKilledRankEndsEveryRankAndTheRunResumesExactly) {
 // cores) missed it.
 TEST_F(MpiCli, PreemptedBySigtermSavesAgreedStepAndResumesExactly) {
   // Thirty epochs (14,040 steps): the SIGTERM, 6 s after the first checkpoint, lands mid-run.
-  const std::string epochs = std::regex_replace(kMlp, std::regex("--epochs 1"), "--epochs 30");
+  const std::string epochs = std::regex_replace(kMpiMlp, std::regex("--epochs 1"), "--epochs 30");
   const CommandResult r = kill_a_rank(epochs + "--save-every-steps 10", dir_ + "/preempted", "mpirun",
                                       "--mca odls_base_sigkill_timeout 6 ");
   const std::string out = read_file(dir_ + "/preempted.out");
@@ -226,7 +226,7 @@ TEST_F(MpiCli, PreemptedBySigtermSavesAgreedStepAndResumesExactly) {
 }
 
 TEST_F(MpiCli, ProcessCountsThatDoNotSplitTheSliceExitTwo) {
-  const CommandResult three = mpirun_keel(3, kMlp + "--stop-after-steps 1 --checkpoint-dir " + dir_ + "/three");
+  const CommandResult three = mpirun_keel(3, kMpiMlp + "--stop-after-steps 1 --checkpoint-dir " + dir_ + "/three");
   EXPECT_EQ(three.exit_code, 2) << three.err;
   EXPECT_THAT(three.err, HasSubstr("3 processes do not divide v3-32's 4 hosts (process counts that work: 1, 2, 4)"));
   const CommandResult odd = mpirun_keel(2, "train --model mlp --hosts 2 --cores 12 --hbm-per-core 1GiB --batch-per-core 2 "

@@ -28,21 +28,21 @@ class PrecisionCli : public ::testing::Test {
 };
 
 const std::string kBase = "train --model mlp --dataset fashion_mnist --device v3-8 --batch-per-core 4 --epochs 1 --seed 5 --quiet ";
-const std::string kRun = kBase + "--precision mixed_bfloat16 ";
+const std::string kPrecisionRun = kBase + "--precision mixed_bfloat16 ";
 
-nlohmann::json train_state(const std::string& file) {
+nlohmann::json precision_train_state(const std::string& file) {
   return nlohmann::json::parse(H5File::open_read(file).read_string("keel/train_state"));
 }
 
 TEST_F(PrecisionCli, AMixedRunRecordsItsPolicyAndResumesBitIdentically) {
-  const CommandResult straight = run_keel(kRun + "--stop-after-steps 16 --checkpoint-dir " + dir_ + "/straight");
+  const CommandResult straight = run_keel(kPrecisionRun + "--stop-after-steps 16 --checkpoint-dir " + dir_ + "/straight");
   ASSERT_EQ(straight.exit_code, 0) << straight.err;
-  const CommandResult first = run_keel(kRun + "--stop-after-steps 7 --checkpoint-dir " + dir_ + "/resumed");
+  const CommandResult first = run_keel(kPrecisionRun + "--stop-after-steps 7 --checkpoint-dir " + dir_ + "/resumed");
   ASSERT_EQ(first.exit_code, 0) << first.err;
   const CommandResult rest = run_keel("resume " + dir_ + "/resumed --stop-after-steps 9 --quiet");
   ASSERT_EQ(rest.exit_code, 0) << rest.err;
   expect_bit_identical(dir_ + "/straight/ckpt-16.h5", dir_ + "/resumed/ckpt-16.h5");
-  const nlohmann::json state = train_state(dir_ + "/resumed/ckpt-16.h5");
+  const nlohmann::json state = precision_train_state(dir_ + "/resumed/ckpt-16.h5");
   EXPECT_EQ(state["config"]["precision"], "mixed_bfloat16");
   EXPECT_EQ(state["memory"]["precision"], "mixed_bfloat16");
   // The layers' configs say so too (Keras's "dtype"), and the variables stay float32.

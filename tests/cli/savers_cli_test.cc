@@ -28,14 +28,14 @@ class SaversCli : public ::testing::Test {
   std::string dir_;
 };
 
-const std::string kRun = "train --model mlp --dataset fashion_mnist --device v3-8 --batch-per-core 4 --epochs 1 --seed 5 --quiet ";
+const std::string kSaversRun = "train --model mlp --dataset fashion_mnist --device v3-8 --batch-per-core 4 --epochs 1 --seed 5 --quiet ";
 
 TEST_F(SaversCli, EveryModeTrainsToTheSameBits) {
   for (const std::string mode : {"none", "optimizer", "gradients", "full"}) {
-    const CommandResult r = run_keel(kRun + "--stop-after-steps 12 --shard " + mode + " --checkpoint-dir " + dir_ + "/" + mode);
+    const CommandResult r = run_keel(kSaversRun + "--stop-after-steps 12 --shard " + mode + " --checkpoint-dir " + dir_ + "/" + mode);
     ASSERT_EQ(r.exit_code, 0) << mode << ": " << r.err;
   }
-  const CommandResult remat = run_keel(kRun + "--stop-after-steps 12 --remat segments --shard gradients --checkpoint-dir " +
+  const CommandResult remat = run_keel(kSaversRun + "--stop-after-steps 12 --remat segments --shard gradients --checkpoint-dir " +
                                        dir_ + "/remat");
   ASSERT_EQ(remat.exit_code, 0) << remat.err;
   expect_bit_identical(dir_ + "/none/ckpt-12.h5", dir_ + "/optimizer/ckpt-12.h5");
@@ -43,7 +43,7 @@ TEST_F(SaversCli, EveryModeTrainsToTheSameBits) {
   expect_bit_identical(dir_ + "/none/ckpt-12.h5", dir_ + "/full/ckpt-12.h5");
   expect_bit_identical(dir_ + "/none/ckpt-12.h5", dir_ + "/remat/ckpt-12.h5");
   // Keras's per-layer modes too (the MLP's first Dense is "dense"; the head never is rematerialised).
-  const CommandResult layers = run_keel(kRun + "--stop-after-steps 12 --remat layers:dense --checkpoint-dir " + dir_ + "/layers");
+  const CommandResult layers = run_keel(kSaversRun + "--stop-after-steps 12 --remat layers:dense --checkpoint-dir " + dir_ + "/layers");
   ASSERT_EQ(layers.exit_code, 0) << layers.err;
   expect_bit_identical(dir_ + "/none/ckpt-12.h5", dir_ + "/layers/ckpt-12.h5");
   EXPECT_EQ(nlohmann::json::parse(H5File::open_read(dir_ + "/layers/ckpt-12.h5").read_string("keel/train_state"))["config"]["remat"],
@@ -66,10 +66,10 @@ TEST_F(SaversCli, EveryModeTrainsToTheSameBits) {
 // Checkpoints hold whole variables, so a run started under one sharding continues under another:
 // 4 steps with ZeRO-2, 4 with none, 4 with ZeRO-1 equal 12 replicated steps.
 TEST_F(SaversCli, ResumesUnderAnotherShardingBitIdentical) {
-  const CommandResult straight = run_keel(kRun + "--stop-after-steps 12 --checkpoint-dir " + dir_ + "/straight");
+  const CommandResult straight = run_keel(kSaversRun + "--stop-after-steps 12 --checkpoint-dir " + dir_ + "/straight");
   ASSERT_EQ(straight.exit_code, 0) << straight.err;
   const std::string split = dir_ + "/split";
-  const CommandResult first = run_keel(kRun + "--stop-after-steps 4 --shard gradients --checkpoint-dir " + split);
+  const CommandResult first = run_keel(kSaversRun + "--stop-after-steps 4 --shard gradients --checkpoint-dir " + split);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   const CommandResult second = run_keel("resume " + split + " --stop-after-steps 4 --shard none --quiet");
   ASSERT_EQ(second.exit_code, 0) << second.err;

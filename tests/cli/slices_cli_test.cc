@@ -19,7 +19,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-nlohmann::json memory_json(const std::string& args) {
+nlohmann::json slices_memory_json(const std::string& args) {
   const CommandResult r = run_keel("memory " + args + " --json");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return nlohmann::json::parse(r.out);
@@ -51,7 +51,7 @@ void expect_hosts_sum_their_cores(const nlohmann::json& j, int hosts, int cores_
 }
 
 TEST(SlicesCli, MemoryJsonOnV3_32IsPerCoreAndPerHost) {
-  const nlohmann::json j = memory_json("--model mlp --device v3-32 --batch-per-core 16");
+  const nlohmann::json j = slices_memory_json("--model mlp --device v3-32 --batch-per-core 16");
   // The contract fields, as on v3-8.
   EXPECT_EQ(j["device"], "v3-32");
   EXPECT_EQ(j["cores"], 32);
@@ -60,7 +60,7 @@ TEST(SlicesCli, MemoryJsonOnV3_32IsPerCoreAndPerHost) {
   EXPECT_EQ(j["fits"], true);
   EXPECT_TRUE(j["max_batch_per_core"].is_null());
   expect_hosts_sum_their_cores(j, 4, 8);
-  const nlohmann::json v3_8 = memory_json("--model mlp --device v3-8 --batch-per-core 16");
+  const nlohmann::json v3_8 = slices_memory_json("--model mlp --device v3-8 --batch-per-core 16");
   EXPECT_EQ(v3_8["hosts"], 1);
   EXPECT_EQ(v3_8["per_host"].size(), 1u);
   // A core holds what it holds on one host: the same parameters, optimizer state and inputs.
@@ -71,11 +71,11 @@ TEST(SlicesCli, MemoryJsonOnV3_32IsPerCoreAndPerHost) {
 }
 
 TEST(SlicesCli, MemoryJsonOnV4_32AndACustomSlice) {
-  const nlohmann::json v4 = memory_json("--model mlp --device v4-32 --batch-per-core 8");
+  const nlohmann::json v4 = slices_memory_json("--model mlp --device v4-32 --batch-per-core 8");
   EXPECT_EQ(v4["cores"], 16);
   EXPECT_EQ(v4["hbm_bytes_per_core"], int64_t{32} << 30);
   expect_hosts_sum_their_cores(v4, 4, 4);
-  expect_hosts_sum_their_cores(memory_json("--model mlp --hosts 3 --cores 6 --hbm-per-core 64MiB --batch-per-core 4"), 3, 2);
+  expect_hosts_sum_their_cores(slices_memory_json("--model mlp --hosts 3 --cores 6 --hbm-per-core 64MiB --batch-per-core 4"), 3, 2);
 }
 
 TEST(SlicesCli, MemoryTextShowsEachHost) {
@@ -83,7 +83,7 @@ TEST(SlicesCli, MemoryTextShowsEachHost) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("(32 cores x 16.00 GiB, 4 hosts x 8)"));
   EXPECT_THAT(r.out, HasSubstr("Per host (4 hosts x 8 cores; sums of its cores):"));
-  const nlohmann::json j = memory_json("--model mlp --device v3-32 --batch-per-core 16");
+  const nlohmann::json j = slices_memory_json("--model mlp --device v3-32 --batch-per-core 16");
   for (int h = 0; h < 4; ++h) {
     const std::string cores = std::to_string(8 * h) + "-" + std::to_string(8 * h + 7);
     EXPECT_THAT(r.out, ::testing::ContainsRegex("\n" + std::to_string(h) + " +" + cores + " +" +

@@ -26,7 +26,7 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 
 // n rows: features (n, 3) with row i = [i, i + 0.25, i + 0.5], labels (n,) with label i = i.
-Dataset numbers(int64_t n) {
+Dataset triples(int64_t n) {
   std::vector<float> x;
   std::vector<float> y;
   for (int64_t i = 0; i < n; ++i) {
@@ -83,14 +83,14 @@ TEST(DatasetTest, FromTensorSlicesRejectsBadComponents) {
 }
 
 TEST(DatasetTest, Map) {
-  const std::vector<Element> out = all(numbers(5).map(times_ten));
+  const std::vector<Element> out = all(triples(5).map(times_ten));
   ASSERT_EQ(out.size(), 5u);
   EXPECT_EQ(out[3][0].to_vector(), (std::vector<float>{30.0f, 32.5f, 35.0f}));
   EXPECT_EQ(values(out), iota(5));
 }
 
 TEST(DatasetTest, BatchKeepsOrDropsTheRemainder) {
-  const std::vector<Element> kept = all(numbers(10).batch(4));
+  const std::vector<Element> kept = all(triples(10).batch(4));
   ASSERT_EQ(kept.size(), 3u);
   EXPECT_EQ(kept[0][0].shape(), (Shape{4, 3}));
   EXPECT_EQ(kept[0][1].shape(), (Shape{4}));
@@ -98,15 +98,15 @@ TEST(DatasetTest, BatchKeepsOrDropsTheRemainder) {
   EXPECT_EQ(values(kept), iota(10));
   EXPECT_EQ(kept[2][0].to_vector(), (std::vector<float>{8, 8.25f, 8.5f, 9, 9.25f, 9.5f}));
 
-  const std::vector<Element> dropped = all(numbers(10).batch(4, /*drop_remainder=*/true));
+  const std::vector<Element> dropped = all(triples(10).batch(4, /*drop_remainder=*/true));
   ASSERT_EQ(dropped.size(), 2u);
   EXPECT_EQ(values(dropped), iota(8));
-  EXPECT_EQ(numbers(10).batch(4).cardinality(), 3);
-  EXPECT_EQ(numbers(10).batch(4, true).cardinality(), 2);
+  EXPECT_EQ(triples(10).batch(4).cardinality(), 3);
+  EXPECT_EQ(triples(10).batch(4, true).cardinality(), 2);
 }
 
 TEST(DatasetTest, BatchOfShuffledRowsCopiesEachRow) {
-  const Dataset ds = numbers(50).shuffle(50, 3);
+  const Dataset ds = triples(50).shuffle(50, 3);
   const std::vector<float> order = values(all(ds));
   const std::vector<Element> batches = all(ds.batch(16));
   EXPECT_EQ(values(batches), order);
@@ -124,7 +124,7 @@ TEST(DatasetTest, RowsGoStraightIntoBatchesAsTheirElementsWould) {
                                 rows.skip(7).shuffle(100, 2).take(60).batch(7),
                                 rows.take(90).shuffle(16, 9, /*reshuffle_each_iteration=*/false).skip(3).batch(16)};
   };
-  const std::vector<Dataset> fast = pipelines(numbers(100)), slow = pipelines(numbers(100).map(identity));
+  const std::vector<Dataset> fast = pipelines(triples(100)), slow = pipelines(triples(100).map(identity));
   for (size_t p = 0; p < fast.size(); ++p) {
     for (uint64_t iteration : {0, 3}) {
       SCOPED_TRACE(fast[p].describe() + ", iteration " + std::to_string(iteration));
@@ -136,7 +136,7 @@ TEST(DatasetTest, RowsGoStraightIntoBatchesAsTheirElementsWould) {
 }
 
 TEST(DatasetTest, BatchNeedsEqualShapes) {
-  const Dataset ragged = numbers(4).map([](const Element& e) {
+  const Dataset ragged = triples(4).map([](const Element& e) {
     const int64_t n = static_cast<int64_t>(e[1].item()) + 1;
     return Element{Tensor::zeros({n}), e[1]};
   });
@@ -150,28 +150,28 @@ TEST(DatasetTest, BatchNeedsEqualShapes) {
 }
 
 TEST(DatasetTest, RepeatAndTake) {
-  EXPECT_EQ(values(all(numbers(3).repeat(2))), (std::vector<float>{0, 1, 2, 0, 1, 2}));
-  EXPECT_EQ(values(all(numbers(3).repeat().take(7))), (std::vector<float>{0, 1, 2, 0, 1, 2, 0}));
-  EXPECT_EQ(values(all(numbers(5).take(2))), (std::vector<float>{0, 1}));
-  EXPECT_EQ(values(all(numbers(5).take(-1))), iota(5));
-  EXPECT_TRUE(all(numbers(5).take(0)).empty());
-  EXPECT_TRUE(all(numbers(5).repeat(0)).empty());
+  EXPECT_EQ(values(all(triples(3).repeat(2))), (std::vector<float>{0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(values(all(triples(3).repeat().take(7))), (std::vector<float>{0, 1, 2, 0, 1, 2, 0}));
+  EXPECT_EQ(values(all(triples(5).take(2))), (std::vector<float>{0, 1}));
+  EXPECT_EQ(values(all(triples(5).take(-1))), iota(5));
+  EXPECT_TRUE(all(triples(5).take(0)).empty());
+  EXPECT_TRUE(all(triples(5).repeat(0)).empty());
   // Repeating an empty dataset forever ends instead of spinning.
-  EXPECT_TRUE(all(numbers(5).take(0).repeat()).empty());
-  EXPECT_THROW(numbers(5).repeat(-2), std::invalid_argument);
-  EXPECT_THROW(numbers(5).take(-3), std::invalid_argument);
+  EXPECT_TRUE(all(triples(5).take(0).repeat()).empty());
+  EXPECT_THROW(triples(5).repeat(-2), std::invalid_argument);
+  EXPECT_THROW(triples(5).take(-3), std::invalid_argument);
 }
 
 TEST(DatasetTest, Cardinality) {
-  EXPECT_EQ(numbers(10).cardinality(), 10);
-  EXPECT_EQ(numbers(10).map(times_ten).shuffle(4, 1).prefetch(2).cardinality(), 10);
-  EXPECT_EQ(numbers(10).repeat(3).cardinality(), 30);
-  EXPECT_EQ(numbers(10).repeat().cardinality(), kInfiniteCardinality);
-  EXPECT_EQ(numbers(10).repeat().batch(4).cardinality(), kInfiniteCardinality);
-  EXPECT_EQ(numbers(10).repeat().take(25).cardinality(), 25);
-  EXPECT_EQ(numbers(10).take(25).cardinality(), 10);
-  EXPECT_EQ(numbers(10).take(0).repeat().cardinality(), 0);
-  EXPECT_EQ(numbers(10).repeat(0).cardinality(), 0);
+  EXPECT_EQ(triples(10).cardinality(), 10);
+  EXPECT_EQ(triples(10).map(times_ten).shuffle(4, 1).prefetch(2).cardinality(), 10);
+  EXPECT_EQ(triples(10).repeat(3).cardinality(), 30);
+  EXPECT_EQ(triples(10).repeat().cardinality(), kInfiniteCardinality);
+  EXPECT_EQ(triples(10).repeat().batch(4).cardinality(), kInfiniteCardinality);
+  EXPECT_EQ(triples(10).repeat().take(25).cardinality(), 25);
+  EXPECT_EQ(triples(10).take(25).cardinality(), 10);
+  EXPECT_EQ(triples(10).take(0).repeat().cardinality(), 0);
+  EXPECT_EQ(triples(10).repeat(0).cardinality(), 0);
   EXPECT_EQ(kInfiniteCardinality, -1);
   EXPECT_EQ(kUnknownCardinality, -2);
 }
@@ -180,7 +180,7 @@ TEST(DatasetTest, Cardinality) {
 
 TEST(DatasetTest, ShuffleIsADeterministicPermutation) {
   for (int64_t buffer : {1, 7, 100, 1000}) {
-    const Dataset ds = numbers(100).shuffle(buffer, 42);
+    const Dataset ds = triples(100).shuffle(buffer, 42);
     const std::vector<float> order = values(all(ds));
     std::vector<float> sorted = order;
     std::sort(sorted.begin(), sorted.end());
@@ -197,22 +197,22 @@ TEST(DatasetTest, ShuffleIsADeterministicPermutation) {
       EXPECT_GE(static_cast<int64_t>(pos), static_cast<int64_t>(order[pos]) - buffer + 1);
     }
   }
-  EXPECT_NE(values(all(numbers(100).shuffle(100, 1))), values(all(numbers(100).shuffle(100, 2))));
+  EXPECT_NE(values(all(triples(100).shuffle(100, 1))), values(all(triples(100).shuffle(100, 2))));
 }
 
 TEST(DatasetTest, ShuffleOrderIsPinned) {
   // Pins the RNG (SplitMix64 + Lemire) and the buffer algorithm: a change here changes every
   // training run's data order, and must be deliberate. The expected order was cross-checked with an
   // independent Python transcription of the algorithm.
-  EXPECT_EQ(values(all(numbers(10).shuffle(10, 42))), (std::vector<float>{1, 3, 9, 8, 7, 4, 0, 2, 5, 6}));
+  EXPECT_EQ(values(all(triples(10).shuffle(10, 42))), (std::vector<float>{1, 3, 9, 8, 7, 4, 0, 2, 5, 6}));
 }
 
 TEST(DatasetTest, ReshuffleEachIteration) {
-  const Dataset re = numbers(50).shuffle(50, 9);
+  const Dataset re = triples(50).shuffle(50, 9);
   EXPECT_NE(values(all(re, 0)), values(all(re, 1)));
   EXPECT_NE(values(all(re, 1)), values(all(re, 2)));
   EXPECT_EQ(values(all(re, 1)), values(all(re, 1)));
-  const Dataset fixed = numbers(50).shuffle(50, 9, /*reshuffle_each_iteration=*/false);
+  const Dataset fixed = triples(50).shuffle(50, 9, /*reshuffle_each_iteration=*/false);
   EXPECT_EQ(values(all(fixed, 0)), values(all(fixed, 1)));
   EXPECT_EQ(values(all(fixed, 0)), values(all(fixed, 7)));
   EXPECT_NE(values(all(fixed, 0)), iota(50));
@@ -220,7 +220,7 @@ TEST(DatasetTest, ReshuffleEachIteration) {
 
 TEST(DatasetTest, ShuffleIsUniform) {
   // Over 3000 iterations, each of 5 elements comes first about 600 times.
-  const Dataset ds = numbers(5).shuffle(5, 11);
+  const Dataset ds = triples(5).shuffle(5, 11);
   std::map<float, int> first;
   for (uint64_t k = 0; k < 3000; ++k) ++first[ds.make_iterator(k).next()->at(1).item()];
   ASSERT_EQ(first.size(), 5u);
@@ -231,7 +231,7 @@ TEST(DatasetTest, ShuffleIsUniform) {
 }
 
 TEST(DatasetTest, RepeatGivesEachRepetitionItsOwnSubIteration) {
-  const Dataset shuffled = numbers(20).shuffle(20, 5);
+  const Dataset shuffled = triples(20).shuffle(20, 5);
   // Iteration 1 of repeat(2) runs the input as sub-iterations 2 and 3.
   std::vector<float> expected = values(all(shuffled, 2));
   const std::vector<float> third = values(all(shuffled, 3));
@@ -251,7 +251,7 @@ TEST(DatasetTest, RepeatGivesEachRepetitionItsOwnSubIteration) {
 // ---- prefetch ---------------------------------------------------------------------------------------
 
 TEST(DatasetTest, PrefetchKeepsTheSequence) {
-  const Dataset ds = numbers(200).shuffle(32, 4).map(times_ten).batch(7);
+  const Dataset ds = triples(200).shuffle(32, 4).map(times_ten).batch(7);
   const std::vector<Element> plain = all(ds, 3);
   for (int64_t buffer : {AUTOTUNE, int64_t{1}, int64_t{5}}) {
     const std::vector<Element> prefetched = all(ds.prefetch(buffer), 3);
@@ -265,7 +265,7 @@ TEST(DatasetTest, PrefetchRunsAheadOnAnotherThreadWithinItsBuffer) {
   std::atomic<int> calls{0};
   std::atomic<bool> other_thread{false};
   const std::thread::id consumer = std::this_thread::get_id();
-  const Dataset ds = numbers(100)
+  const Dataset ds = triples(100)
                          .map([&](const Element& e) {
                            ++calls;
                            if (std::this_thread::get_id() != consumer) other_thread = true;
@@ -284,7 +284,7 @@ TEST(DatasetTest, PrefetchRunsAheadOnAnotherThreadWithinItsBuffer) {
 }
 
 TEST(DatasetTest, PrefetchRethrowsUpstreamErrors) {
-  const Dataset ds = numbers(10)
+  const Dataset ds = triples(10)
                          .map([](const Element& e) {
                            if (e[1].item() == 5.0f) throw std::runtime_error("bad element 5");
                            return e;
@@ -302,7 +302,7 @@ TEST(DatasetTest, PrefetchRethrowsUpstreamErrors) {
 }
 
 TEST(DatasetTest, DestroyingAPrefetchingIteratorStopsItsThread) {
-  const Dataset endless = numbers(10).repeat().map(times_ten).prefetch(4).batch(3).prefetch(2);
+  const Dataset endless = triples(10).repeat().map(times_ten).prefetch(4).batch(3).prefetch(2);
   for (int round = 0; round < 20; ++round) {
     Iterator it = endless.make_iterator(static_cast<uint64_t>(round));
     for (int i = 0; i < round; ++i) ASSERT_TRUE(it.next());
@@ -375,40 +375,40 @@ void expect_exact_resume(const Dataset& ds, uint64_t iteration, const std::vecto
 }
 
 TEST(DatasetResumeTest, ShuffleMapBatchPrefetch) {
-  const Dataset ds = numbers(100).shuffle(64, 17).map(times_ten).batch(8, true).prefetch(2);
+  const Dataset ds = triples(100).shuffle(64, 17).map(times_ten).batch(8, true).prefetch(2);
   ASSERT_EQ(ds.cardinality(), 12);
   for (uint64_t iteration : {0, 3}) expect_exact_resume(ds, iteration, {0, 1, 5, 11, 12});
 }
 
 TEST(DatasetResumeTest, WithRepeat) {
-  const Dataset ds = numbers(20).shuffle(8, 2).repeat(3).map(times_ten).batch(7).prefetch(2);
+  const Dataset ds = triples(20).shuffle(8, 2).repeat(3).map(times_ten).batch(7).prefetch(2);
   ASSERT_EQ(ds.cardinality(), 9);
   for (uint64_t iteration : {0, 1}) expect_exact_resume(ds, iteration, {0, 1, 3, 4, 8, 9});
 }
 
 TEST(DatasetResumeTest, WithTake) {
-  const Dataset ds = numbers(50).shuffle(16, 8).take(30).batch(4).prefetch(AUTOTUNE);
+  const Dataset ds = triples(50).shuffle(16, 8).take(30).batch(4).prefetch(AUTOTUNE);
   for (uint64_t iteration : {0, 5}) expect_exact_resume(ds, iteration, {0, 1, 4, 7, 8});
 }
 
 TEST(DatasetResumeTest, RowsSkippedShuffledAndBatched) {
-  const Dataset ds = numbers(60).skip(5).shuffle(20, 4).batch(6, true).prefetch(2);
+  const Dataset ds = triples(60).skip(5).shuffle(20, 4).batch(6, true).prefetch(2);
   for (uint64_t iteration : {0, 2}) expect_exact_resume(ds, iteration, {0, 1, 4, 8, 9});
 }
 
 TEST(DatasetResumeTest, ShuffleOfRepeatForeverThenTake) {
-  const Dataset ds = numbers(10).repeat().shuffle(6, 3).map(times_ten).take(35).prefetch(3).batch(3);
+  const Dataset ds = triples(10).repeat().shuffle(6, 3).map(times_ten).take(35).prefetch(3).batch(3);
   ASSERT_EQ(ds.cardinality(), 12);
   for (uint64_t iteration : {0, 2}) expect_exact_resume(ds, iteration, {0, 1, 6, 11, 12});
 }
 
 TEST(DatasetResumeTest, PrefetchInsideShuffleInsideRepeat) {
-  const Dataset ds = numbers(30).map(times_ten).prefetch(2).shuffle(10, 6).repeat(2).batch(4).prefetch(1);
+  const Dataset ds = triples(30).map(times_ten).prefetch(2).shuffle(10, 6).repeat(2).batch(4).prefetch(1);
   for (uint64_t iteration : {0, 1}) expect_exact_resume(ds, iteration, {0, 1, 7, 14, 15});
 }
 
 TEST(DatasetResumeTest, SavedAtTheEndStaysAtTheEnd) {
-  const Dataset ds = numbers(9).shuffle(4, 1).batch(2).prefetch(2);
+  const Dataset ds = triples(9).shuffle(4, 1).batch(2).prefetch(2);
   Iterator a = ds.make_iterator();
   drain(a);
   EXPECT_FALSE(a.next());
@@ -419,7 +419,7 @@ TEST(DatasetResumeTest, SavedAtTheEndStaysAtTheEnd) {
 }
 
 TEST(DatasetResumeTest, StateLayout) {
-  const Dataset ds = numbers(10).shuffle(4, 1).batch(2).prefetch(2);
+  const Dataset ds = triples(10).shuffle(4, 1).batch(2).prefetch(2);
   Iterator it = ds.make_iterator(7);
   it.next();
   const json state = it.save();
@@ -446,7 +446,7 @@ class MismatchTest : public ::testing::Test {
       EXPECT_THAT(e.what(), HasSubstr("iterator state does not match this dataset pipeline"));
     }
   }
-  const Dataset ds_ = numbers(40).shuffle(16, 1).map(times_ten).batch(4).prefetch(2);
+  const Dataset ds_ = triples(40).shuffle(16, 1).map(times_ten).batch(4).prefetch(2);
 };
 
 TEST_F(MismatchTest, ForeignStatesAreRejected) {
@@ -454,9 +454,9 @@ TEST_F(MismatchTest, ForeignStatesAreRejected) {
   drain(a, 3);
   const json state = a.save();
 
-  Iterator other_seed = numbers(40).shuffle(16, 99).map(times_ten).batch(4).prefetch(2).make_iterator(2);
+  Iterator other_seed = triples(40).shuffle(16, 99).map(times_ten).batch(4).prefetch(2).make_iterator(2);
   expect_mismatch(other_seed, state);
-  Iterator other_ops = numbers(40).shuffle(16, 1).batch(4).prefetch(2).make_iterator(2);
+  Iterator other_ops = triples(40).shuffle(16, 1).batch(4).prefetch(2).make_iterator(2);
   expect_mismatch(other_ops, state);
   Iterator other_iteration = ds_.make_iterator(3);
   expect_mismatch(other_iteration, state);

@@ -32,7 +32,7 @@ Bytes make_idx(const std::vector<uint32_t>& dims, const Bytes& data, uint8_t typ
   return out;
 }
 
-Bytes gzip(const Bytes& raw) {
+Bytes idx_gzip(const Bytes& raw) {
   z_stream s{};
   // 16 + MAX_WBITS: write a gzip wrapper, as gzip(1) does.
   EXPECT_EQ(deflateInit2(&s, Z_BEST_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
@@ -88,7 +88,7 @@ class IdxTest : public ::testing::Test {
 
 TEST_F(IdxTest, RoundTripGzip) {
   const Bytes data = iota_bytes(3 * 2 * 4);
-  const IdxArray a = read_idx(write("a.gz", gzip(make_idx({3, 2, 4}, data))));
+  const IdxArray a = read_idx(write("a.gz", idx_gzip(make_idx({3, 2, 4}, data))));
   EXPECT_EQ(a.dims, (std::vector<int64_t>{3, 2, 4}));
   EXPECT_EQ(a.data, data);
 }
@@ -99,20 +99,20 @@ TEST_F(IdxTest, RoundTripPlainAndLarge) {
   const IdxArray plain = read_idx(write("plain", make_idx({3000, 28, 28}, data)));
   EXPECT_EQ(plain.dims, (std::vector<int64_t>{3000, 28, 28}));
   EXPECT_EQ(plain.data, data);
-  const IdxArray gz = read_idx(write("gz", gzip(make_idx({3000, 28, 28}, data))));
+  const IdxArray gz = read_idx(write("gz", idx_gzip(make_idx({3000, 28, 28}, data))));
   EXPECT_EQ(gz.data, data);
 }
 
 TEST_F(IdxTest, EmptyArray) {
-  const IdxArray a = read_idx(write("e.gz", gzip(make_idx({0, 28}, {}))));
+  const IdxArray a = read_idx(write("e.gz", idx_gzip(make_idx({0, 28}, {}))));
   EXPECT_EQ(a.dims, (std::vector<int64_t>{0, 28}));
   EXPECT_TRUE(a.data.empty());
 }
 
 TEST_F(IdxTest, ConcatenatedGzipMembers) {
   const Bytes raw = make_idx({10}, iota_bytes(10));
-  Bytes gz = gzip(Bytes(raw.begin(), raw.begin() + 7));
-  const Bytes second = gzip(Bytes(raw.begin() + 7, raw.end()));
+  Bytes gz = idx_gzip(Bytes(raw.begin(), raw.begin() + 7));
+  const Bytes second = idx_gzip(Bytes(raw.begin() + 7, raw.end()));
   gz.insert(gz.end(), second.begin(), second.end());
   EXPECT_EQ(read_idx(write("two.gz", gz)).data, iota_bytes(10));
 }
@@ -138,14 +138,14 @@ TEST_F(IdxTest, DirectoryIsNotAFile) {
 }
 
 TEST_F(IdxTest, TruncatedGzip) {
-  const Bytes gz = gzip(make_idx({100, 10}, iota_bytes(1000)));
+  const Bytes gz = idx_gzip(make_idx({100, 10}, iota_bytes(1000)));
   EXPECT_THAT(error_for(Bytes(gz.begin(), gz.begin() + gz.size() / 2)), HasSubstr("truncated gzip"));
   // Only the CRC/length trailer missing: every data byte decompresses, the stream is still incomplete.
   EXPECT_THAT(error_for(Bytes(gz.begin(), gz.end() - 8)), HasSubstr("truncated gzip"));
 }
 
 TEST_F(IdxTest, CorruptGzip) {
-  Bytes gz = gzip(make_idx({100, 10}, iota_bytes(1000)));
+  Bytes gz = idx_gzip(make_idx({100, 10}, iota_bytes(1000)));
   Bytes bad_crc = gz;
   bad_crc[bad_crc.size() - 6] ^= 0xff;  // inside the CRC-32 of the trailer
   EXPECT_THAT(error_for(bad_crc), HasSubstr("corrupt gzip data"));
@@ -155,7 +155,7 @@ TEST_F(IdxTest, CorruptGzip) {
 }
 
 TEST_F(IdxTest, TrailingGarbageAfterGzip) {
-  Bytes gz = gzip(make_idx({4}, iota_bytes(4)));
+  Bytes gz = idx_gzip(make_idx({4}, iota_bytes(4)));
   gz.push_back('x');
   EXPECT_THAT(error_for(gz), HasSubstr("trailing bytes after the end of the gzip stream"));
 }
@@ -163,40 +163,40 @@ TEST_F(IdxTest, TrailingGarbageAfterGzip) {
 TEST_F(IdxTest, TrailingBytesAfterData) {
   Bytes raw = make_idx({4}, iota_bytes(6));
   EXPECT_THAT(error_for(raw, "plain"), HasSubstr("has 2 trailing bytes"));
-  EXPECT_THAT(error_for(gzip(raw)), HasSubstr("has 2 trailing bytes"));
+  EXPECT_THAT(error_for(idx_gzip(raw)), HasSubstr("has 2 trailing bytes"));
 }
 
 TEST_F(IdxTest, BadMagic) {
   EXPECT_THAT(error_for(Bytes{0x01, 0x02, 0x08, 0x01, 0, 0, 0, 0}, "plain"),
               HasSubstr("bad magic bytes 01 02 08 01"));
-  EXPECT_THAT(error_for(gzip(Bytes{'h', 'e', 'l', 'l', 'o'})), HasSubstr("bad magic"));
+  EXPECT_THAT(error_for(idx_gzip(Bytes{'h', 'e', 'l', 'l', 'o'})), HasSubstr("bad magic"));
 }
 
 TEST_F(IdxTest, UnsupportedType) {
-  EXPECT_THAT(error_for(gzip(make_idx({2}, Bytes(8), 0x0d))), HasSubstr("element type 0x0d"));
+  EXPECT_THAT(error_for(idx_gzip(make_idx({2}, Bytes(8), 0x0d))), HasSubstr("element type 0x0d"));
 }
 
 TEST_F(IdxTest, TooShortForHeader) {
   EXPECT_THAT(error_for(Bytes{}, "empty"), HasSubstr("too short"));
-  EXPECT_THAT(error_for(gzip(Bytes{0, 0, 8})), HasSubstr("too short"));
-  EXPECT_THAT(error_for(gzip(Bytes{0, 0, 8, 3, 0, 0, 0, 5})), HasSubstr("header is truncated"));
-  EXPECT_THAT(error_for(gzip(Bytes{0, 0, 8, 0})), HasSubstr("0 dimensions"));
+  EXPECT_THAT(error_for(idx_gzip(Bytes{0, 0, 8})), HasSubstr("too short"));
+  EXPECT_THAT(error_for(idx_gzip(Bytes{0, 0, 8, 3, 0, 0, 0, 5})), HasSubstr("header is truncated"));
+  EXPECT_THAT(error_for(idx_gzip(Bytes{0, 0, 8, 0})), HasSubstr("0 dimensions"));
 }
 
 TEST_F(IdxTest, ShortData) {
-  const std::string msg = error_for(gzip(make_idx({10, 3}, iota_bytes(25))));
+  const std::string msg = error_for(idx_gzip(make_idx({10, 3}, iota_bytes(25))));
   EXPECT_THAT(msg, HasSubstr("need 30 data bytes but the file holds only 25"));
   EXPECT_THAT(msg, HasSubstr("(10, 3)"));
 }
 
 TEST_F(IdxTest, HugeDimsNeitherOverflowNorAllocateTheClaim) {
-  EXPECT_THAT(error_for(gzip(make_idx({0xffffffff, 0xffffffff, 0xffffffff}, {}))),
+  EXPECT_THAT(error_for(idx_gzip(make_idx({0xffffffff, 0xffffffff, 0xffffffff}, {}))),
               HasSubstr("more than 2^62"));
   // 2^60 bytes claimed, 3 present: reported as short data without allocating the claim.
-  EXPECT_THAT(error_for(gzip(make_idx({1u << 30, 1u << 30}, {1, 2, 3}))),
+  EXPECT_THAT(error_for(idx_gzip(make_idx({1u << 30, 1u << 30}, {1, 2, 3}))),
               HasSubstr("need 1152921504606846976 data bytes but the file holds only 3"));
   // A zero dim makes the array empty even when the other dims overflow.
-  const IdxArray a = read_idx(write("zero.gz", gzip(make_idx({0, 0xffffffff, 0xffffffff, 0xffffffff}, {}))));
+  const IdxArray a = read_idx(write("zero.gz", idx_gzip(make_idx({0, 0xffffffff, 0xffffffff, 0xffffffff}, {}))));
   EXPECT_TRUE(a.data.empty());
 }
 
@@ -204,7 +204,7 @@ TEST_F(IdxTest, HugeDimsNeitherOverflowNorAllocateTheClaim) {
 // either an array or a DataError — never a crash, hang or another exception type.
 TEST_F(IdxTest, MutatedInputsOnlyEverThrowDataError) {
   const Bytes raw = make_idx({20, 5, 5}, iota_bytes(500));
-  const Bytes gz = gzip(raw);
+  const Bytes gz = idx_gzip(raw);
   uint64_t state = 12345;
   auto rnd = [&](uint64_t n) {
     state = state * 6364136223846793005ULL + 1442695040888963407ULL;

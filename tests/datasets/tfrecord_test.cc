@@ -37,7 +37,7 @@ uint32_t reference_crc32c(std::string_view data) {
   return ~crc;
 }
 
-std::string random_bytes(size_t n, uint32_t seed) {
+std::string random_record(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::string s(n, '\0');
   for (char& c : s) c = static_cast<char>(rng());
@@ -65,7 +65,7 @@ long peak_rss_kib() {
   return usage.ru_maxrss;
 }
 
-std::string read_file(const std::string& path) {
+std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
@@ -121,8 +121,8 @@ class TFRecordTest : public ::testing::Test {
 
 // Records of assorted sizes: empty, tiny, binary with NULs, and one over the reader's buffers.
 Records assorted_records() {
-  Records r = {"", "a", std::string("\0\xff\0\x01", 4), random_bytes(3'000'000, 1)};
-  for (int i = 0; i < 1000; ++i) r.push_back(random_bytes(static_cast<size_t>(i % 37), static_cast<uint32_t>(i)));
+  Records r = {"", "a", std::string("\0\xff\0\x01", 4), random_record(3'000'000, 1)};
+  for (int i = 0; i < 1000; ++i) r.push_back(random_record(static_cast<size_t>(i % 37), static_cast<uint32_t>(i)));
   r.push_back("");
   return r;
 }
@@ -138,7 +138,7 @@ TEST(Crc32cTest, Rfc3720Vectors) {
 }
 
 TEST(Crc32cTest, MatchesBitwiseDefinitionAtEveryLengthAndAlignment) {
-  const std::string data = random_bytes(300, 7);
+  const std::string data = random_record(300, 7);
   for (size_t start = 0; start < 9; ++start) {
     for (size_t n = 0; start + n <= data.size(); n += 7) {
       const std::string_view s(data.data() + start, n);
@@ -204,14 +204,14 @@ TEST_F(TFRecordTest, EmptyFiles) {
 }
 
 TEST_F(TFRecordTest, ConcatenatedGzipMembersReadAsOneStream) {
-  const std::string a = read_file(write_records("a.gz", {"one", "two"}, kGzip));
-  const std::string b = read_file(write_records("b.gz", {"three"}, kGzip));
+  const std::string a = read_text_file(write_records("a.gz", {"one", "two"}, kGzip));
+  const std::string b = read_text_file(write_records("b.gz", {"three"}, kGzip));
   EXPECT_EQ(read_all(write_bytes("ab.gz", a + b), kGzip), (Records{"one", "two", "three"}));
 }
 
 TEST_F(TFRecordTest, SeekResumesAtEveryRecordBothCompressions) {
   Records records;
-  for (int i = 0; i < 40; ++i) records.push_back(random_bytes(static_cast<size_t>(i * 13 % 200), static_cast<uint32_t>(i)));
+  for (int i = 0; i < 40; ++i) records.push_back(random_record(static_cast<size_t>(i * 13 % 200), static_cast<uint32_t>(i)));
   for (TFRecordCompression c : {kNone, kGzip}) {
     const std::string file = write_records("s", records, c);
     TFRecordReader first(file, c);
@@ -320,9 +320,9 @@ TEST_F(GoldenTFRecordTest, BuilderAndWriterReproduceTheUncompressedFileByteForBy
     writer.write(b.serialize());
   }
   writer.close();
-  const std::string golden_bytes = read_file(golden("examples.tfrecord"));
+  const std::string golden_bytes = read_text_file(golden("examples.tfrecord"));
   ASSERT_FALSE(golden_bytes.empty());
-  EXPECT_EQ(read_file(file), golden_bytes);
+  EXPECT_EQ(read_text_file(file), golden_bytes);
 }
 
 // A file of 3 records and where each record starts.
@@ -340,7 +340,7 @@ struct SmallFile {
 
 TEST_F(TFRecordTest, EveryByteFlipIsCaught) {
   SmallFile f;
-  f.bytes = read_file(write_records("small", f.records, kNone));
+  f.bytes = read_text_file(write_records("small", f.records, kNone));
   for (size_t i = 0, pos = 0; i < f.records.size(); pos += 16 + f.records[i].size(), ++i) f.starts.push_back(pos);
   for (size_t pos = 0; pos < f.bytes.size(); ++pos) {
     for (unsigned char mask : {0x01, 0x80, 0xff}) {
@@ -378,7 +378,7 @@ TEST_F(TFRecordTest, EveryByteFlipIsCaught) {
 
 TEST_F(TFRecordTest, ReadingGoesOnAfterADataCrcErrorWhenAsked) {
   SmallFile f;
-  std::string bytes = read_file(write_records("small", f.records, kNone));
+  std::string bytes = read_text_file(write_records("small", f.records, kNone));
   bytes[12] ^= 0x01;  // first data byte of record 0
   const std::string file = write_bytes("bad", bytes);
   TFRecordReader reader(file);
@@ -391,7 +391,7 @@ TEST_F(TFRecordTest, ReadingGoesOnAfterADataCrcErrorWhenAsked) {
 
 TEST_F(TFRecordTest, EveryGzipByteFlipIsCaught) {
   SmallFile f;
-  const std::string bytes = read_file(write_records("small.gz", f.records, kGzip));
+  const std::string bytes = read_text_file(write_records("small.gz", f.records, kGzip));
   for (size_t pos = 0; pos < bytes.size(); ++pos) {
     // The gzip header's MTIME, XFL and OS bytes (4..9) are informational; gzip(1) ignores them too.
     if (pos >= 4 && pos <= 9) continue;
@@ -406,7 +406,7 @@ TEST_F(TFRecordTest, EveryGzipByteFlipIsCaught) {
 TEST_F(TFRecordTest, TruncationAtEveryLengthIsACleanError) {
   SmallFile f;
   for (TFRecordCompression c : {kNone, kGzip}) {
-    const std::string bytes = read_file(write_records("small", f.records, c));
+    const std::string bytes = read_text_file(write_records("small", f.records, c));
     std::vector<size_t> boundaries = {0};
     for (const auto& r : f.records) boundaries.push_back(boundaries.back() + 16 + r.size());
     for (size_t cut = 0; cut < bytes.size(); ++cut) {

@@ -19,7 +19,7 @@ namespace {
 
 using testing::host;
 
-void expect_near_all(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-6f) {
+void expect_core_near_all(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-6f) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
 }
@@ -83,7 +83,7 @@ TEST(DenseTest, ForwardIsXTimesKernelPlusBias) {
   const Tensor y = (*d)(x);
   EXPECT_EQ(y.shape(), (Shape{2, 2}));
   // [1+3, 2+3] + [0.5, -1] and [4+6, 5+6] + [0.5, -1].
-  expect_near_all(y.to_vector(), {4.5f, 4.0f, 10.5f, 10.0f});
+  expect_core_near_all(y.to_vector(), {4.5f, 4.0f, 10.5f, 10.0f});
 }
 
 TEST(DenseTest, ActsOnTheLastAxisOfHigherRankInputs) {
@@ -92,23 +92,23 @@ TEST(DenseTest, ActsOnTheLastAxisOfHigherRankInputs) {
   EXPECT_EQ(d->compute_output_shape({5, 3}), (Shape{5, 2}));
   const Tensor y = (*d)(host({1, 2, 3}, {1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(y.shape(), (Shape{1, 2, 2}));
-  expect_near_all(y.to_vector(), {4.5f, 4.0f, 10.5f, 10.0f});
+  expect_core_near_all(y.to_vector(), {4.5f, 4.0f, 10.5f, 10.0f});
 }
 
 TEST(DenseTest, ReluAndSoftmaxActivations) {
   HostScope scope;
   auto r = known_dense("relu", {-5.0f, -20.0f});
   // Pre-activations [-1, -15] and [5, -9].
-  expect_near_all((*r)(host({2, 3}, {1, 2, 3, 4, 5, 6})).to_vector(), {0, 0, 5, 0});
+  expect_core_near_all((*r)(host({2, 3}, {1, 2, 3, 4, 5, 6})).to_vector(), {0, 0, 5, 0});
 
   auto s = Dense(2, "softmax");
   s->build({1});
   s->weights()[0]->assign(host({1, 2}, {0, 0}));
   s->weights()[1]->assign(host({2}, {std::log(3.0f), 0.0f}));
   const Tensor p = (*s)(host({2, 1}, {7, -3}));
-  expect_near_all(p.to_vector(), {0.75f, 0.25f, 0.75f, 0.25f});
+  expect_core_near_all(p.to_vector(), {0.75f, 0.25f, 0.75f, 0.25f});
   ASSERT_TRUE(p.keras_logits().defined()) << "softmax outputs remember their logits for the fused loss";
-  expect_near_all(p.keras_logits().to_vector(), {std::log(3.0f), 0, std::log(3.0f), 0});
+  expect_core_near_all(p.keras_logits().to_vector(), {std::log(3.0f), 0, std::log(3.0f), 0});
 }
 
 TEST(DenseTest, GetConfigIsKeras) {
@@ -154,7 +154,7 @@ TEST(ActivationTest, AppliesTheNamedFunction) {
   auto softmax = Activation("softmax");
   EXPECT_EQ(softmax->name(), "activation_1");
   const float e = std::exp(1.0f);
-  expect_near_all((*softmax)(host({1, 2}, {1, 0})).to_vector(), {e / (e + 1), 1 / (e + 1)});
+  expect_core_near_all((*softmax)(host({1, 2}, {1, 0})).to_vector(), {e / (e + 1), 1 / (e + 1)});
 
   const Tensor x = host({2}, {-1, 1});
   const Tensor same = (*Activation("linear"))(x);

@@ -49,7 +49,7 @@ Moments moments_by_hand(const std::vector<float>& x, size_t channels) {
 // Keras's assign_moving_average: moving - (moving - value) * (1 - momentum).
 double keras_update(double moving, double value, double momentum) { return moving - (moving - value) * (1 - momentum); }
 
-void expect_near_all(const std::vector<float>& got, const std::vector<double>& want, double tol, const std::string& what) {
+void expect_norm_near_all(const std::vector<float>& got, const std::vector<double>& want, double tol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << what << " element " << i;
 }
@@ -101,7 +101,7 @@ TEST(BatchNormalizationTest, WithoutCenterAndScaleOnlyTheMovingStatisticsExist) 
   std::vector<double> want;
   const std::vector<float> xv = x.to_vector();
   for (size_t i = 0; i < xv.size(); ++i) want.push_back((xv[i] - m.mean[i % 2]) / std::sqrt(m.variance[i % 2] + 1e-3));
-  expect_near_all(y.to_vector(), want, 1e-5, "y");
+  expect_norm_near_all(y.to_vector(), want, 1e-5, "y");
 }
 
 TEST(BatchNormalizationTest, GetConfigHasKerasKeys) {
@@ -163,15 +163,15 @@ TEST(BatchNormalizationTest, TrainingNormalisesWithBatchStatisticsAndUpdatesOuts
     const size_t c = i % 3;
     want.push_back(g[c] * (xv[i] - m.mean[c]) / std::sqrt(m.variance[c] + 1e-3) + b[c]);
   }
-  expect_near_all(y.to_vector(), want, 2e-5, "y");
+  expect_norm_near_all(y.to_vector(), want, 2e-5, "y");
   // Outside strategy.run there is one replica: the update is applied by the call (Keras eager).
   std::vector<double> want_mean, want_var;
   for (size_t c = 0; c < 3; ++c) {
     want_mean.push_back(keras_update(0.0, m.mean[c], 0.9));
     want_var.push_back(keras_update(1.0, m.variance[c], 0.9));  // biased variance, as Keras
   }
-  expect_near_all(bn->moving_mean()->value().to_vector(), want_mean, 1e-6, "moving_mean");
-  expect_near_all(bn->moving_variance()->value().to_vector(), want_var, 1e-6, "moving_variance");
+  expect_norm_near_all(bn->moving_mean()->value().to_vector(), want_mean, 1e-6, "moving_mean");
+  expect_norm_near_all(bn->moving_variance()->value().to_vector(), want_var, 1e-6, "moving_variance");
 }
 
 TEST(BatchNormalizationTest, TwoTrainingCallsInOneStepAreAppliedInOrder) {
@@ -199,7 +199,7 @@ TEST(BatchNormalizationTest, InferenceUsesTheMovingStatistics) {
     const size_t c = i % 3;
     want.push_back(g[c] * (xv[i] - mm[c]) / std::sqrt(mv[c] + 1e-3) + b[c]);
   }
-  expect_near_all(y.to_vector(), want, 1e-5, "y");
+  expect_norm_near_all(y.to_vector(), want, 1e-5, "y");
   EXPECT_EQ(bn->moving_mean()->value().to_vector(), (std::vector<float>{1, -2, 0.5f})) << "inference updates nothing";
 }
 
@@ -283,8 +283,8 @@ TEST(BatchNormalizationReplicaTest, MovingStatisticsAreTheMeanOfPerReplicaKerasU
       want_mean[c] = (copy_mean[0][c] + copy_mean[1][c]) / 2;
       want_var[c] = (copy_var[0][c] + copy_var[1][c]) / 2;
     }
-    expect_near_all(bn->moving_mean()->value().to_vector(), want_mean, 1e-6, "moving_mean");
-    expect_near_all(bn->moving_variance()->value().to_vector(), want_var, 1e-6, "moving_variance");
+    expect_norm_near_all(bn->moving_mean()->value().to_vector(), want_mean, 1e-6, "moving_mean");
+    expect_norm_near_all(bn->moving_variance()->value().to_vector(), want_var, 1e-6, "moving_variance");
   }
 }
 

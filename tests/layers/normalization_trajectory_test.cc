@@ -28,14 +28,14 @@ namespace {
 using nlohmann::json;
 using testing::generate;
 
-const json& golden() { return testing::load_golden("bn_trajectory.json"); }
+const json& trajectory_golden() { return testing::load_golden("bn_trajectory.json"); }
 
 KerasTensor conv_bn(const KerasTensor& x, const std::string& conv, const std::string& bn, bool relu) {
   layers::Conv2D::Options o;
   o.padding = "same";
   o.use_bias = false;
   o.name = conv;
-  const json& d = golden();
+  const json& d = trajectory_golden();
   KerasTensor y = (*Conv2D(d.at("filters").get<int64_t>(), 3, o))(x);
   y = (*BatchNormalization(d.at("momentum").get<float>(), d.at("epsilon").get<float>(), bn))(y);
   return relu ? (*Activation("relu"))(y) : y;
@@ -59,7 +59,7 @@ Tensor initial_value(const Variable& v) {
 std::unique_ptr<Functional> build_model(ReplicatedStrategy& strategy) {
   clear_session();
   auto scope = strategy.scope();
-  const json& d = golden();
+  const json& d = trajectory_golden();
   KerasTensor input = Input(d.at("input_shape").get<Shape>());
   KerasTensor x = conv_bn(input, "conv1", "bn1", /*relu=*/true);
   KerasTensor y = conv_bn(x, "block_1_conv", "block_1_bn", /*relu=*/true);
@@ -77,7 +77,7 @@ std::unique_ptr<Functional> build_model(ReplicatedStrategy& strategy) {
 }
 
 Batch batch_of_step(int step) {
-  const json& d = golden();
+  const json& d = trajectory_golden();
   Shape shape = d.at("input_shape").get<Shape>();
   const int64_t batch = d.at("batch").get<int64_t>();
   shape.insert(shape.begin(), batch);
@@ -102,13 +102,13 @@ Variable* find_variable(const Model& model, const std::string& name) {
 // every step. float32 against float64 over 60 steps: within 2e-6 of the statistic's scale.
 void expect_trajectory(int replicas) {
   const json* run = nullptr;
-  for (const json& r : golden().at("runs")) {
+  for (const json& r : trajectory_golden().at("runs")) {
     if (r.at("replicas").get<int>() == replicas) run = &r;
   }
   ASSERT_NE(run, nullptr) << "no golden run on " << replicas << " replicas";
   ReplicatedStrategy strategy(DeviceSpec::custom(replicas, 0));
   std::unique_ptr<Functional> model = build_model(strategy);
-  const int steps = golden().at("steps").get<int>();
+  const int steps = trajectory_golden().at("steps").get<int>();
   double worst = 0.0;
   for (int step = 0; step < steps; ++step) {
     const StepTotals totals = model->train_step(batch_of_step(step));

@@ -50,14 +50,14 @@ std::unique_ptr<Model> build_in(ReplicatedStrategy& strategy, const Case& c, Rem
   return model;
 }
 
-struct Trained {
+struct LayoutTrained {
   std::vector<std::vector<float>> values;  // every variable, then every slot
   std::vector<CoreMemory> memory;
 };
 
 // `steps` steps of fresh random batches; `ragged` makes every other global batch one row short of
 // the cores' multiple, so the replicas hold different numbers of rows.
-Trained train(const Case& c, const std::vector<std::string>& specs, int steps, bool ragged = false, Remat remat = Remat::none) {
+LayoutTrained train(const Case& c, const std::vector<std::string>& specs, int steps, bool ragged = false, Remat remat = Remat::none) {
   ReplicatedStrategy strategy(c.device, options_with(specs));
   const std::unique_ptr<Model> model = build_in(strategy, c, remat);
   int laid_out = 0;
@@ -69,7 +69,7 @@ Trained train(const Case& c, const std::vector<std::string>& specs, int steps, b
     const std::vector<Batch> slot = strategy.distribute(batch);
     model->train_step(batch);
   }
-  Trained t;
+  LayoutTrained t;
   for (Variable* v : model->variables()) t.values.push_back(v->value().to_vector());
   for (Variable* v : model->optimizer().slot_variables()) t.values.push_back(v->value().to_vector());
   t.memory = core_memory(strategy.ledger());
@@ -78,8 +78,8 @@ Trained train(const Case& c, const std::vector<std::string>& specs, int steps, b
 
 void expect_same_bits(const Case& c, int steps, const std::vector<std::string>& specs, bool ragged = false,
                       Remat remat = Remat::none) {
-  const Trained plain = train(c, {}, steps, ragged);
-  const Trained laid_out = train(c, specs, steps, ragged, remat);
+  const LayoutTrained plain = train(c, {}, steps, ragged);
+  const LayoutTrained laid_out = train(c, specs, steps, ragged, remat);
   ASSERT_EQ(laid_out.values.size(), plain.values.size());
   for (size_t i = 0; i < plain.values.size(); ++i) {
     const std::vector<float>&a = plain.values[i], &b = laid_out.values[i];
@@ -143,7 +143,7 @@ TEST(Layout, ACustomLoopTrainsToTheSameBits) {
 // bias_add do, so the bits still match (and differ from float32's: the policy is in force).
 TEST(Layout, MixedPrecisionIsBitIdentical) {
   const Case c{"mlp", {784}, DeviceSpec::preset("v3-8"), 4};
-  const Trained f32 = train(c, kColumns, 3);
+  const LayoutTrained f32 = train(c, kColumns, 3);
   const mixed_precision::GlobalPolicyScope policy(mixed_precision::Policy("mixed_bfloat16"));
   EXPECT_NE(train(c, kColumns, 3).values, f32.values) << "mixed precision must change the numbers";
   expect_same_bits(c, 12, kColumns);
@@ -157,7 +157,7 @@ TEST(Layout, UnderRematIsBitIdentical) {
                    Remat::segments);
 }
 
-int64_t peak(const CoreMemory& m, Category k) { return m.category_peak[static_cast<size_t>(k)]; }
+int64_t layout_peak(const CoreMemory& m, Category k) { return m.category_peak[static_cast<size_t>(k)]; }
 
 // Each core holds its columns of every laid-out variable (shard_range of the output axis), their two
 // Adam slots and their gradients, nothing more of them; the peak falls, and the bytes between cores
@@ -175,10 +175,10 @@ TEST(Layout, EachCoreHoldsItsColumns) {
     // The MLP: dense (784, 128) and dense_1 (128, 10), both with biases, every one laid out.
     const int64_t hidden = shard_range(128, 8, core).size(), out = shard_range(10, 8, core).size();
     const int64_t block_bytes = 4 * ((784 + 1) * hidden + (128 + 1) * out);
-    EXPECT_EQ(peak(l, Category::parameters), block_bytes) << "core " << core;
-    EXPECT_EQ(peak(l, Category::optimizer), 2 * block_bytes) << "core " << core;
-    EXPECT_EQ(peak(l, Category::gradients), block_bytes) << "core " << core;
-    EXPECT_LE(peak(l, Category::parameters), peak(p, Category::parameters) / 8 + 4 * 129) << "a column more at most";
+    EXPECT_EQ(layout_peak(l, Category::parameters), block_bytes) << "core " << core;
+    EXPECT_EQ(layout_peak(l, Category::optimizer), 2 * block_bytes) << "core " << core;
+    EXPECT_EQ(layout_peak(l, Category::gradients), block_bytes) << "core " << core;
+    EXPECT_LE(layout_peak(l, Category::parameters), layout_peak(p, Category::parameters) / 8 + 4 * 129) << "a column more at most";
     EXPECT_LT(l.peak, p.peak) << "core " << core;
   }
 }
@@ -188,7 +188,7 @@ TEST(Layout, PlanEqualsARealStep) {
   for (const bool mixed : {false, true}) {
   for (const Case& c : {Case{"mlp", {784}, DeviceSpec::preset("v3-8"), 4}, Case{"mlp", {784}, DeviceSpec::custom(3, 0), 3}}) {
     const mixed_precision::Policy policy(mixed ? "mixed_bfloat16" : "float32");
-    Trained run;
+    LayoutTrained run;
     {
       const mixed_precision::GlobalPolicyScope scope(policy);
       run = train(c, kColumns, 1);

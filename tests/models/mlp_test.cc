@@ -17,7 +17,7 @@
 namespace keel {
 namespace {
 
-zoo::ModelOptions options(Shape input_shape, int64_t classes = 10) {
+zoo::ModelOptions mlp_options(Shape input_shape, int64_t classes = 10) {
   zoo::ModelOptions o;
   o.input_shape = std::move(input_shape);
   o.classes = classes;
@@ -68,7 +68,7 @@ TEST(MlpTest, TheSeedsMlpOnFlatInputs) {
 
 TEST(MlpTest, ClassesSetTheHead) {
   clear_session();
-  const auto m = zoo::build("mlp", options({}, 3));
+  const auto m = zoo::build("mlp", mlp_options({}, 3));
   EXPECT_EQ(m->output_shape(), (Shape{3}));
   EXPECT_EQ(weights(*m).back(), (Weight{"dense_1/bias", {3}}));
   EXPECT_EQ(m->count_params(), 784 * 128 + 128 + 128 * 3 + 3);
@@ -77,7 +77,7 @@ TEST(MlpTest, ClassesSetTheHead) {
 TEST(MlpTest, ImageInputsAreFlattenedFirst) {
   for (const Shape& in : {Shape{28, 28}, Shape{28, 28, 1}}) {
     clear_session();
-    const auto m = zoo::build("mlp", options(in));
+    const auto m = zoo::build("mlp", mlp_options(in));
     EXPECT_EQ(layer_names(*m), (std::vector<std::string>{"flatten (Flatten)", "dense (Dense)", "dense_1 (Dense)"}))
         << shape_string(in);
     EXPECT_EQ(m->layers()[0]->declared_input_shape(), in);
@@ -90,11 +90,11 @@ TEST(MlpTest, ImageInputsAreFlattenedFirst) {
 
 TEST(MlpTest, OtherFlatSizesAndTheWideVariant) {
   clear_session();
-  const auto small = zoo::build("mlp", options({20}));
+  const auto small = zoo::build("mlp", mlp_options({20}));
   EXPECT_EQ(weights(*small)[0], (Weight{"dense/kernel", {20, 128}}));
   EXPECT_EQ(small->count_params(), 20 * 128 + 128 + 1290);
   clear_session();
-  const auto wide = zoo::build("mlp-wide", options({32, 32, 3}));
+  const auto wide = zoo::build("mlp-wide", mlp_options({32, 32, 3}));
   EXPECT_EQ(layer_names(*wide), (std::vector<std::string>{"flatten (Flatten)", "dense (Dense)", "dense_1 (Dense)"}));
   EXPECT_EQ(weights(*wide)[0], (Weight{"dense/kernel", {3072, 1024}}));
   EXPECT_EQ(weights(*wide)[2], (Weight{"dense_1/kernel", {1024, 10}}));
@@ -102,7 +102,7 @@ TEST(MlpTest, OtherFlatSizesAndTheWideVariant) {
 
 TEST(MlpTest, ForwardGivesOneProbabilityRowPerImage) {
   clear_session();
-  const auto m = zoo::build("mlp", options({28, 28}));
+  const auto m = zoo::build("mlp", mlp_options({28, 28}));
   const Tensor x = testing::random_host({3, 28, 28}, 0, 1, 12);
   const Tensor p = (*m)(x);
   ASSERT_EQ(p.shape(), (Shape{3, 10}));

@@ -411,7 +411,7 @@ TEST(Conv2dTest, ShapeErrorsThrowInvalidArgument) {
 
 using nlohmann::json;
 
-const json& golden() { return testing::load_golden("conv_small.json"); }
+const json& conv_golden() { return testing::load_golden("conv_small.json"); }
 
 using testing::tensor_of;
 
@@ -420,9 +420,9 @@ using testing::expect_matches_golden;
 Padding padding_of(const json& c) { return c.at("padding").get<std::string>() == "same" ? Padding::same : Padding::valid; }
 
 TEST(Conv2dGoldenTest, MatchesPyTorch) {
-  ASSERT_NO_THROW(golden());
-  ASSERT_GE(golden().at("conv2d").size(), 5u);
-  for (const json& c : golden().at("conv2d")) {
+  ASSERT_NO_THROW(conv_golden());
+  ASSERT_GE(conv_golden().at("conv2d").size(), 5u);
+  for (const json& c : conv_golden().at("conv2d")) {
     const std::string name = "conv2d " + c.at("name").get<std::string>();
     const auto strides = c.at("strides").get<std::array<int, 2>>();
     const auto dilation = c.at("dilation").get<std::array<int, 2>>();

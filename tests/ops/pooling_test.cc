@@ -33,7 +33,7 @@ using testing::expect_gradients_match;
 using testing::host;
 using testing::random_host;
 
-std::vector<float> iota(int64_t n, float start = 1) {
+std::vector<float> pooling_iota(int64_t n, float start = 1) {
   std::vector<float> v(static_cast<size_t>(n));
   for (size_t i = 0; i < v.size(); ++i) v[i] = start + static_cast<float>(i);
   return v;
@@ -65,14 +65,14 @@ const testing::GradCheckOptions kPoolTol = testing::tolerances("pool", 1e-3, 1e-
 
 TEST(MaxPool2dTest, ValidByHand) {
   // 4x4 = 1..16, 2x2 windows, stride 2: the bottom-right of each window.
-  Tensor y = ops::max_pool2d(host({1, 4, 4, 1}, iota(16)), {2, 2}, {2, 2}, Padding::valid);
+  Tensor y = ops::max_pool2d(host({1, 4, 4, 1}, pooling_iota(16)), {2, 2}, {2, 2}, Padding::valid);
   EXPECT_EQ(y.shape(), (Shape{1, 2, 2, 1}));
   EXPECT_EQ(y.to_vector(), (std::vector<float>{6, 8, 14, 16}));
 }
 
 TEST(MaxPool2dTest, SameStride2OddSizePadsBottomRight) {
   // 5x5 = 1..25, 2x2 stride 2 SAME: out 3, pad 0 top / 1 bottom. Row windows {0,1}, {2,3}, {4}.
-  Tensor y = ops::max_pool2d(host({1, 5, 5, 1}, iota(25)), {2, 2}, {2, 2}, Padding::same);
+  Tensor y = ops::max_pool2d(host({1, 5, 5, 1}, pooling_iota(25)), {2, 2}, {2, 2}, Padding::same);
   EXPECT_EQ(y.shape(), (Shape{1, 3, 3, 1}));
   EXPECT_EQ(y.to_vector(), (std::vector<float>{7, 9, 10, 17, 19, 20, 22, 24, 25}));
 }
@@ -80,7 +80,7 @@ TEST(MaxPool2dTest, SameStride2OddSizePadsBottomRight) {
 TEST(MaxPool2dTest, SamePaddingNeverWinsTheMax) {
   // All negative: if padded positions counted as 0, windows touching the padding would give 0.
   // 4x4 = -(1..16), 3x3 stride 2 SAME: out 2, pad 0 top / 1 bottom; row and column windows {0,1,2}, {2,3}.
-  std::vector<float> v = iota(16);
+  std::vector<float> v = pooling_iota(16);
   for (float& x : v) x = -x;
   Tensor y = ops::max_pool2d(host({1, 4, 4, 1}, v), {3, 3}, {2, 2}, Padding::same);
   EXPECT_EQ(y.to_vector(), (std::vector<float>{-1, -3, -9, -11}));
@@ -141,24 +141,24 @@ TEST(MaxPool2dTest, AbstractRunChargesLikeRealRun) {
 
 TEST(AvgPool2dTest, ValidByHand) {
   // 4x4 = 1..16, 2x2 stride 2: means of [1 2 5 6] = 3.5, [3 4 7 8] = 5.5, 11.5, 13.5.
-  Tensor y = ops::avg_pool2d(host({1, 4, 4, 1}, iota(16)), {2, 2}, {2, 2}, Padding::valid);
+  Tensor y = ops::avg_pool2d(host({1, 4, 4, 1}, pooling_iota(16)), {2, 2}, {2, 2}, Padding::valid);
   EXPECT_EQ(y.to_vector(), (std::vector<float>{3.5f, 5.5f, 11.5f, 13.5f}));
 }
 
 TEST(AvgPool2dTest, SameDividesByTheValidCount) {
   // [1 2 3 4 5], width-2 windows, stride 2 SAME: pad 0 left / 1 right -> [1 2], [3 4], [5]: 1.5, 3.5, 5
   // (not 2.5, which counting the padded zero would give).
-  Tensor y = ops::avg_pool2d(host({1, 1, 5, 1}, iota(5)), {1, 2}, {1, 2}, Padding::same);
+  Tensor y = ops::avg_pool2d(host({1, 1, 5, 1}, pooling_iota(5)), {1, 2}, {1, 2}, Padding::same);
   EXPECT_EQ(y.to_vector(), (std::vector<float>{1.5f, 3.5f, 5.0f}));
   // 3x3 = 1..9, 3x3 stride 1 SAME: corner (0, 0) averages [1 2 4 5] = 3, edge (0, 1) [1..6] = 3.5, centre 5.
-  Tensor z = ops::avg_pool2d(host({1, 3, 3, 1}, iota(9)), {3, 3}, {1, 1}, Padding::same);
+  Tensor z = ops::avg_pool2d(host({1, 3, 3, 1}, pooling_iota(9)), {3, 3}, {1, 1}, Padding::same);
   EXPECT_EQ(z.to_vector(), (std::vector<float>{3, 3.5f, 4, 4.5f, 5, 5.5f, 6, 6.5f, 7}));
 }
 
 TEST(AvgPool2dTest, BackwardSpreadsOverValidPositions) {
   // [1 2 3 4 5], width-2 windows stride 2 SAME, dy = [1 1 1]: 1/2 to each of the first four, 1 to the last.
   Tensor dx = pool_grad([](const Tensor& x) { return ops::avg_pool2d(x, {1, 2}, {1, 2}, Padding::same); },
-                        host({1, 1, 5, 1}, iota(5)), host({1, 1, 3, 1}, {1, 1, 1}));
+                        host({1, 1, 5, 1}, pooling_iota(5)), host({1, 1, 3, 1}, {1, 1, 1}));
   EXPECT_EQ(dx.to_vector(), (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f, 1.0f}));
 }
 
@@ -237,16 +237,16 @@ TEST(GlobalAvgPool2dTest, ErrorsThrowInvalidArgument) {
 
 using nlohmann::json;
 
-const json& golden() { return testing::load_golden("conv_small.json"); }
+const json& pooling_golden() { return testing::load_golden("conv_small.json"); }
 
 using testing::tensor_of;
 
 using testing::expect_matches_golden;
 
 void check_pool_cases(const char* key, Tensor (*pool)(const Tensor&, std::array<int, 2>, std::array<int, 2>, Padding)) {
-  ASSERT_NO_THROW(golden());
-  ASSERT_GE(golden().at(key).size(), 3u) << key;
-  for (const json& c : golden().at(key)) {
+  ASSERT_NO_THROW(pooling_golden());
+  ASSERT_GE(pooling_golden().at(key).size(), 3u) << key;
+  for (const json& c : pooling_golden().at(key)) {
     const std::string name = std::string(key) + " " + c.at("name").get<std::string>();
     const auto p = c.at("pool").get<std::array<int, 2>>();
     const auto s = c.at("strides").get<std::array<int, 2>>();
@@ -262,8 +262,8 @@ TEST(PoolingGoldenTest, MaxPoolMatchesPyTorch) { check_pool_cases("max_pool2d", 
 TEST(PoolingGoldenTest, AvgPoolMatchesPyTorch) { check_pool_cases("avg_pool2d", ops::avg_pool2d); }
 
 TEST(PoolingGoldenTest, GlobalAvgPoolMatchesPyTorch) {
-  ASSERT_NO_THROW(golden());
-  for (const json& c : golden().at("global_avg_pool2d")) {
+  ASSERT_NO_THROW(pooling_golden());
+  for (const json& c : pooling_golden().at("global_avg_pool2d")) {
     Tensor x = tensor_of(c.at("x"));
     expect_matches_golden(ops::global_avg_pool2d(x), c.at("y"), "global_avg_pool2d y");
     expect_matches_golden(pool_grad([](const Tensor& t) { return ops::global_avg_pool2d(t); }, x, tensor_of(c.at("dy"))),

@@ -207,7 +207,7 @@ using nlohmann::json;
 using testing::expect_matches_golden;
 using testing::tensor_of;
 
-const json& golden() { return testing::load_golden("bfloat16_small.json"); }
+const json& precision_golden() { return testing::load_golden("bfloat16_small.json"); }
 
 // keel's output within one bfloat16 step of torch's (accumulation order may flip a rounding); its
 // float32 gradients within bfloat16's precision of torch's bfloat16 ones.
@@ -235,7 +235,7 @@ std::pair<Tensor, std::vector<Tensor>> run_case(const json& c, const std::vector
 }
 
 TEST(PrecisionGoldenTest, MatmulConvAndBatchNormMatchTorchBfloat16) {
-  const json& cases = golden().at("cases");
+  const json& cases = precision_golden().at("cases");
   {
     const json& c = cases.at("matmul");
     const auto [y, g] = run_case(c, {tensor_of(c.at("a")), tensor_of(c.at("b"))},
@@ -252,7 +252,7 @@ TEST(PrecisionGoldenTest, MatmulConvAndBatchNormMatchTorchBfloat16) {
   }
   {
     const json& c = cases.at("batch_norm");
-    const float eps = golden().at("epsilon").get<float>();
+    const float eps = precision_golden().at("epsilon").get<float>();
     // The input arrives as bfloat16, as a convolution's output would.
     const auto [y, g] = run_case(c, {tensor_of(c.at("x")), tensor_of(c.at("gamma")), tensor_of(c.at("beta"))},
                                  [eps](const std::vector<Tensor>& in) {
@@ -263,11 +263,11 @@ TEST(PrecisionGoldenTest, MatmulConvAndBatchNormMatchTorchBfloat16) {
 }
 
 TEST(PrecisionGoldenTest, AResNetBlockMatchesTorchBfloat16) {
-  const json& c = golden().at("cases").at("resnet_block");
+  const json& c = precision_golden().at("cases").at("resnet_block");
   const std::vector<std::string> names = {"x", "kernel1", "gamma1", "beta1", "kernel2", "gamma2", "beta2"};
   std::vector<Tensor> inputs;
   for (const std::string& n : names) inputs.push_back(tensor_of(c.at(n)));
-  const float eps = golden().at("epsilon").get<float>();
+  const float eps = precision_golden().at("epsilon").get<float>();
   const auto [y, g] = run_case(c, inputs, [eps](const std::vector<Tensor>& in) {
     const Tensor x = ops::cast(in[0], DType::bfloat16);
     Tensor h = ops::conv2d(x, in[1], {1, 1}, ops::Padding::same);

@@ -83,7 +83,6 @@ LIGHT=(
   TrainCli.DataSmallerThanOneGlobalBatchIsRefusedBeforeStepZero
   TrainCli.SigintBeforeTheFirstStepEndsWithAMessage
   TrainCli.TrainRefusesADirectoryHoldingARun
-  TrainCli.ExhaustedBudgetExitsThreeWithReportAndLeavesCheckpointUntouched
   # and, at 20 to 40 s each here, one each of the asynchronous checkpointer, an interrupted resume,
   # pruning and --overwrite: the threads and the run directory's file moves.
   TrainCli.AFailedBackgroundSaveIsReportedAsASynchronousOneIs
