@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -30,17 +29,11 @@
 #include "tools/cli/data_sources.h"
 #include "tools/cli/run_config.h"
 #include "tools/cli/saver_options.h"
+#include "tools/cli/signal_watch.h"
 #include "tools/cli/stored_run.h"
 
 namespace keel::cli {
 namespace {
-
-extern "C" void on_signal(int sig) {
-  g_signal = sig;
-  // A second signal ends the process the default way.
-  std::signal(sig, SIG_DFL);
-}
-
 
 // After each epoch: the bytes infeed moved to the cores and how much of the step time the cores
 // waited for the input pipeline; a warning when waiting dominates (tf.data's "input-bound").
@@ -148,26 +141,6 @@ bool resume_from_checkpoint(const std::string& resume_from, const RunConfig& con
               static_cast<long long>(state.step), state.epoch + 1, static_cast<long long>(state.batch_in_epoch));
   return true;
 }
-
-// Routes SIGINT and SIGTERM to on_signal while it lives, then restores the previous handlers.
-// `keel train` and `keel resume` install it first of all, so that a signal during the slow part
-// before training (the plan, loading data, restoring a checkpoint) ends with a message, never with a
-// silent kill.
-class SignalHandlers {
- public:
-  SignalHandlers() : old_int_(std::signal(SIGINT, on_signal)), old_term_(std::signal(SIGTERM, on_signal)) {}
-  ~SignalHandlers() {
-    std::signal(SIGINT, old_int_);
-    std::signal(SIGTERM, old_term_);
-  }
-  SignalHandlers(const SignalHandlers&) = delete;
-  SignalHandlers& operator=(const SignalHandlers&) = delete;
-
- private:
-  using Handler = void (*)(int);
-  Handler old_int_;
-  Handler old_term_;
-};
 
 // A run stopped by TerminateOnNaN ends here: one line naming the step and the first non-finite
 // variable (exit 4). The step was not saved, nor anything after the last finite step.
@@ -456,7 +429,7 @@ int resume_run(const po::variables_map& vm, JsonlLogger* log) {
 }  // namespace
 
 int train_command(const std::vector<std::string>& args) {
-  const SignalHandlers handlers;
+  const SignalWatch signals(&g_signal);  // first of all: before any other thread starts
   po::options_description model_opts("Model"), device_opts("Device"), training_opts("Training"),
       init_opts("Initial weights (fine-tuning)");
   add_model_options(model_opts);
@@ -482,7 +455,7 @@ int train_command(const std::vector<std::string>& args) {
 }
 
 int resume_command(const std::vector<std::string>& args) {
-  const SignalHandlers handlers;
+  const SignalWatch signals(&g_signal);  // first of all: before any other thread starts
   po::options_description d("Usage: keel resume RUN_DIR [--epochs N] [options]\n\n"
                             "Continues a run exactly from its newest checkpoint that verifies. --epochs is the new total.");
   d.add_options()("help,h", "this help")
