@@ -33,10 +33,14 @@ if [[ $needs_configure -eq 1 ]]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKEEL_BUILD_TESTS=ON
 fi
 
+build_start=$SECONDS
 cmake --build "$BUILD_DIR" -j"$JOBS"
+echo "test.sh: built $BUILD_DIR in $((SECONDS - build_start)) s"
 
 status=0
+ctest_start=$SECONDS
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS" || status=$?
+echo "test.sh: ctest took $((SECONDS - ctest_start)) s"
 
 # After ctest, not beside it: both want every core. --require: install_deps.sh has just installed clang
 # and libFuzzer, so their absence is an error here, not a reason to skip.
@@ -49,4 +53,5 @@ if [[ $status -eq 0 ]]; then status=$fuzz_status; fi
 sanitize_status=0
 ./tests/sanitizer/run_sanitized.sh || sanitize_status=$?
 if [[ $status -eq 0 ]]; then status=$sanitize_status; fi
+echo "test.sh: $SECONDS s in all"
 exit "$status"

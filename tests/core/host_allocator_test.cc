@@ -27,6 +27,26 @@ TEST(HostAllocator, AlignedAndReusedForTheSameSize) {
   EXPECT_EQ(host_cache_stats().cached_bytes, 0);
 }
 
+// Blocks of 4 MiB and more are whole 2 MiB pages, aligned to them (so the kernel can back them with
+// transparent huge pages): a request is rounded up to them, and the cache keys blocks by that size.
+TEST(HostAllocator, LargeBlocksAreWholeHugePages) {
+  host_cache_release();
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t bytes = (size_t{5} << 20) + 1;
+  void* a = host_allocate(bytes);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % kHuge, 0u);
+  std::memset(a, 1, bytes);
+  host_free(a, bytes);
+  EXPECT_EQ(host_cache_stats().cached_bytes, static_cast<int64_t>(3 * kHuge));  // 5 MiB + 1 -> 6 MiB
+  void* b = host_allocate(size_t{6} << 20);  // the same whole pages
+  EXPECT_EQ(a, b);
+  host_free(b, size_t{6} << 20);
+  void* small = host_allocate(size_t{4} << 20 >> 1);  // below 4 MiB: 64-byte alignment, as before
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 64, 0u);
+  host_free(small, size_t{4} << 20 >> 1);
+  host_cache_release();
+}
+
 TEST(HostAllocator, TensorsDoNotShareLiveBlocks) {
   HostScope host;
   Tensor a = Tensor::full({100, 100}, 1.0f);
