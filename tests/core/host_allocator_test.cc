@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "framework/core/host_allocator.h"
 #include "framework/core/tensor.h"
@@ -44,6 +47,49 @@ TEST(HostAllocator, LargeBlocksAreWholeHugePages) {
   void* small = host_allocate(size_t{4} << 20 >> 1);  // below 4 MiB: 64-byte alignment, as before
   EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 64, 0u);
   host_free(small, size_t{4} << 20 >> 1);
+  host_cache_release();
+}
+
+// Each thread keeps its small blocks to itself, without a lock; a thread's blocks outlive it in the
+// shared cache, where any thread finds them.
+TEST(HostAllocator, AThreadsBlocksGoToTheSharedCacheWhenItEnds) {
+  host_cache_release();
+  void* from_thread = nullptr;
+  std::thread([&] {
+    void* a = host_allocate(3000);
+    host_free(a, 3000);
+    EXPECT_EQ(host_allocate(3000), a);  // its own cache
+    host_free(a, 3000);
+    from_thread = a;
+  }).join();
+  EXPECT_EQ(host_cache_stats().cached_bytes, 3008);
+  void* here = host_allocate(3000);
+  EXPECT_EQ(here, from_thread);
+  host_free(here, 3000);
+  host_cache_release();
+  EXPECT_EQ(host_cache_stats().cached_bytes, 0);
+}
+
+// A thread that frees what another allocates (a replica freeing the pipeline's batches) does not
+// keep those blocks: once its cache is full (32 MiB), all of it goes where the allocating thread
+// finds it.
+TEST(HostAllocator, AFullThreadCacheGoesToTheSharedCache) {
+  host_cache_release();
+  constexpr size_t kBlock = size_t{2} << 20;  // under 4 MiB: a thread's to keep
+  std::vector<void*> blocks(17);
+  std::thread([&] {
+    for (void*& p : blocks) p = host_allocate(kBlock);
+  }).join();
+  for (void* p : blocks) host_free(p, kBlock);  // 16 fill this thread's cache; the 17th moves them
+  const HostCacheStats before = host_cache_stats();
+  EXPECT_EQ(before.cached_bytes, static_cast<int64_t>(17 * kBlock));
+  std::vector<void*> again(16);
+  std::thread([&] {
+    for (void*& p : again) p = host_allocate(kBlock);
+  }).join();
+  EXPECT_EQ(host_cache_stats().hits, before.hits + 16);  // from the shared cache, none from the system
+  for (void* p : again) EXPECT_NE(std::find(blocks.begin(), blocks.end(), p), blocks.end());
+  for (void* p : again) host_free(p, kBlock);
   host_cache_release();
 }
 
