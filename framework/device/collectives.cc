@@ -265,18 +265,27 @@ void InProcessCollectives::for_each_slice(int64_t begin, int64_t end, Fn&& fn) c
   }
 }
 
-void InProcessCollectives::local_sum_range(int64_t begin, int64_t end) {
+size_t InProcessCollectives::local_sum_range(int64_t begin, int64_t end, ReduceOp op, bool find_non_finite) {
   std::vector<const float*> in(static_cast<size_t>(local_replicas_));
+  size_t first_non_finite = posted_[0].values.size();
   for_each_slice(begin, end, [&](size_t i, int64_t at, int64_t lo, int64_t hi) {
     for (size_t r = 0; r < in.size(); ++r) in[r] = posted_[r].values[i].data() + lo;
-    // Several processes: into the packed buffer the processes exchange; else the sum in place.
-    float* out = several_processes() ? stage_ + at + lo : posted_[0].values[i].data() + lo;
-    tree_sum(in, out, hi - lo);
+    if (several_processes()) {  // into the packed buffer the processes exchange
+      tree_sum(in, stage_ + at + lo, hi - lo);
+      return;
+    }
+    // The sum in place, divided and checked in the same pass.
+    const bool check = find_non_finite && i < first_non_finite;
+    const int divisor = op == ReduceOp::Mean ? num_replicas_ : 1;
+    if (tree_sum_into(in, posted_[0].values[i].data() + lo, hi - lo, divisor, check) < hi - lo && check) first_non_finite = i;
   });
+  return first_non_finite;
 }
 
-size_t InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite, Results results) {
-  size_t first_non_finite = posted_[0].values.size();
+size_t InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite, Results results,
+                                         size_t summed_vote) {
+  size_t first_non_finite = summed_vote;
+  if (!several_processes() && results != Results::everywhere) return first_non_finite;
   for_each_slice(begin, end, [&](size_t i, int64_t at, int64_t lo, int64_t hi) {
     const float* sum = nullptr;
     if (several_processes() && shared_memory_) {
@@ -287,9 +296,11 @@ size_t InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t en
       if (results != Results::everywhere) return;  // each replica reads its shard in place
     } else {
       float* own = several_processes() ? staging_.data() + at + lo : posted_[0].values[i].data() + lo;
-      if (op == ReduceOp::Mean) divide(own, hi - lo, num_replicas_);
+      if (several_processes()) {  // in one process, divided and checked by local_sum_range
+        if (op == ReduceOp::Mean) divide(own, hi - lo, num_replicas_);
+        if (find_non_finite && i < first_non_finite && !all_finite(own, hi - lo)) first_non_finite = i;
+      }
       sum = own;
-      if (find_non_finite && i < first_non_finite && !all_finite(sum, hi - lo)) first_non_finite = i;
     }
     for (size_t r = several_processes() ? 0 : 1; r < posted_.size(); ++r) {
       int64_t from = lo, to = hi;  // of the tensor's elements
@@ -319,11 +330,14 @@ size_t InProcessCollectives::all_reduce_for_update(int replica, ReduceOp op, std
 
 void InProcessCollectives::locate_results(std::span<Tensor> values, std::span<const float*> results) const {
   const bool in_place = several_processes() && shared_memory_;
+  // In one process every replica reads its shard of the mean where the first replica's sum is: its
+  // tensors live until the update's closing barrier, after every replica has read them.
+  const std::span<Tensor> sums = several_processes() || num_replicas_ == 1 ? values : posted_[0].values;
   int64_t at = 0;  // where each tensor starts in the concatenation of the defined ones
   for (size_t i = 0; i < results.size(); ++i) {
     results[i] = nullptr;
     if (!values[i].defined()) continue;
-    if (!values[i].is_abstract()) results[i] = in_place ? summed_ + at : values[i].data();
+    if (!values[i].is_abstract()) results[i] = in_place ? summed_ + at : sums[i].data();
     at += values[i].size();
   }
 }
@@ -352,7 +366,7 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   barrier_(replica);
   check_same_shapes(replica, "all_reduce", first_, false);
   const ShardRange mine = shard_range(elements, local_replicas_, local(replica));
-  local_sum_range(mine.begin, mine.end);
+  const size_t summed_vote = local_sum_range(mine.begin, mine.end, op, find_non_finite);
   if (several_processes()) {
     barrier_(replica);
     if (replica == first_) all_reduce_across_processes(elements, op, results);
@@ -360,7 +374,7 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   }
   // Every process's replicas together cover every element of the whole sum, so each process finds
   // the same first non-finite tensor without asking the others.
-  non_finite_votes_[static_cast<size_t>(local(replica))] = finish_range(op, mine.begin, mine.end, find_non_finite, results);
+  non_finite_votes_[static_cast<size_t>(local(replica))] = finish_range(op, mine.begin, mine.end, find_non_finite, results, summed_vote);
   locate_results(values, located);  // before the leader's next call may stage elsewhere
   barrier_(replica);  // every range is reduced and copied out; the published spans may go
   const int64_t links = static_cast<int64_t>(children.size()) + (replica == 0 ? 0 : 1);

@@ -176,8 +176,11 @@ class InProcessCollectives final : public Collectives {
   // Elements [begin, end) of the concatenation of every local replica's values: summed in tree order
   // into the first local replica's values (several processes: into stage_, this process's partials
   // for the others, in shared memory or staging_: nothing is packed or unpacked); then (finish_range) divided for a mean and
-  // copied to the other local replicas' values (several processes: to all of them).
-  void local_sum_range(int64_t begin, int64_t end);
+  // copied to the other local replicas' values (several processes: to all of them). In one process
+  // the mean's division and the check for non-finite values are done here, in the sum's one pass
+  // (the same operations, so the same bits): returns the index of the first tensor with a
+  // non-finite element in [begin, end) if find_non_finite, else (and with several processes) size().
+  size_t local_sum_range(int64_t begin, int64_t end, ReduceOp op, bool find_non_finite);
   // fn(i, at, lo, hi) for each of the first local replica's tensors (defined, with storage) that
   // overlaps [begin, end) of the concatenation: its elements [lo, hi); it starts at `at`.
   template <class Fn>
@@ -185,7 +188,10 @@ class InProcessCollectives final : public Collectives {
   // Then the index of the first tensor with a non-finite element in [begin, end) (size() if none).
   // Where the results go: to every local replica's tensors, or each its own shard (all_reduce_for_update).
   enum class Results { everywhere, process_shards, slice_shards };
-  size_t finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite, Results results);
+  // In one process each replica's own shard (Results other than everywhere) is read where the first
+  // local replica's sum is (locate_results), not copied: nothing to do but to pass on `summed_vote`,
+  // local_sum_range's answer.
+  size_t finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite, Results results, size_t summed_vote);
   size_t all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite, Results results,
                            std::span<const float*> located);
   // all_reduce_for_update's results for `values` (this replica's), after its last barrier but one.
