@@ -1,6 +1,8 @@
 // The seed MLP's matrix products on one thread: Eigen's GEMM (what keel used before) beside oneDNN's
 // sgemm (framework/ops/sgemm.h, what keel's gemm.h tiles call), microseconds per product, best of
-// REPEATS rounds of 200 after a warm-up; and keel's tiled gemm() on 1 and 2 threads.
+// REPEATS rounds of 200 after a warm-up; and keel's tiled gemm() on 1 and 2 threads. Then the same
+// two large products as `v3-8`'s eight replicas compute them, on 16 rows each (`replicas_8x16`):
+// eight sgemm calls with the operands in cache, to tell the shapes' cost from the memory's in a step.
 // Usage: gemm_bench [repeats]
 #include <algorithm>
 #include <chrono>
@@ -34,6 +36,33 @@ struct Shape {
   bool a_transposed;  // a stored k x m, read transposed (a kernel's gradient: xᵀ · dy)
   const char* what;
 };
+
+// The seed MLP's first layer as 8 replicas of 16 rows compute it: 8 forward products of 16 rows, and
+// 8 kernel gradients over 16 rows, each into an output of its own (the copies the all-reduce sums),
+// against the one product of 128 rows; oneDNN's sgemm on one thread.
+void replica_products(int repeats) {
+  constexpr int64_t kRows = 128, kIn = 784, kOut = 128, kReplicas = 8, kShard = kRows / kReplicas;
+  std::vector<float> x(kRows * kIn, 0.5f), w(kIn * kOut, 0.25f), y(kRows * kOut), dy(kRows * kOut, 0.125f);
+  std::vector<std::vector<float>> dw(kReplicas, std::vector<float>(kIn * kOut));
+  using keel::ops::detail::GemmOperand;
+  using keel::ops::detail::sgemm;
+  const GemmOperand xs{x.data(), kIn, false}, ws{w.data(), kOut, false}, xt{x.data(), kIn, true}, dys{dy.data(), kOut, false};
+  const double forward_1 = best_microseconds(repeats, [&] { sgemm(xs, ws, y.data(), kOut, kRows, kOut, kIn, false); });
+  const double forward_8 = best_microseconds(repeats, [&] {
+    for (int64_t r = 0; r < kReplicas; ++r) sgemm(xs.at(r * kShard, 0), ws, y.data() + r * kShard * kOut, kOut, kShard, kOut, kIn, false);
+  });
+  const double kernel_1 = best_microseconds(repeats, [&] { sgemm(xt, dys, dw[0].data(), kOut, kIn, kOut, kRows, false); });
+  const double kernel_8 = best_microseconds(repeats, [&] {
+    for (int64_t r = 0; r < kReplicas; ++r) {
+      sgemm(xt.at(0, r * kShard), dys.at(r * kShard, 0), dw[static_cast<size_t>(r)].data(), kOut, kIn, kOut, kShard, false);
+    }
+  });
+  std::printf("{\"product\": \"forward, dense: 128x784 . 784x128\", \"onednn_sgemm_us\": %.1f, \"replicas_8x16_us\": %.1f}\n",
+              forward_1, forward_8);
+  std::printf("{\"product\": \"kernel gradient, dense: (128x784)T . 128x128\", \"onednn_sgemm_us\": %.1f, "
+              "\"replicas_8x16_us\": %.1f}\n",
+              kernel_1, kernel_8);
+}
 
 }  // namespace
 
@@ -82,5 +111,6 @@ int main(int argc, char** argv) {
                 "\"keel_gemm_1_thread_us\": %.1f, \"keel_gemm_2_threads_us\": %.1f}\n",
                 s.what, eigen, onednn, flops / onednn * 1e-3, tiled[0], tiled[1]);
   }
+  replica_products(repeats);
   return 0;
 }
