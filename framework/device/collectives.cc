@@ -285,7 +285,6 @@ size_t InProcessCollectives::local_sum_range(int64_t begin, int64_t end, ReduceO
 size_t InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite, Results results,
                                          size_t summed_vote) {
   size_t first_non_finite = summed_vote;
-  if (!several_processes() && results != Results::everywhere) return first_non_finite;
   for_each_slice(begin, end, [&](size_t i, int64_t at, int64_t lo, int64_t hi) {
     const float* sum = nullptr;
     if (several_processes() && shared_memory_) {
@@ -330,14 +329,11 @@ size_t InProcessCollectives::all_reduce_for_update(int replica, ReduceOp op, std
 
 void InProcessCollectives::locate_results(std::span<Tensor> values, std::span<const float*> results) const {
   const bool in_place = several_processes() && shared_memory_;
-  // In one process every replica reads its shard of the mean where the first replica's sum is: its
-  // tensors live until the update's closing barrier, after every replica has read them.
-  const std::span<Tensor> sums = several_processes() || num_replicas_ == 1 ? values : posted_[0].values;
   int64_t at = 0;  // where each tensor starts in the concatenation of the defined ones
   for (size_t i = 0; i < results.size(); ++i) {
     results[i] = nullptr;
     if (!values[i].defined()) continue;
-    if (!values[i].is_abstract()) results[i] = in_place ? summed_ + at : sums[i].data();
+    if (!values[i].is_abstract()) results[i] = in_place ? summed_ + at : values[i].data();
     at += values[i].size();
   }
 }

@@ -188,9 +188,7 @@ class InProcessCollectives final : public Collectives {
   // Then the index of the first tensor with a non-finite element in [begin, end) (size() if none).
   // Where the results go: to every local replica's tensors, or each its own shard (all_reduce_for_update).
   enum class Results { everywhere, process_shards, slice_shards };
-  // In one process each replica's own shard (Results other than everywhere) is read where the first
-  // local replica's sum is (locate_results), not copied: nothing to do but to pass on `summed_vote`,
-  // local_sum_range's answer.
+  // `summed_vote` is local_sum_range's answer, which it completes.
   size_t finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite, Results results, size_t summed_vote);
   size_t all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite, Results results,
                            std::span<const float*> located);
