@@ -42,7 +42,18 @@ std::shared_ptr<Storage> Storage::allocate_host(int64_t elements, DType dtype) {
 
 Storage::~Storage() {
   for (const Charge& c : charges_) device_hooks::release(c);
-  host_free(data_, static_cast<size_t>(bytes_));
+  if (owned_) host_free(data_, static_cast<size_t>(bytes_));
+}
+
+void Storage::relocate(void* memory, bool copy) {
+  if (data_ == nullptr || memory == data_) return;
+  const size_t bytes = static_cast<size_t>(bytes_);
+  void* to = memory != nullptr ? memory : host_allocate(bytes);
+  if (copy || memory == nullptr) std::memcpy(to, data_, bytes);
+  if (owned_) host_free(data_, bytes);
+  data_ = to;
+  owned_ = memory == nullptr;
+  version_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Storage::retag(Category category, const std::string& owner) {

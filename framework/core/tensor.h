@@ -59,6 +59,13 @@ class Storage {
   bool abstract() const { return data_ == nullptr && elements_ > 0; }
   // Re-charges this buffer to another category/owner on every core it is charged to.
   void retag(Category category, const std::string& owner);
+  // Moves the buffer to `memory` (bytes() long, owned by the caller, which must move it back before
+  // freeing it), copying the contents there unless `copy` is false (another process wrote them), or,
+  // with nullptr, back to memory of its own with the contents. The charges stay; version() moves.
+  // The processes of one machine keep their parameters in one shared copy this way
+  // (ProcessGroup::place_in_shared_memory). No other thread may use the buffer meanwhile.
+  void relocate(void* memory, bool copy);
+  int64_t bytes() const { return bytes_; }
   const std::vector<Charge>& charges() const { return charges_; }
 
  private:
@@ -69,6 +76,7 @@ class Storage {
   std::atomic<uint64_t> version_{0};
   int64_t elements_ = 0;
   int64_t bytes_ = 0;
+  bool owned_ = true;  // false while relocated to memory someone else owns
   std::vector<Charge> charges_;
 };
 

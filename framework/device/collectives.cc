@@ -270,10 +270,7 @@ size_t InProcessCollectives::local_sum_range(int64_t begin, int64_t end, ReduceO
   size_t first_non_finite = posted_[0].values.size();
   for_each_slice(begin, end, [&](size_t i, int64_t at, int64_t lo, int64_t hi) {
     for (size_t r = 0; r < in.size(); ++r) in[r] = posted_[r].values[i].data() + lo;
-    if (several_processes()) {  // into the packed buffer the processes exchange
-      tree_sum(in, stage_ + at + lo, hi - lo);
-      return;
-    }
+    if (several_processes()) return local_sum_for_processes(i, at, lo, hi, in);
     // The sum in place, divided and checked in the same pass.
     const bool check = find_non_finite && i < first_non_finite;
     const int divisor = op == ReduceOp::Mean ? num_replicas_ : 1;
@@ -357,7 +354,7 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   }
   const std::vector<int> children = ReductionTree::children(replica, num_replicas_);
   WorkspaceCharge receive(ledger_, replica, children.empty() ? 0 : largest, "all_reduce");
-  if (several_processes() && replica == first_) stage_partials(elements);
+  if (several_processes() && replica == first_) stage_partials(elements, results);
   posted(replica) = Posted{values, nullptr};
   barrier_(replica);
   check_same_shapes(replica, "all_reduce", first_, false);
@@ -482,7 +479,7 @@ void InProcessCollectives::share_process_shards(int replica, std::span<Tensor> v
   posted(replica) = Posted{values, nullptr};
   barrier_(replica);
   check_same_shapes(replica, "share_process_shards", first_, false);
-  if (replica == first_) all_gather_shards_across_processes();
+  if (replica == first_) share_parameters_across_processes();
   barrier_(replica);
   copy_other_processes_ranges(values);
   barrier_(replica);  // the published spans may go

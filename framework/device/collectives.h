@@ -195,8 +195,14 @@ class InProcessCollectives final : public Collectives {
   // all_reduce_for_update's results for `values` (this replica's), after its last barrier but one.
   void locate_results(std::span<Tensor> values, std::span<const float*> results) const;
   // Leader only, before the first barrier: where this process's partial sums go (stage_): its
-  // segment of the processes' shared memory (ProcessGroup::shared_partials), else staging_.
-  void stage_partials(int64_t elements);
+  // segment of the processes' shared memory (ProcessGroup::shared_partials), else staging_. With
+  // shared memory and slice_shards results, the partials of this process's own ranges stay in the
+  // first local replica's tensors (own_in_place_): only this process sums them, so they need not
+  // cross.
+  void stage_partials(int64_t elements, Results results);
+  // local_sum_range's work in several processes: tensor i's elements [lo, hi) (at `at` in the
+  // concatenation) of the local replicas' `in`, summed into stage_ (or in place, own_in_place_).
+  void local_sum_for_processes(size_t i, int64_t at, int64_t lo, int64_t hi, std::span<const float*> in);
   // Leader only, between barriers: the partial sums summed across processes (a mean divided there
   // too, with shared memory); summed_ points at the result.
   void all_reduce_across_processes(int64_t elements, ReduceOp op, Results results);
@@ -204,6 +210,10 @@ class InProcessCollectives final : public Collectives {
   void reduce_scatter_across_processes(int64_t elements);
   // Leader only: every process's shards of the first local replica's values, from the others.
   void all_gather_shards_across_processes();
+  // Leader only, for share_process_shards: where the values are the processes' one shared copy
+  // (ProcessGroup::place_in_shared_memory), a barrier; else all_gather_shards_across_processes, and
+  // then, unless the window was refused before, the values moved into one shared copy.
+  void share_parameters_across_processes();
   // Between barriers after it: each replica's `values`, where not the leader's host buffer, get the
   // other processes' ranges from the leader's.
   void copy_other_processes_ranges(std::span<Tensor> values) const;
@@ -221,6 +231,8 @@ class InProcessCollectives final : public Collectives {
   const float* summed_ = nullptr;       // all_reduce: the sum across processes
   int64_t summed_first_non_finite_ = 0;  // in shared memory: its first non-finite element (or its size)
   bool shared_memory_ = false;          // all_reduce: through the processes' shared memory
+  bool own_in_place_ = false;           // all_reduce: this process's own ranges summed in place (stage_partials)
+  bool placement_refused_ = false;      // share_process_shards: no room for the parameters in shared memory
   std::vector<int64_t> rows_before_;    // all_gather: rows of the replicas before each
   std::vector<int64_t> votes_;          // all_reduce_min: each local replica's value
   std::vector<size_t> non_finite_votes_;  // all_reduce_for_update: each local replica's

@@ -1,37 +1,65 @@
 // InProcessCollectives' steps across processes: each is run by the process's first replica (its
 // leader) between two barriers of the local replicas, on the first local replica's tensors.
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "framework/device/collectives.h"
 #include "framework/device/process_group.h"
 
 namespace keel {
 
-void InProcessCollectives::stage_partials(int64_t elements) {
+void InProcessCollectives::stage_partials(int64_t elements, Results results) {
   const std::span<float> shared = processes_->shared_partials(elements);
   shared_memory_ = !shared.empty();
+  own_in_place_ = shared_memory_ && results == Results::slice_shards;
   if (!shared_memory_) staging_.resize(static_cast<size_t>(elements));
   stage_ = shared_memory_ ? shared.data() : staging_.data();
+}
+
+void InProcessCollectives::local_sum_for_processes(size_t i, int64_t at, int64_t lo, int64_t hi,
+                                                   std::span<const float*> in) {
+  if (!own_in_place_) return tree_sum(in, stage_ + at + lo, hi - lo);  // the packed buffer the processes exchange
+  // This process's own range of the tensor stays where it is, summed into the first local replica's
+  // tensor (nothing to do for one): the processes read only the others' ranges from stage_.
+  const ShardRange own = this_process_range(posted_[0].values[i].size());
+  const int64_t cut[4] = {lo, std::clamp(own.begin, lo, hi), std::clamp(own.end, lo, hi), hi};
+  for (int part = 0; part < 3; ++part) {
+    const int64_t from = cut[part], to = cut[part + 1];
+    if (to <= from) continue;
+    std::vector<const float*> from_in(in.begin(), in.end());
+    for (const float*& p : from_in) p += from - lo;
+    if (part != 1) {
+      tree_sum(from_in, stage_ + at + from, to - from);
+    } else if (local_replicas_ > 1) {
+      tree_sum(from_in, posted_[0].values[i].data() + from, to - from);  // in place, as in one process
+    }
+  }
 }
 
 void InProcessCollectives::all_reduce_across_processes(int64_t elements, ReduceOp op, Results results) {
   if (shared_memory_) {
     // Where each replica reads only its shard of the slice, this process sums the shards of its
-    // replicas, of each tensor: what it reads of the sum is what it summed.
+    // replicas, of each tensor: what it reads of the sum is what it summed. Its own partials of
+    // them are in the first local replica's tensors.
     std::vector<ShardRange> mine;
+    std::vector<const float*> own;
     if (results == Results::slice_shards) {
       int64_t at = 0;
       for (const Tensor& t : posted_[0].values) {
         if (!t.defined()) continue;
         const ShardRange r = this_process_range(t.size());
-        if (r.size() > 0 && !t.is_abstract()) mine.push_back({at + r.begin, at + r.end});
+        if (r.size() > 0 && !t.is_abstract()) {
+          mine.push_back({at + r.begin, at + r.end});
+          own.push_back(t.data() + r.begin);
+        }
         at += t.size();
       }
     } else {
       mine.push_back(shard_range(elements, processes_->size(), processes_->rank()));
     }
     const ProcessGroup::SharedSum sum = processes_->sum_shared_partials(
-        elements, op == ReduceOp::Mean ? num_replicas_ : 1, mine, results != Results::slice_shards);
+        elements, op == ReduceOp::Mean ? num_replicas_ : 1, mine, results != Results::slice_shards, own);
     summed_ = sum.values;
     summed_first_non_finite_ = sum.first_non_finite;
     return;
@@ -85,6 +113,25 @@ void InProcessCollectives::all_gather_shards_across_processes() {
   }
   processes_->count_shared_exchange(own * (processes_->size() - 1) * static_cast<int64_t>(sizeof(float)),
                                     (elements - own) * static_cast<int64_t>(sizeof(float)));
+}
+
+void InProcessCollectives::share_parameters_across_processes() {
+  bool placed = processes_->shares_memory();
+  for (const Tensor& t : posted_[0].values) {
+    if (t.defined() && !t.is_abstract() && !processes_->in_shared_memory(t)) placed = false;
+  }
+  if (!processes_->shares_memory() || processes_->shared_barrier_any(!placed)) {
+    all_gather_shards_across_processes();  // every process's copy whole, then (once) one copy for all
+    if (processes_->shares_memory() && !placement_refused_) {
+      placement_refused_ = !processes_->place_in_shared_memory(posted_[0].values);
+    }
+    return;
+  }
+  // The other processes wrote their shards into this process's parameters: what was derived from
+  // them (a convolution's reordered kernel) is stale.
+  for (Tensor& t : posted_[0].values) {
+    if (t.defined() && !t.is_abstract()) t.storage().data();
+  }
 }
 
 // rows_before[r]: the rows of replicas before r, for every replica of the slice; and, in several

@@ -61,6 +61,15 @@ struct ProcessGroup::SharedWindow {
   }
 };
 
+// place_in_shared_memory's window: process 0's segment holds every placed storage, each at a
+// 64-byte boundary; the other processes' segments are empty.
+struct ProcessGroup::ParameterWindow {
+  MPI_Win window = MPI_WIN_NULL;
+  char* base = nullptr;  // process 0's segment, as mapped here
+  int64_t bytes = 0;
+  std::vector<Tensor> placed;
+};
+
 ProcessGroup::~ProcessGroup() = default;
 
 // Whether the file system that backs Open MPI's shared windows (osc/sm: /dev/shm unless
@@ -79,11 +88,14 @@ bool backing_has_room(int64_t bytes) {
 
 }  // namespace
 
+void ProcessGroup::ensure_node() {
+  if (shared_ != nullptr) return;
+  shared_ = std::make_unique<SharedWindow>();
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared_->node);
+}
+
 bool ProcessGroup::allocate_shared(int64_t elements) {
-  if (shared_ == nullptr) {
-    shared_ = std::make_unique<SharedWindow>();
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared_->node);
-  }
+  ensure_node();
   shared_->release();
   const MPI_Aint bytes = static_cast<MPI_Aint>(2 * (elements + SharedWindow::kVoteFloats)) * static_cast<MPI_Aint>(sizeof(float));
   int room = backing_has_room(static_cast<int64_t>(bytes) * size_) ? 1 : 0, all_room = 0;
@@ -131,12 +143,15 @@ std::span<float> ProcessGroup::shared_partials(int64_t elements) {
 }
 
 ProcessGroup::SharedSum ProcessGroup::sum_shared_partials(int64_t elements, int divisor, std::span<const ShardRange> mine,
-                                                          bool read_whole) {
+                                                          bool read_whole, std::span<const float* const> own) {
+  if (!own.empty() && own.size() != mine.size()) throw std::logic_error("sum_shared_partials: one own partial per range");
   shared_barrier();  // every process's partials are written
   int64_t vote = elements, summed = 0;
   std::vector<const float*> partials(static_cast<size_t>(size_));
-  for (const ShardRange& r : mine) {
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const ShardRange& r = mine[k];
     for (int p = 0; p < size_; ++p) partials[static_cast<size_t>(p)] = shared_->current(p) + r.begin;
+    if (!own.empty()) partials[static_cast<size_t>(rank_)] = own[k];
     float* sum = shared_->current(0) + r.begin;  // process 0's partials, replaced by the sum
     const int64_t bad = tree_mean_checked(partials, sum, r.size(), divisor);
     if (bad < r.size()) vote = std::min(vote, r.begin + bad);
@@ -165,6 +180,75 @@ void ProcessGroup::shared_barrier() {
   MPI_Win_sync(shared_->window);
   MPI_Barrier(shared_->node);
   MPI_Win_sync(shared_->window);
+}
+
+bool ProcessGroup::shared_barrier_any(bool flag) {
+  const auto sync = [this] {
+    if (shared_ != nullptr && shared_->window != MPI_WIN_NULL) MPI_Win_sync(shared_->window);
+    if (parameters_ != nullptr) MPI_Win_sync(parameters_->window);
+  };
+  sync();
+  int mine = flag ? 1 : 0, any = 0;
+  MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  sync();
+  return any != 0;
+}
+
+bool ProcessGroup::in_shared_memory(const Tensor& t) const {
+  if (parameters_ == nullptr || !t.defined() || t.is_abstract()) return false;
+  const char* data = static_cast<const char*>(t.storage().data());
+  return data != nullptr && data >= parameters_->base && data < parameters_->base + parameters_->bytes;
+}
+
+void ProcessGroup::release_parameters() {
+  if (parameters_ == nullptr) return;
+  for (Tensor& t : parameters_->placed) t.storage().relocate(nullptr, /*copy=*/true);
+  parameters_->placed.clear();
+  MPI_Win_unlock_all(parameters_->window);
+  MPI_Win_free(&parameters_->window);  // collective: every process has moved its values out
+  parameters_.reset();
+}
+
+bool ProcessGroup::place_in_shared_memory(std::span<const Tensor> values) {
+  if (size_ == 1 || !shares_memory()) return false;
+  ensure_node();
+  release_parameters();
+  std::vector<Tensor> placed;
+  std::vector<int64_t> offsets;
+  int64_t bytes = 0;
+  for (const Tensor& t : values) {
+    if (!t.defined() || t.is_abstract() || t.storage().bytes() == 0) continue;
+    bool seen = false;  // two values may share a buffer
+    for (const Tensor& p : placed) seen = seen || p.storage().id() == t.storage().id();
+    if (seen) continue;
+    placed.push_back(t);
+    offsets.push_back(bytes);
+    bytes += (t.storage().bytes() + 63) / 64 * 64;
+  }
+  int room = backing_has_room(bytes) ? 1 : 0, all_room = 0;
+  MPI_Allreduce(&room, &all_room, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);  // every process decides alike
+  if (!all_room || bytes == 0) return false;
+  auto window = std::make_unique<ParameterWindow>();
+  char* mine = nullptr;
+  MPI_Win_allocate_shared(rank_ == 0 ? static_cast<MPI_Aint>(bytes) : 0, 1, MPI_INFO_NULL, shared_->node, &mine,
+                          &window->window);  // fatal on error
+  MPI_Win_lock_all(MPI_MODE_NOCHECK, window->window);
+  MPI_Aint size = 0;
+  int unit = 0;
+  MPI_Win_shared_query(window->window, 0, &size, &unit, &window->base);
+  window->bytes = bytes;
+  for (size_t k = 0; k < placed.size(); ++k) {  // process 0 writes the contents, the others only point there
+    if (rank_ == 0) std::memcpy(window->base + offsets[k], placed[k].storage().data(), static_cast<size_t>(placed[k].storage().bytes()));
+  }
+  MPI_Win_sync(window->window);
+  MPI_Barrier(shared_->node);
+  MPI_Win_sync(window->window);
+  for (size_t k = 0; k < placed.size(); ++k) placed[k].storage().relocate(window->base + offsets[k], /*copy=*/false);
+  window->placed = std::move(placed);
+  parameters_ = std::move(window);
+  // No process may write its shards into the window before every process has left its own copy.
+  MPI_Barrier(shared_->node);
+  return true;
 }
 
 const float* ProcessGroup::shared_segment(int process) const {
@@ -310,6 +394,7 @@ void ProcessGroup::abort(int code) {
 void ProcessGroup::finalize() {
   if (!mpi_ || finalized_) return;
   finalized_ = true;
+  release_parameters();
   if (shared_ != nullptr) {
     shared_->release();
     if (shared_->node != MPI_COMM_NULL) MPI_Comm_free(&shared_->node);

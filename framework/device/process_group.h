@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/tensor.h"
 #include "framework/device/collectives.h"
 
 namespace keel {
@@ -77,12 +78,29 @@ class ProcessGroup {
   // collective on the first call, the same answer on every process. A window refused later for
   // want of room still makes shared_partials empty.
   bool shares_memory();
-  SharedSum sum_shared_partials(int64_t elements, int divisor, std::span<const ShardRange> mine, bool read_whole);
+  // `own`, when given, holds for each of `mine` where this process's partials of it are (then they
+  // need not be in its segment: only this process reads them).
+  SharedSum sum_shared_partials(int64_t elements, int divisor, std::span<const ShardRange> mine, bool read_whole,
+                                std::span<const float* const> own = {});
   // Other exchanges through the same memory: after shared_partials, each process writes its segment,
   // then shared_barrier(), then may read any process's segment (shared_segment) until its next
   // shared_partials call but one; count_shared_exchange records the bytes read in place.
   void shared_barrier();
   const float* shared_segment(int process) const;
+  // Parameters in the same shared memory: one copy per machine, each process updating its shards
+  // of it in place, so that no process copies the others' shards into a copy of its own
+  // (Collectives::share_process_shards). place_in_shared_memory(values) (collective) moves the
+  // storage of every value (defined, with storage; every process passes the same shapes in the same
+  // order and holds the same contents) into one new window, with process 0's contents; the values of
+  // a previous call move back to each process's own memory first. False, with nothing moved, where
+  // the processes share no memory or the window finds no room. in_shared_memory(t): whether t's
+  // storage is in that window. shared_barrier_any(flag): a shared_barrier that also orders the loads
+  // and stores of that window, and says whether any process passed true.
+  bool place_in_shared_memory(std::span<const Tensor> values);
+  bool in_shared_memory(const Tensor& t) const;
+  bool shared_barrier_any(bool flag);
+  // Whether place_in_shared_memory holds values now.
+  bool parameters_shared() const { return parameters_ != nullptr; }
   void count_shared_exchange(int64_t sent, int64_t received);
 
   // The smallest of every process's `value`, on every process.
@@ -103,6 +121,8 @@ class ProcessGroup {
 
  private:
   ProcessGroup();
+  // The communicator of the processes on this machine (collective on the first call).
+  void ensure_node();
   // Allocates (collectively) a window of 2 x `elements` floats per process; false where refused.
   bool allocate_shared(int64_t elements);
   void check_count(int64_t elements, const char* op) const;
@@ -116,6 +136,10 @@ class ProcessGroup {
   std::vector<float> staging_;  // what reduce-scatter receives: one slice from every process
   struct SharedWindow;          // the MPI-3 shared memory of shared_partials (process_group.cc)
   std::unique_ptr<SharedWindow> shared_;
+  struct ParameterWindow;       // place_in_shared_memory's (process_group.cc)
+  std::unique_ptr<ParameterWindow> parameters_;
+  // Moves the placed values back to this process's memory and frees their window (collective).
+  void release_parameters();
   bool shared_checked_ = false;  // whether every process shares one machine was asked already
   bool shared_usable_ = false;
 };

@@ -22,6 +22,7 @@ namespace keel::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // mpirun as CI runs it: as root, oversubscribed, shared memory (no single-copy mechanism, which
 // containers forbid) and the loopback interface only.
@@ -81,13 +82,16 @@ TEST_F(MpiCli, MlpOnTwoAndFourProcessesEqualsOneProcess) {
     expect_same_run(dir_ + "/one/ckpt-100.h5", run + "/ckpt-100.h5");
     // Rank 0 alone prints: the run's lines once, then what crossed processes per step.
     EXPECT_THAT(r.out, HasSubstr("Across " + std::to_string(p) + " processes (MPI), 100 steps"));
-    // Each step moves the all-reduce's minimum (each process updates its shards and the processes
-    // exchange the rest of the parameters) and a few bytes of votes and totals; the gathers of
-    // Adam's slots before the checkpoint are not counted as any step's.
+    // Each step moves half the all-reduce's minimum (the reduce-scatter's: each process sums its
+    // shards of the gradients), a few bytes of votes and totals and, on the first step only, the
+    // all-gather's half, before the parameters become one copy in shared memory that each process
+    // updates its shards of in place; the gathers of Adam's slots before the checkpoint are not
+    // counted as any step's.
     for (int q = 0; q < p; ++q) {
-      EXPECT_THAT(r.out, ::testing::ContainsRegex("process " + std::to_string(q) + ": .* / .* \\(1\\.0[0-9]x / 1\\.0[0-9]x the minimum\\)"))
+      EXPECT_THAT(r.out, ::testing::ContainsRegex("process " + std::to_string(q) + ": .* / .* \\(0\\.5[0-9]x / 0\\.5[0-9]x the minimum\\)"))
           << r.out;
     }
+    EXPECT_THAT(r.out, HasSubstr("parameters: one copy in this machine's shared memory")) << r.out;
     EXPECT_EQ(r.out.find("Stopped after"), r.out.rfind("Stopped after")) << r.out;
   }
 }
@@ -104,6 +108,7 @@ TEST_F(MpiCli, WithoutSharedMemoryTheBitsAndTheBytesAreTheSame) {
     EXPECT_THAT(r.out, ::testing::ContainsRegex("process " + std::to_string(q) + ": .* / .* \\(1\\.0[0-9]x / 1\\.0[0-9]x the minimum\\)"))
         << r.out;
   }
+  EXPECT_THAT(r.out, Not(HasSubstr("parameters: one copy"))) << r.out;
 }
 
 // BatchNormalization's moving statistics cross processes too (ReplicaLocalState's all-reduce).

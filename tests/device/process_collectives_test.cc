@@ -171,6 +171,40 @@ TEST_F(ProcessCollectives, ShareProcessShardsGivesEveryCopyEveryProcesssRange) {
   });
 }
 
+// Parameters as the optimizer shares them: one buffer for the process's replicas (mirrored), each
+// replica writing its shard of the slice, step after step. From the second call on, where the
+// processes share memory, the buffer is the machine's one copy (nothing is copied between
+// processes any more); the values are the same either way.
+TEST_F(ProcessCollectives, SharedParametersGiveEveryProcessEveryShardStepAfterStep) {
+  const std::vector<int64_t> sizes = {37, 4099, 1};
+  std::vector<Tensor> values;
+  {
+    auto scope = strategy_.scope();
+    for (int64_t n : sizes) values.push_back(Tensor::full({n}, -1.0f));
+  }
+  ProcessGroup& world = ProcessGroup::world();
+  for (int step = 0; step < 4; ++step) {
+    strategy_.run_replicas([&](ReplicaContext& ctx) {
+      std::vector<Tensor> gradient = {Tensor::full({64}, 1.0f)};  // as a step: an all-reduce first
+      ctx.all_reduce(ReduceOp::Mean, gradient);
+      std::vector<Tensor> mine = values;
+      for (Tensor& t : mine) {
+        const ShardRange own = shard_range(t.size(), kReplicas, ctx.replica_id());
+        for (int64_t i = own.begin; i < own.end; ++i) t.data()[i] = static_cast<float>(i * 3 + step);
+      }
+      ctx.share_process_shards(mine);
+      for (const Tensor& t : mine) {
+        for (int64_t i = 0; i < t.size(); ++i) {
+          ASSERT_EQ(t.data()[i], static_cast<float>(i * 3 + step)) << "step " << step << ", element " << i;
+        }
+      }
+      ctx.barrier();  // every replica has read the step's values before any writes the next's
+    });
+    const bool shared = world.size() > 1 && world.shares_memory();
+    for (const Tensor& t : values) EXPECT_EQ(world.in_shared_memory(t), shared) << "after step " << step;
+  }
+}
+
 TEST_F(ProcessCollectives, AllGatherShardsFillsEveryShardEverywhere) {
   const int64_t n = 37;
   strategy_.run_replicas([&](ReplicaContext& ctx) {

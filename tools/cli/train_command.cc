@@ -157,6 +157,8 @@ void throw_if_diverged(const TerminateOnNaN& terminate_on_nan, const RunDirector
 // What crossed processes in this invocation, per process and per step, beside the all-reduce's
 // minimum: each process sends and receives 2 (P-1)/P of the gradients' bytes per step. The gathers
 // of sharded state before checkpoints (GatherShardedState) are not steps' traffic: left out here.
+// Where the parameters are one copy in shared memory, the all-gather half of that minimum is not
+// moved at all (only the first step's exchange counts).
 void print_process_traffic(ProcessGroup& processes, int64_t steps, Model& model, const GatherShardedState& gathers) {
   const int64_t mine[2] = {processes.sent_bytes() - gathers.sent_bytes(), processes.received_bytes() - gathers.received_bytes()};
   std::vector<int64_t> all(2 * static_cast<size_t>(processes.size()));
@@ -171,6 +173,9 @@ void print_process_traffic(ProcessGroup& processes, int64_t steps, Model& model,
     const int64_t sent = all[2 * static_cast<size_t>(r)] / steps, received = all[2 * static_cast<size_t>(r) + 1] / steps;
     std::printf("  process %d: %s / %s (%.2fx / %.2fx the minimum)\n", r, format_bytes(sent).c_str(),
                 format_bytes(received).c_str(), static_cast<double>(sent) / minimum, static_cast<double>(received) / minimum);
+  }
+  if (processes.parameters_shared()) {
+    std::printf("  parameters: one copy in this machine's shared memory, each process updating its shards in place\n");
   }
 }
 
