@@ -32,7 +32,7 @@ seconds() {  # seconds <steps> <launcher...> : wall time of one run of <steps> s
   local steps=$1; shift
   local dir="$work/run-$RANDOM$RANDOM" start end
   start=$(date +%s.%N)
-  "$@" "$KEEL" train $ARGS --stop-after-steps "$steps" --checkpoint-dir "$dir" --quiet > "$work/last.out"
+  "$@" "$KEEL" train $ARGS --stop-after-steps "$steps" --checkpoint-dir "$dir" --quiet > "$work/steps-$steps.out"
   end=$(date +%s.%N)
   rm -rf "$dir"
   awk -v a="$start" -v b="$end" 'BEGIN { printf "%.6f", b - a }'
@@ -64,15 +64,15 @@ for model in $MODELS; do
     [ -n "$variant" ] && mpi_launcher+=(-x "$variant")  # set in every rank's environment
     best_one=1e9; best_mpi=1e9
     for _ in $(seq "$REPEATS"); do
-      # The short run first: the bytes below are the long run's (the first step's exchange, before
-      # the parameters move into shared memory, weighs little there).
-      one=$(calc "(-$(seconds "$short" env KEEL_NUM_THREADS="$NP") + $(seconds "$long" env KEEL_NUM_THREADS="$NP")) / ($long - $short) * 1000")
-      mpi=$(calc "(-$(seconds "$short" "${mpi_launcher[@]}") + $(seconds "$long" "${mpi_launcher[@]}")) / ($long - $short) * 1000")
+      one=$(calc "($(seconds "$long" env KEEL_NUM_THREADS="$NP") - $(seconds "$short" env KEEL_NUM_THREADS="$NP")) / ($long - $short) * 1000")
+      mpi=$(calc "($(seconds "$long" "${mpi_launcher[@]}") - $(seconds "$short" "${mpi_launcher[@]}")) / ($long - $short) * 1000")
       best_one=$(calc "($one < $best_one) ? $one : $best_one")
       best_mpi=$(calc "($mpi < $best_mpi) ? $mpi : $best_mpi")
     done
-    traffic=$(grep -m1 "process 0:" "$work/last.out" | sed 's/^ *process 0: //')
-    minimum=$(grep -m1 "all-reduce minimum" "$work/last.out" | sed 's/.*all-reduce minimum \(.*\)):/\1/')
+    # The long run's bytes: the first step's exchange, before the parameters move into shared
+    # memory, weighs little there.
+    traffic=$(grep -m1 "process 0:" "$work/steps-$long.out" | sed 's/^ *process 0: //')
+    minimum=$(grep -m1 "all-reduce minimum" "$work/steps-$long.out" | sed 's/.*all-reduce minimum \(.*\)):/\1/')
     printf '| %s | %d | %.2f | %.2f | %.2f | %s | %s |\n' "$model${variant:+ ($variant)}" $((batch * NP)) "$best_one" \
       "$best_mpi" "$(calc "$best_mpi / $best_one")" "$traffic" "$minimum"
   done
