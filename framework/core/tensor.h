@@ -147,6 +147,8 @@ class Tensor {
 
   Storage& storage() { return *impl_->storage; }
   const Storage& storage() const { return *impl_->storage; }
+  // The buffer, for code that must follow it without keeping it (or its ledger charges) alive.
+  std::weak_ptr<Storage> weak_storage() const { return impl_->storage; }
 
   // Set on the output of a softmax activation: the logits it came from, so that a cross-entropy loss
   // can use the stable fused form (Keras's `_keras_logits`).

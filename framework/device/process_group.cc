@@ -67,7 +67,9 @@ struct ProcessGroup::ParameterWindow {
   MPI_Win window = MPI_WIN_NULL;
   char* base = nullptr;  // process 0's segment, as mapped here
   int64_t bytes = 0;
-  std::vector<Tensor> placed;
+  // Held weakly: a variable destroyed meanwhile releases its ledger charges as usual (its buffer
+  // here is not its own to free), and only the living move back.
+  std::vector<std::weak_ptr<Storage>> placed;
 };
 
 ProcessGroup::~ProcessGroup() = default;
@@ -202,7 +204,9 @@ bool ProcessGroup::in_shared_memory(const Tensor& t) const {
 
 void ProcessGroup::release_parameters() {
   if (parameters_ == nullptr) return;
-  for (Tensor& t : parameters_->placed) t.storage().relocate(nullptr, /*copy=*/true);
+  for (const std::weak_ptr<Storage>& placed : parameters_->placed) {
+    if (const std::shared_ptr<Storage> storage = placed.lock()) storage->relocate(nullptr, /*copy=*/true);
+  }
   parameters_->placed.clear();
   MPI_Win_unlock_all(parameters_->window);
   MPI_Win_free(&parameters_->window);  // collective: every process has moved its values out
@@ -243,8 +247,10 @@ bool ProcessGroup::place_in_shared_memory(std::span<const Tensor> values) {
   MPI_Win_sync(window->window);
   MPI_Barrier(shared_->node);
   MPI_Win_sync(window->window);
-  for (size_t k = 0; k < placed.size(); ++k) placed[k].storage().relocate(window->base + offsets[k], /*copy=*/false);
-  window->placed = std::move(placed);
+  for (size_t k = 0; k < placed.size(); ++k) {
+    placed[k].storage().relocate(window->base + offsets[k], /*copy=*/false);
+    window->placed.push_back(placed[k].weak_storage());
+  }
   parameters_ = std::move(window);
   // No process may write its shards into the window before every process has left its own copy.
   MPI_Barrier(shared_->node);

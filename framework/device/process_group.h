@@ -92,7 +92,8 @@ class ProcessGroup {
   // (Collectives::share_process_shards). place_in_shared_memory(values) (collective) moves the
   // storage of every value (defined, with storage; every process passes the same shapes in the same
   // order and holds the same contents) into one new window, with process 0's contents; the values of
-  // a previous call move back to each process's own memory first. False, with nothing moved, where
+  // a previous call that still exist move back to each process's own memory first (the window holds
+  // none alive). False, with nothing moved, where
   // the processes share no memory or the window finds no room. in_shared_memory(t): whether t's
   // storage is in that window. shared_barrier_any(flag): a shared_barrier that also orders the loads
   // and stores of that window, and says whether any process passed true.

@@ -177,6 +177,8 @@ TEST_F(ProcessCollectives, ShareProcessShardsGivesEveryCopyEveryProcesssRange) {
 // processes any more); the values are the same either way.
 TEST_F(ProcessCollectives, SharedParametersGiveEveryProcessEveryShardStepAfterStep) {
   const std::vector<int64_t> sizes = {37, 4099, 1};
+  const int core = strategy_.first_local_replica();
+  const int64_t charged = strategy_.ledger().core(core).stat(Category::parameters).current;
   std::vector<Tensor> values;
   {
     auto scope = strategy_.scope();
@@ -203,6 +205,9 @@ TEST_F(ProcessCollectives, SharedParametersGiveEveryProcessEveryShardStepAfterSt
     const bool shared = world.size() > 1 && world.shares_memory();
     for (const Tensor& t : values) EXPECT_EQ(world.in_shared_memory(t), shared) << "after step " << step;
   }
+  // Gone while in shared memory: their charges go with them, as anywhere else.
+  values.clear();
+  EXPECT_EQ(strategy_.ledger().core(core).stat(Category::parameters).current, charged);
 }
 
 TEST_F(ProcessCollectives, AllGatherShardsFillsEveryShardEverywhere) {
