@@ -201,7 +201,8 @@ class InProcessCollectives final : public Collectives {
   // cross.
   void stage_partials(int64_t elements, Results results);
   // local_sum_range's work in several processes: tensor i's elements [lo, hi) (at `at` in the
-  // concatenation) of the local replicas' `in`, summed into stage_ (or in place, own_in_place_).
+  // concatenation) of the local replicas' `in`, summed into stage_ (or in place, own_in_place_);
+  // moves the pointers of `in` on as it goes.
   void local_sum_for_processes(size_t i, int64_t at, int64_t lo, int64_t hi, std::span<const float*> in);
   // Leader only, between barriers: the partial sums summed across processes (a mean divided there
   // too, with shared memory); summed_ points at the result.

@@ -26,14 +26,12 @@ void InProcessCollectives::local_sum_for_processes(size_t i, int64_t at, int64_t
   const int64_t cut[4] = {lo, std::clamp(own.begin, lo, hi), std::clamp(own.end, lo, hi), hi};
   for (int part = 0; part < 3; ++part) {
     const int64_t from = cut[part], to = cut[part + 1];
-    if (to <= from) continue;
-    std::vector<const float*> from_in(in.begin(), in.end());
-    for (const float*& p : from_in) p += from - lo;
-    if (part != 1) {
-      tree_sum(from_in, stage_ + at + from, to - from);
-    } else if (local_replicas_ > 1) {
-      tree_sum(from_in, posted_[0].values[i].data() + from, to - from);  // in place, as in one process
+    if (to > from && part != 1) {
+      tree_sum(in, stage_ + at + from, to - from);
+    } else if (to > from && local_replicas_ > 1) {
+      tree_sum(in, posted_[0].values[i].data() + from, to - from);  // in place, as in one process
     }
+    for (const float*& p : in) p += to - from;  // local_sum_range points them afresh for each slice
   }
 }
 
@@ -116,13 +114,14 @@ void InProcessCollectives::all_gather_shards_across_processes() {
 }
 
 void InProcessCollectives::share_parameters_across_processes() {
-  bool placed = processes_->shares_memory();
+  const bool shares = processes_->shares_memory();
+  bool placed = shares;
   for (const Tensor& t : posted_[0].values) {
     if (t.defined() && !t.is_abstract() && !processes_->in_shared_memory(t)) placed = false;
   }
-  if (!processes_->shares_memory() || processes_->shared_barrier_any(!placed)) {
+  if (!shares || processes_->shared_barrier_any(!placed)) {
     all_gather_shards_across_processes();  // every process's copy whole, then (once) one copy for all
-    if (processes_->shares_memory() && !placement_refused_) {
+    if (shares && !placement_refused_) {
       placement_refused_ = !processes_->place_in_shared_memory(posted_[0].values);
     }
     return;
