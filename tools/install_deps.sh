@@ -11,7 +11,7 @@ PACKAGES=(
   g++ cmake ninja-build pkg-config
   libeigen3-dev libhdf5-dev libboost-program-options-dev libboost-context-dev libboost-dev zlib1g-dev
   nlohmann-json3-dev libprotobuf-dev protobuf-compiler libjpeg62-turbo-dev libpng-dev
-  libopenmpi-dev openmpi-bin libdnnl-dev
+  libopenmpi-dev openmpi-bin libdnnl-dev libtcmalloc-minimal4
   dataset-fashion-mnist
 )
 TEST_PACKAGES=(
