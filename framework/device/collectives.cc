@@ -265,22 +265,25 @@ void InProcessCollectives::for_each_slice(int64_t begin, int64_t end, Fn&& fn) c
   }
 }
 
-size_t InProcessCollectives::local_sum_range(int64_t begin, int64_t end, ReduceOp op, bool find_non_finite) {
+size_t InProcessCollectives::local_sum_range(int64_t begin, int64_t end, ReduceOp op, bool find_non_finite,
+                                             bool in_process_sum) {
   std::vector<const float*> in(static_cast<size_t>(local_replicas_));
   size_t first_non_finite = posted_[0].values.size();
   for_each_slice(begin, end, [&](size_t i, int64_t at, int64_t lo, int64_t hi) {
     for (size_t r = 0; r < in.size(); ++r) in[r] = posted_[r].values[i].data() + lo;
     if (several_processes()) return local_sum_for_processes(i, at, lo, hi, in);
-    // The sum in place, divided and checked in the same pass.
+    // The sum divided and checked in the same pass: in place, or where the replicas read their shards.
     const bool check = find_non_finite && i < first_non_finite;
     const int divisor = op == ReduceOp::Mean ? num_replicas_ : 1;
-    if (tree_sum_into(in, posted_[0].values[i].data() + lo, hi - lo, divisor, check) < hi - lo && check) first_non_finite = i;
+    float* out = in_process_sum ? in_process_sum_.data() + at + lo : posted_[0].values[i].data() + lo;
+    if (tree_sum_into(in, out, hi - lo, divisor, check) < hi - lo && check) first_non_finite = i;
   });
   return first_non_finite;
 }
 
 size_t InProcessCollectives::finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite, Results results,
                                          size_t summed_vote) {
+  if (!several_processes() && results != Results::everywhere) return summed_vote;  // read in place
   size_t first_non_finite = summed_vote;
   for_each_slice(begin, end, [&](size_t i, int64_t at, int64_t lo, int64_t hi) {
     const float* sum = nullptr;
@@ -324,13 +327,16 @@ size_t InProcessCollectives::all_reduce_for_update(int replica, ReduceOp op, std
                            results);
 }
 
-void InProcessCollectives::locate_results(std::span<Tensor> values, std::span<const float*> results) const {
+void InProcessCollectives::locate_results(std::span<Tensor> values, std::span<const float*> results,
+                                          bool in_process_sum) const {
   const bool in_place = several_processes() && shared_memory_;
   int64_t at = 0;  // where each tensor starts in the concatenation of the defined ones
   for (size_t i = 0; i < results.size(); ++i) {
     results[i] = nullptr;
     if (!values[i].defined()) continue;
-    if (!values[i].is_abstract()) results[i] = in_place ? summed_ + at : values[i].data();
+    if (!values[i].is_abstract()) {
+      results[i] = in_place ? summed_ + at : in_process_sum ? in_process_sum_.data() + at : values[i].data();
+    }
     at += values[i].size();
   }
 }
@@ -338,7 +344,7 @@ void InProcessCollectives::locate_results(std::span<Tensor> values, std::span<co
 size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite,
                                                Results results, std::span<const float*> located) {
   if (num_replicas_ == 1) {
-    locate_results(values, located);
+    locate_results(values, located, false);
     size_t first = values.size();
     for (size_t i = 0; i < values.size() && find_non_finite && first == values.size(); ++i) {
       const Tensor& t = values[i];
@@ -355,11 +361,16 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   const std::vector<int> children = ReductionTree::children(replica, num_replicas_);
   WorkspaceCharge receive(ledger_, replica, children.empty() ? 0 : largest, "all_reduce");
   if (several_processes() && replica == first_) stage_partials(elements, results);
+  // In one process, the sum of the replicas' shards goes where they read it: nothing is copied back.
+  const bool in_process_sum = !several_processes() && results != Results::everywhere;
+  if (in_process_sum && replica == first_ && in_process_sum_.size() < static_cast<size_t>(elements)) {
+    in_process_sum_.resize(static_cast<size_t>(elements));
+  }
   posted(replica) = Posted{values, nullptr};
   barrier_(replica);
   check_same_shapes(replica, "all_reduce", first_, false);
   const ShardRange mine = shard_range(elements, local_replicas_, local(replica));
-  const size_t summed_vote = local_sum_range(mine.begin, mine.end, op, find_non_finite);
+  const size_t summed_vote = local_sum_range(mine.begin, mine.end, op, find_non_finite, in_process_sum);
   if (several_processes()) {
     barrier_(replica);
     if (replica == first_) all_reduce_across_processes(elements, op, results);
@@ -368,7 +379,7 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   // Every process's replicas together cover every element of the whole sum, so each process finds
   // the same first non-finite tensor without asking the others.
   non_finite_votes_[static_cast<size_t>(local(replica))] = finish_range(op, mine.begin, mine.end, find_non_finite, results, summed_vote);
-  locate_results(values, located);  // before the leader's next call may stage elsewhere
+  locate_results(values, located, in_process_sum);  // before the leader's next call may stage elsewhere
   barrier_(replica);  // every range is reduced and copied out; the published spans may go
   const int64_t links = static_cast<int64_t>(children.size()) + (replica == 0 ? 0 : 1);
   ledger_.core(replica).record_collective(links * bytes_of(elements), links * bytes_of(elements));

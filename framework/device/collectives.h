@@ -71,18 +71,19 @@ class Collectives {
   // Undefined tensors are skipped (every replica must leave the same ones undefined).
   virtual void all_reduce(int replica, ReduceOp op, std::span<Tensor> values) = 0;
   // The optimizer's reduction of the gradients it updates from (Optimizer::apply_gradients): the
-  // reduction of all_reduce, but each replica's tensors hold the result only where that replica
-  // updates, its shard of each tensor — of the slice (elements shard_range(size, num_replicas(),
-  // replica)) with `slice_shards`, else of its process (shard_range(size, L, k) for the local replica
-  // k of L) — and the rest is left unspecified: no result is copied to every replica. Returns the
+  // reduction of all_reduce, but each replica reads the result only where it updates, its shard of
+  // each tensor — of the slice (elements shard_range(size, num_replicas(), replica)) with
+  // `slice_shards`, else of its process (shard_range(size, L, k) for the local replica k of L) — and
+  // what its tensors hold afterwards is unspecified: no result is copied to every replica. Returns the
   // index in `values` of the first tensor whose result holds a NaN or an infinity (values.size() if
   // none), the same on every replica: the vote on applying a step, at no extra meeting (each replica
   // checks the elements it reduced before the last barrier). results[i] (one per value) is where the
-  // result of values[i] is, element k at results[i][k] for k in the replica's shard: values[i].data()
-  // where it was copied there, or, where the processes of a slice share memory, the sum itself in
-  // that memory (read in place, not copied), valid until a replica of this process calls another
+  // result of values[i] is, element k at results[i][k] for k in the replica's shard: the sum itself,
+  // read in place — in a buffer of this process's collectives that its replicas share, or where the
+  // processes of a slice share memory, in that memory — or, across processes without it,
+  // values[i].data() where it was copied; valid until a replica of this process calls another
   // collective that moves tensors (barrier and all_reduce_min move none; the optimizer's replicas
-  // meet at a barrier after their update): the leader may then stage elsewhere or grow the memory.
+  // meet at a barrier after their update): the leader may then sum elsewhere or grow the buffer.
   virtual size_t all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards,
                                        std::span<const float*> results) = 0;
   // Reduces `value` over replicas and returns this replica's shard of the flattened result: the
@@ -180,7 +181,9 @@ class InProcessCollectives final : public Collectives {
   // the mean's division and the check for non-finite values are done here, in the sum's one pass
   // (the same operations, so the same bits): returns the index of the first tensor with a
   // non-finite element in [begin, end) if find_non_finite, else (and with several processes) size().
-  size_t local_sum_range(int64_t begin, int64_t end, ReduceOp op, bool find_non_finite);
+  // With `in_process_sum` (one process, each replica reading its shard): into in_process_sum_
+  // instead, where the replicas read it, and nothing is copied to their values.
+  size_t local_sum_range(int64_t begin, int64_t end, ReduceOp op, bool find_non_finite, bool in_process_sum);
   // fn(i, at, lo, hi) for each of the first local replica's tensors (defined, with storage) that
   // overlaps [begin, end) of the concatenation: its elements [lo, hi); it starts at `at`.
   template <class Fn>
@@ -193,7 +196,8 @@ class InProcessCollectives final : public Collectives {
   size_t all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite, Results results,
                            std::span<const float*> located);
   // all_reduce_for_update's results for `values` (this replica's), after its last barrier but one.
-  void locate_results(std::span<Tensor> values, std::span<const float*> results) const;
+  // With `in_process_sum`, in in_process_sum_ (the sum of one process's replicas).
+  void locate_results(std::span<Tensor> values, std::span<const float*> results, bool in_process_sum) const;
   // Leader only, before the first barrier: where this process's partial sums go (stage_): its
   // segment of the processes' shared memory (ProcessGroup::shared_partials), else staging_. With
   // shared memory and slice_shards results, the partials of this process's own ranges stay in the
@@ -228,6 +232,7 @@ class InProcessCollectives final : public Collectives {
   std::function<void(int)> barrier_;
   std::vector<Posted> posted_;
   std::vector<float> staging_;          // the leader's buffer for what crosses processes
+  std::vector<float> in_process_sum_;   // all_reduce_for_update in one process: the sum each replica reads its shard of
   float* stage_ = nullptr;              // all_reduce: this process's partial sums (staging_ or shared memory)
   const float* summed_ = nullptr;       // all_reduce: the sum across processes
   int64_t summed_first_non_finite_ = 0;  // in shared memory: its first non-finite element (or its size)
