@@ -2,7 +2,10 @@
 // sgemm (framework/ops/sgemm.h, what keel's gemm.h tiles call), microseconds per product, best of
 // REPEATS rounds of 200 after a warm-up; and keel's tiled gemm() on 1 and 2 threads. Then the same
 // two large products as `v3-8`'s eight replicas compute them, on 16 rows each (`replicas_8x16`):
-// eight sgemm calls with the operands in cache, to tell the shapes' cost from the memory's in a step.
+// eight sgemm calls with the operands in cache, to tell the shapes' cost from the memory's in a step;
+// and those kernel gradients with their tree sum (the all-reduce's), apart or fused over tiles of
+// 112 rows (each replica's tile into a scratch that stays in cache, then the tile's tree sum): the
+// same bits, whether fusing them would pay.
 // Usage: gemm_bench [repeats]
 #include <algorithm>
 #include <chrono>
@@ -14,6 +17,7 @@
 
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
+#include "framework/device/collectives.h"
 #include "framework/ops/gemm.h"
 #include "framework/ops/sgemm.h"
 
@@ -44,6 +48,8 @@ void replica_products(int repeats) {
   constexpr int64_t kRows = 128, kIn = 784, kOut = 128, kReplicas = 8, kShard = kRows / kReplicas;
   std::vector<float> x(kRows * kIn, 0.5f), w(kIn * kOut, 0.25f), y(kRows * kOut), dy(kRows * kOut, 0.125f);
   std::vector<std::vector<float>> dw(kReplicas, std::vector<float>(kIn * kOut));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(static_cast<int64_t>(i % 2003) - 1001);  // rounding to compare
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = 0.001f * static_cast<float>(static_cast<int64_t>(i % 1997) - 998);
   using keel::ops::detail::GemmOperand;
   using keel::ops::detail::sgemm;
   const GemmOperand xs{x.data(), kIn, false}, ws{w.data(), kOut, false}, xt{x.data(), kIn, true}, dys{dy.data(), kOut, false};
@@ -57,6 +63,32 @@ void replica_products(int repeats) {
       sgemm(xt.at(0, r * kShard), dys.at(r * kShard, 0), dw[static_cast<size_t>(r)].data(), kOut, kIn, kOut, kShard, false);
     }
   });
+  // The kernel gradients and their tree sum, apart (as a step computes them) and fused over tiles.
+  std::vector<float> sum(kIn * kOut), fused(kIn * kOut);
+  std::vector<const float*> parts(kReplicas);
+  const double summed_apart = best_microseconds(repeats, [&] {
+    for (int64_t r = 0; r < kReplicas; ++r) {
+      sgemm(xt.at(0, r * kShard), dys.at(r * kShard, 0), dw[static_cast<size_t>(r)].data(), kOut, kIn, kOut, kShard, false);
+      parts[static_cast<size_t>(r)] = dw[static_cast<size_t>(r)].data();
+    }
+    keel::tree_sum(parts, sum.data(), kIn * kOut);
+  });
+  constexpr int64_t kTile = 112;
+  std::vector<float> scratch(kReplicas * kTile * kOut);
+  const double summed_fused = best_microseconds(repeats, [&] {
+    for (int64_t row = 0; row < kIn; row += kTile) {
+      const int64_t rows = std::min(kTile, kIn - row);
+      for (int64_t r = 0; r < kReplicas; ++r) {
+        float* tile = scratch.data() + r * kTile * kOut;
+        sgemm(xt.at(row, r * kShard), dys.at(r * kShard, 0), tile, kOut, rows, kOut, kShard, false);
+        parts[static_cast<size_t>(r)] = tile;
+      }
+      keel::tree_sum(parts, fused.data() + row * kOut, rows * kOut);
+    }
+  });
+  std::printf("{\"product\": \"kernel gradients of 8 replicas x 16 rows and their tree sum\", \"apart_us\": %.1f, "
+              "\"fused_over_112_row_tiles_us\": %.1f, \"same_bits\": %s}\n",
+              summed_apart, summed_fused, std::equal(sum.begin(), sum.end(), fused.begin()) ? "true" : "false");
   std::printf("{\"product\": \"forward, dense: 128x784 . 784x128\", \"onednn_sgemm_us\": %.1f, \"replicas_8x16_us\": %.1f}\n",
               forward_1, forward_8);
   std::printf("{\"product\": \"kernel gradient, dense: (128x784)T . 128x128\", \"onednn_sgemm_us\": %.1f, "
