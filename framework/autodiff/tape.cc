@@ -7,6 +7,7 @@
 
 #include "framework/core/fiber_locals.h"
 #include "framework/device/context.h"
+#include "framework/device/replica_context.h"
 
 namespace keel {
 
@@ -34,6 +35,10 @@ void accumulate(std::unordered_map<uint64_t, Tensor>& grads, uint64_t id, Tensor
   if (it == grads.end()) {
     grads.emplace(id, std::move(g));
     return;
+  }
+  if (ReplicaContext* ctx = current_replica_context()) {  // a product left to the all-reduce is added here
+    ctx->materialize(it->second);
+    ctx->materialize(g);
   }
   // Out of place: either side may be a view of a gradient some other op still holds.
   Tensor sum = Tensor::empty(it->second.shape());

@@ -29,121 +29,6 @@ int ReductionTree::subtree_end(int replica, int num_replicas) {
   return std::min(replica + lowest_bit, num_replicas);
 }
 
-namespace {
-
-// out[k] = partial[k] / divisor (divisor > 1), else a copy; then the first non-finite of out's `len`
-// elements, or len.
-int64_t store_checked(const float* partial, float* out, int64_t len, int divisor, bool check) {
-  if (divisor > 1) {
-    const float n = static_cast<float>(divisor);
-    for (int64_t k = 0; k < len; ++k) out[k] = partial[k] / n;
-  } else if (out != partial && len > 0) {
-    std::memcpy(out, partial, static_cast<size_t>(len) * sizeof(float));
-  }
-  if (!check || all_finite(out, len)) return len;
-  int64_t k = 0;
-  while (std::isfinite(out[k])) ++k;
-  return k;
-}
-
-// The tree of N (a power of two) inputs at element k: the two halves' trees added, which is the
-// level-by-level order of tree_sum_into.
-template <int N>
-inline float tree_at(const float* const* p, int64_t k) {
-  if constexpr (N == 1) {
-    return p[0][k];
-  } else {
-    return tree_at<N / 2>(p, k) + tree_at<N / 2>(p + N / 2, k);
-  }
-}
-
-// out[at, at + len) = the tree's sums (divided by divisor > 1) in one pass over the inputs, which may
-// include out itself (each element is read before it is written).
-template <int N>
-void tree_rows(std::span<const float* const> in, int64_t at, int64_t len, float* out, int divisor) {
-  const float* p[N];
-  for (int j = 0; j < N; ++j) p[j] = in[j] + at;
-  if (divisor > 1) {
-    const float d = static_cast<float>(divisor);
-#pragma GCC ivdep
-    for (int64_t k = 0; k < len; ++k) out[k] = tree_at<N>(p, k) / d;
-  } else {
-#pragma GCC ivdep
-    for (int64_t k = 0; k < len; ++k) out[k] = tree_at<N>(p, k);
-  }
-}
-
-// tree_sum_into for 2, 4, 8 or 16 inputs: the same sums, element by element (no partial buffers).
-int64_t tree_sum_pow2(std::span<const float* const> in, float* out, int64_t count, int divisor, bool check) {
-  constexpr int64_t kChunk = 4096;  // the check reads each chunk while it is in cache
-  int64_t first_non_finite = count;
-  for (int64_t at = 0; at < count; at += kChunk) {
-    const int64_t len = std::min(kChunk, count - at);
-    switch (in.size()) {
-      case 2: tree_rows<2>(in, at, len, out + at, divisor); break;
-      case 4: tree_rows<4>(in, at, len, out + at, divisor); break;
-      case 8: tree_rows<8>(in, at, len, out + at, divisor); break;
-      default: tree_rows<16>(in, at, len, out + at, divisor); break;
-    }
-    if (check && first_non_finite == count) {
-      const int64_t bad = store_checked(out + at, out + at, len, 1, true);
-      if (bad < len) first_non_finite = at + bad;
-    }
-  }
-  return first_non_finite;
-}
-
-// tree_sum's loop; with `check`, returns the first non-finite element of out (count if none).
-int64_t tree_sum_into(std::span<const float* const> in, float* out, int64_t count, int divisor, bool check) {
-  const size_t n = in.size();
-  if (n == 0) throw std::logic_error("tree_sum: no inputs");
-  int64_t first_non_finite = count;
-  if (n == 1) {
-    for (int64_t at = 0; at < count; at += int64_t{1} << 16) {  // pieces: the check reads them in cache
-      const int64_t len = std::min(int64_t{1} << 16, count - at);
-      const int64_t bad = store_checked(in[0] + at, out + at, len, divisor, check && first_non_finite == count);
-      if (bad < len) first_non_finite = at + bad;
-    }
-    return first_non_finite;
-  }
-  if (n == 2 || n == 4 || n == 8 || n == 16) return tree_sum_pow2(in, out, count, divisor, check);
-  // Level by level over a chunk small enough to stay in cache: level 1 pairs (x0 + x1), (x2 + x3), ...
-  // and each further level adds the partial sum of the subtree `stride` away.
-  constexpr int64_t kChunk = 1024;
-  thread_local std::vector<float> partial;
-  if (partial.size() < n * kChunk) partial.resize(n * kChunk);
-  for (int64_t at = 0; at < count; at += kChunk) {
-    const int64_t len = std::min(kChunk, count - at);
-    for (size_t j = 0; j < n; j += 2) {
-      float* t = partial.data() + j * kChunk;
-      const float* a = in[j] + at;
-      if (j + 1 < n) {
-        const float* b = in[j + 1] + at;
-        for (int64_t k = 0; k < len; ++k) t[k] = a[k] + b[k];
-      } else {
-        std::memcpy(t, a, static_cast<size_t>(len) * sizeof(float));
-      }
-    }
-    for (size_t stride = 2; stride < n; stride *= 2) {
-      for (size_t j = 0; j + stride < n; j += 2 * stride) {
-        float* t = partial.data() + j * kChunk;
-        const float* u = partial.data() + (j + stride) * kChunk;
-        for (int64_t k = 0; k < len; ++k) t[k] += u[k];
-      }
-    }
-    const int64_t bad = store_checked(partial.data(), out + at, len, divisor, check && first_non_finite == count);
-    if (bad < len) first_non_finite = at + bad;
-  }
-  return first_non_finite;
-}
-
-}  // namespace
-
-void tree_sum(std::span<const float* const> in, float* out, int64_t count) { tree_sum_into(in, out, count, 1, false); }
-
-int64_t tree_mean_checked(std::span<const float* const> in, float* out, int64_t count, int divisor) {
-  return tree_sum_into(in, out, count, divisor, true);
-}
 
 ShardRange shard_range(int64_t elements, int num_replicas, int replica) {
   const int64_t n = num_replicas, r = replica;
@@ -276,7 +161,9 @@ size_t InProcessCollectives::local_sum_range(int64_t begin, int64_t end, ReduceO
     const bool check = find_non_finite && i < first_non_finite;
     const int divisor = op == ReduceOp::Mean ? num_replicas_ : 1;
     float* out = in_process_sum ? in_process_sum_.data() + at + lo : posted_[0].values[i].data() + lo;
-    if (tree_sum_into(in, out, hi - lo, divisor, check) < hi - lo && check) first_non_finite = i;
+    const int64_t ok = in_process_sum && posted_deferred(i) ? sum_deferred(i, lo, hi, in, out, divisor, check)
+                                                            : tree_sum_into(in, out, hi - lo, divisor, check);
+    if (ok < hi - lo && check) first_non_finite = i;
   });
   return first_non_finite;
 }
@@ -321,10 +208,12 @@ void InProcessCollectives::all_reduce(int replica, ReduceOp op, std::span<Tensor
 }
 
 size_t InProcessCollectives::all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards,
-                                                   std::span<const float*> results) {
+                                                   std::span<const float*> results,
+                                                   std::span<const DeferredProduct* const> deferred) {
   if (results.size() != values.size()) throw std::logic_error("all_reduce_for_update: one result per value");
+  if (!deferred.empty() && deferred.size() != values.size()) throw std::logic_error("all_reduce_for_update: one product per value");
   return all_reduce_voting(replica, op, values, true, slice_shards ? Results::slice_shards : Results::process_shards,
-                           results);
+                           results, deferred);
 }
 
 void InProcessCollectives::locate_results(std::span<Tensor> values, std::span<const float*> results,
@@ -342,7 +231,15 @@ void InProcessCollectives::locate_results(std::span<Tensor> values, std::span<co
 }
 
 size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite,
-                                               Results results, std::span<const float*> located) {
+                                               Results results, std::span<const float*> located,
+                                               std::span<const DeferredProduct* const> deferred) {
+  const bool in_process_sum = !several_processes() && results != Results::everywhere;
+  if (!in_process_sum || num_replicas_ == 1) {  // each replica computes its deferred values whole, first
+    for (size_t i = 0; i < deferred.size(); ++i) {
+      if (deferred[i] != nullptr) deferred[i]->compute_rows(0, deferred[i]->rows, values[i].data());
+    }
+    deferred = {};
+  }
   if (num_replicas_ == 1) {
     locate_results(values, located, false);
     size_t first = values.size();
@@ -353,20 +250,21 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
     return first;
   }
   int64_t elements = 0, largest = 0;
+  bool concrete = false;  // some value has storage (a planned step has none: nothing to sum)
   for (const Tensor& t : values) {
     if (!t.defined()) continue;
     elements += t.size();
     largest = std::max(largest, t.bytes());
+    concrete = concrete || !t.is_abstract();
   }
   const std::vector<int> children = ReductionTree::children(replica, num_replicas_);
   WorkspaceCharge receive(ledger_, replica, children.empty() ? 0 : largest, "all_reduce");
   if (several_processes() && replica == first_) stage_partials(elements, results);
   // In one process, the sum of the replicas' shards goes where they read it: nothing is copied back.
-  const bool in_process_sum = !several_processes() && results != Results::everywhere;
-  if (in_process_sum && replica == first_ && in_process_sum_.size() < static_cast<size_t>(elements)) {
+  if (in_process_sum && concrete && replica == first_ && in_process_sum_.size() < static_cast<size_t>(elements)) {
     in_process_sum_.resize(static_cast<size_t>(elements));
   }
-  posted(replica) = Posted{values, nullptr};
+  posted(replica) = Posted{values, nullptr, deferred};
   barrier_(replica);
   check_same_shapes(replica, "all_reduce", first_, false);
   const ShardRange mine = shard_range(elements, local_replicas_, local(replica));

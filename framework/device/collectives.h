@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "framework/core/tensor.h"
+#include "framework/device/deferred_product.h"
 
 namespace keel {
 
@@ -49,6 +50,9 @@ void tree_sum(std::span<const float* const> in, float* out, int64_t count);
 // in one pass while each chunk is in cache; returns the index of the first element of out that is
 // not finite (NaN or infinite), count if none.
 int64_t tree_mean_checked(std::span<const float* const> in, float* out, int64_t count, int divisor);
+// Both: divided when divisor > 1; with `check`, returns the first non-finite element of out (count if
+// none), else count (framework/device/tree_sum.cc).
+int64_t tree_sum_into(std::span<const float* const> in, float* out, int64_t count, int divisor, bool check);
 
 // Replica r's share [begin, end) of `elements` split over n replicas as evenly as possible, the first
 // (elements mod n) replicas taking one more (the split infeed uses for batches).
@@ -84,8 +88,11 @@ class Collectives {
   // values[i].data() where it was copied; valid until a replica of this process calls another
   // collective that moves tensors (barrier and all_reduce_min move none; the optimizer's replicas
   // meet at a barrier after their update): the leader may then sum elsewhere or grow the buffer.
+  // `deferred` (empty, or one per value): values whose contents are a DeferredProduct's, unwritten;
+  // the reduction computes them (in one process, tile by tile into the sum; else first, whole).
   virtual size_t all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards,
-                                       std::span<const float*> results) = 0;
+                                       std::span<const float*> results,
+                                       std::span<const DeferredProduct* const> deferred = {}) = 0;
   // Reduces `value` over replicas and returns this replica's shard of the flattened result: the
   // elements shard_range(value.size(), n, replica), as a 1-D tensor.
   virtual Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) = 0;
@@ -147,7 +154,8 @@ class InProcessCollectives final : public Collectives {
   int num_replicas() const override { return num_replicas_; }
   void all_reduce(int replica, ReduceOp op, std::span<Tensor> values) override;
   size_t all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards,
-                               std::span<const float*> results) override;
+                               std::span<const float*> results,
+                               std::span<const DeferredProduct* const> deferred = {}) override;
   Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) override;
   Tensor all_gather(int replica, const Tensor& shard, std::vector<int64_t>* rows_before = nullptr) override;
   // In one process only (std::logic_error across processes).
@@ -163,6 +171,7 @@ class InProcessCollectives final : public Collectives {
   struct Posted {
     std::span<Tensor> values;
     const Tensor* tensor = nullptr;
+    std::span<const DeferredProduct* const> deferred;  // all_reduce_for_update in one process
   };
   bool several_processes() const { return processes_ != nullptr; }
   int local(int replica) const { return replica - first_; }
@@ -194,7 +203,14 @@ class InProcessCollectives final : public Collectives {
   // `summed_vote` is local_sum_range's answer, which it completes.
   size_t finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite, Results results, size_t summed_vote);
   size_t all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite, Results results,
-                           std::span<const float*> located);
+                           std::span<const float*> located, std::span<const DeferredProduct* const> deferred = {});
+  // Whether any local replica posted tensor i of the values as a DeferredProduct.
+  bool posted_deferred(size_t i) const;
+  // local_sum_range's work on tensor i when it is deferred: elements [lo, hi) of the sum into out,
+  // each replica's product computed a tile of rows at a time (`in`: the others' values at lo);
+  // returns the first non-finite offset checked, or hi - lo (collectives_deferred.cc).
+  int64_t sum_deferred(size_t i, int64_t lo, int64_t hi, std::span<const float* const> in, float* out, int divisor,
+                       bool check) const;
   // all_reduce_for_update's results for `values` (this replica's), after its last barrier but one.
   // With `in_process_sum`, in in_process_sum_ (the sum of one process's replicas).
   void locate_results(std::span<Tensor> values, std::span<const float*> results, bool in_process_sum) const;

@@ -55,6 +55,36 @@ void ReplicaContext::mark_for_sync(ReplicaLocalState* state) {
   if (std::find(marked_.begin(), marked_.end(), state) == marked_.end()) marked_.push_back(state);
 }
 
+void ReplicaContext::defer(const Tensor& value, std::shared_ptr<const DeferredProduct> product) {
+  if (!deferral_allowed_) throw std::logic_error("ReplicaContext::defer: this step computes its gradients whole");
+  deferred_.emplace_back(value.storage().id(), std::move(product));
+}
+
+void ReplicaContext::materialize(const Tensor& value) {
+  if (deferred_.empty() || !value.defined() || value.is_abstract()) return;
+  const uint64_t id = value.storage().id();
+  auto it = std::find_if(deferred_.begin(), deferred_.end(), [&](const auto& d) { return d.first == id; });
+  if (it == deferred_.end()) return;
+  const std::shared_ptr<const DeferredProduct> product = std::move(it->second);
+  deferred_.erase(it);
+  Tensor target = value;
+  product->compute_rows(0, product->rows, target.data());
+}
+
+std::vector<const DeferredProduct*> ReplicaContext::deferred_products(std::span<const Tensor> values) const {
+  std::vector<const DeferredProduct*> out;
+  if (deferred_.empty()) return out;
+  out.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!values[i].defined() || values[i].is_abstract()) continue;
+    const uint64_t id = values[i].storage().id();
+    for (const auto& [storage, product] : deferred_) {
+      if (storage == id) out[i] = product.get();
+    }
+  }
+  return out;
+}
+
 ReplicaContext* current_replica_context() { return tls_replica_context; }
 
 ReplicaContextScope::ReplicaContextScope(ReplicaContext* ctx) : saved_(tls_replica_context) { tls_replica_context = ctx; }

@@ -7,10 +7,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "framework/core/tensor.h"
 #include "framework/device/collectives.h"
+#include "framework/device/deferred_product.h"
 
 namespace keel {
 
@@ -58,7 +61,8 @@ class ReplicaContext {
   void all_reduce(ReduceOp op, std::span<Tensor> values) const { collectives().all_reduce(replica_id_, op, values); }
   size_t all_reduce_for_update(ReduceOp op, std::span<Tensor> values, bool slice_shards,
                                std::span<const float*> results) const {
-    return collectives().all_reduce_for_update(replica_id_, op, values, slice_shards, results);
+    const std::vector<const DeferredProduct*> deferred = deferred_products(values);
+    return collectives().all_reduce_for_update(replica_id_, op, values, slice_shards, results, deferred);
   }
   Tensor reduce_scatter(ReduceOp op, const Tensor& value) const {
     return collectives().reduce_scatter(replica_id_, op, value);
@@ -81,6 +85,19 @@ class ReplicaContext {
   // mirrored), waits again.
   void merge_call(const std::function<void()>& fn) const;
 
+  // Kernel gradients left to the optimizer's all-reduce (framework/device/deferred_product.h). A
+  // training step allows them where that all-reduce is the only reader of its gradients
+  // (Model::train_step_on_cores); an op whose result is such a gradient may then defer() it, leaving
+  // the tensor's contents unwritten, and whatever must read it first (the tape adding two gradients
+  // of one variable) materialize()s it.
+  void allow_deferred_products(bool allow) { deferral_allowed_ = allow; }
+  bool allows_deferred_products() const { return deferral_allowed_; }
+  void defer(const Tensor& value, std::shared_ptr<const DeferredProduct> product);
+  // Computes a deferred value into its tensor and forgets the product; nothing for any other tensor.
+  void materialize(const Tensor& value);
+  // Each value's deferred product, or null; empty when none is deferred.
+  std::vector<const DeferredProduct*> deferred_products(std::span<const Tensor> values) const;
+
   // `state` was updated by this replica in this step: it is synced when the run ends.
   void mark_for_sync(ReplicaLocalState* state);
   const std::vector<ReplicaLocalState*>& marked_for_sync() const { return marked_; }
@@ -94,6 +111,8 @@ class ReplicaContext {
   int num_replicas_;
   int64_t step_;
   std::vector<ReplicaLocalState*> marked_;
+  bool deferral_allowed_ = false;
+  std::vector<std::pair<uint64_t, std::shared_ptr<const DeferredProduct>>> deferred_;  // by storage id
 };
 
 // This thread's replica context; nullptr outside strategy.run / for_each_replica.

@@ -215,7 +215,10 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
       ledger.mark("backward");
       reduce = reduce_scatter_as_ready(vars);  // ZeRO-2: each gradient reduced while backward goes on
       // and a LayoutMap's variables: each core's block of the mean, as soon as backward finished it
-      grads = tape.gradient(loss, vars, reduce_laid_out_as_ready(vars, reduce));
+      const GradientReadyFn ready = reduce_laid_out_as_ready(vars, reduce);
+      ctx.allow_deferred_products(!ready && defers_kernel_gradients());  // else a hook reads them
+      grads = tape.gradient(loss, vars, ready);
+      ctx.allow_deferred_products(false);
       t.loss_sum = static_cast<double>(loss.item()) * static_cast<double>(b.size());
       t.correct = count_correct(b.labels, y, sparse);
       if (top_k) t.in_top_k = count_in_top_k(b.labels, y, sparse, kTopK);

@@ -1,10 +1,45 @@
 // matmul: (N, K) x (K, M) -> (N, M) through Eigen's GEMM, on the replica's share of the threads (ops/gemm.h).
+#include <memory>
+#include <span>
+
 #include "framework/autodiff/tape.h"
+#include "framework/device/replica_context.h"
 #include "framework/ops/gemm.h"
 #include "framework/ops/op_util.h"
 #include "framework/ops/ops.h"
 
 namespace keel::ops {
+namespace {
+
+// Kernel gradients smaller than this are computed at once: the tiles would save little.
+constexpr int64_t kMinDeferredElements = 1 << 14;
+
+// grad = aᵀ · dy left to the step's all-reduce (ReplicaContext::defer) where the step allows it and the
+// product is one oneDNN product per tile (not cut along its inner dimension, framework/ops/gemm.h),
+// whose rows computed apart have the bits of the whole. Its operands are copied to host memory: the
+// tape releases a and dy, as a device would, before the all-reduce reads them.
+bool defer_kernel_gradient(const Tensor& grad, const Tensor& a, const Tensor& dy, DType dt) {
+  ReplicaContext* ctx = current_replica_context();
+  if (ctx == nullptr || !ctx->allows_deferred_products() || dt != DType::float32 || grad.is_abstract() ||
+      grad.size() < kMinDeferredElements || a.dtype() != DType::float32 || dy.dtype() != DType::float32) {
+    return false;
+  }
+  const int64_t n = a.dim(0), k = a.dim(1), m = dy.dim(1);
+  if (detail::gemm_segments(k, m, n) != 1) return false;
+  const Tensor a_copy = Tensor::from_vector(a.shape(), std::span<const float>(a.data(), static_cast<size_t>(a.size())));
+  const Tensor dy_copy = Tensor::from_vector(dy.shape(), std::span<const float>(dy.data(), static_cast<size_t>(dy.size())));
+  auto product = std::make_shared<DeferredProduct>();
+  product->rows = k;
+  product->cols = m;
+  product->compute_rows = [a_copy, dy_copy, n, k, m](int64_t begin, int64_t end, float* out) {
+    const detail::GemmOperand at{a_copy.data(), k, /*transposed=*/true}, dys{dy_copy.data(), m, false};
+    detail::sgemm(at.at(begin, 0), dys, out, m, end - begin, m, n, /*accumulate=*/false);
+  };
+  ctx->defer(grad, std::move(product));
+  return true;
+}
+
+}  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a.rank() != 2 || b.rank() != 2 || a.dim(1) != b.dim(0)) {
@@ -29,6 +64,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       if (needs[1]) {  // db = aᵀ · dy   (K, M)
         grads[1] = detail::grad_buffer(b.shape(), b_is_variable);
         const Tensor av = detail::compute_values(a, dt);
+        if (b_is_variable && detail::compute(grads[1], {&dy[0]}) && defer_kernel_gradient(grads[1], av, dy[0], dt)) {
+          return grads;  // the all-reduce computes it
+        }
         if (detail::compute(grads[1], {&dy[0]})) detail::gemm(grads[1].matrix(), av.matrix().transpose(), dy[0].matrix());
       }
       return grads;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 
@@ -225,6 +226,15 @@ GradientReadyFn reduce_scatter_as_ready(const std::vector<Variable*>& vars) {
   ReplicaContext* ctx = current_replica_context();
   if (ctx == nullptr || ctx->strategy().shard() < ShardingMode::gradients) return nullptr;
   return [ctx, vars](size_t index, Tensor gradient) { return reduce_scatter_gradient(*ctx, gradient, vars.at(index)->name()); };
+}
+
+bool defers_kernel_gradients() {
+  const ReplicaContext* ctx = current_replica_context();
+  if (ctx == nullptr || ctx->strategy().shard() >= ShardingMode::gradients) return false;
+  const ReplicatedStrategy& s = ctx->strategy();
+  if (s.local_replicas() < 2 || s.local_replicas() != s.num_replicas()) return false;
+  const char* env = std::getenv("KEEL_DEFERRED_KERNEL_GRADIENTS");
+  return env == nullptr || std::string(env) != "0";
 }
 
 bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form,

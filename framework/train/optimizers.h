@@ -67,6 +67,13 @@ enum class GradientForm { local, reduced_shards };
 // Its results go to apply_gradients with GradientForm::reduced_shards. nullptr otherwise.
 GradientReadyFn reduce_scatter_as_ready(const std::vector<Variable*>& vars);
 
+// Inside strategy.run: whether the replicas may leave their dense kernels' gradients to
+// apply_gradients' all-reduce (ReplicaContext::allow_deferred_products), which computes them tile by
+// tile while it sums them: with several replicas in this process and none elsewhere, gradients
+// reduced by all_reduce_for_update (neither they nor the parameters sharded), unless
+// KEEL_DEFERRED_KERNEL_GRADIENTS=0. The caller allows them only where no hook reads the gradients.
+bool defers_kernel_gradients();
+
 // Variables a LayoutMap splits along an axis (framework/device/layout.h): backward leaves each one's
 // gradient as the stack of every replica's gradient of this core's block (ops::column_parallel_matmul);
 // apply_gradients reduces a stack to the block of the mean (the collectives' tree order, so the bits

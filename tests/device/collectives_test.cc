@@ -1,5 +1,6 @@
 #include "framework/device/collectives.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <functional>
 #include <future>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -15,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "framework/core/random.h"
+#include "framework/device/replica_context.h"
 #include "framework/device/strategy.h"
 #include "tests/support/grad_check.h"
 
@@ -244,6 +247,64 @@ TEST(AllReduceTest, ForUpdateLeavesEachReplicaItsShardOfTheMeanAndOneVote) {
       }
       for (size_t vote : votes) EXPECT_EQ(vote, 2u) << n << " replicas";
     }
+  }
+}
+
+// Deferred products (framework/device/deferred_product.h): the reduction computes each replica's
+// value a tile of rows at a time, whatever rows the replicas' ranges start and end in, and gets the
+// bits of the values written whole; a replica may also hand a value written whole, and the vote
+// finds a non-finite element inside a product. The deferred tensors hold NaNs: read, they would show.
+TEST(AllReduceTest, ForUpdateComputesDeferredProductsTileByTileWithTheSameBits) {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{37, 129}, {1031, 1}, {300, 64}, {5, 3}};
+  const std::vector<bool> deferred_tensor = {true, false, true, true};
+  const auto value = [&](int r, size_t i) {
+    std::vector<float> v = spread_values(shapes[i].first * shapes[i].second, 1000 * static_cast<uint64_t>(r) + i);
+    if (i == 2 && r == 1) v[5000] = std::numeric_limits<float>::infinity();
+    return v;
+  };
+  for (int n : {2, 8}) {
+    ReplicatedStrategy s(DeviceSpec::custom(n, 0), ReplicatedStrategy::Options{.abstract = false, .host_threads = 2});
+    std::vector<std::vector<std::vector<float>>> got(static_cast<size_t>(n));
+    std::vector<size_t> votes(static_cast<size_t>(n));
+    within_seconds(60, [&] {
+      s.run_replicas([&](ReplicaContext& ctx) {
+        const int r = ctx.replica_id();
+        ctx.allow_deferred_products(true);
+        std::vector<Tensor> values;
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          const std::vector<float> v = value(r, i);
+          if (!deferred_tensor[i] || (i == 0 && r == n - 1)) {  // written whole (replica n-1: tensor 0 too)
+            values.push_back(host({shapes[i].first, shapes[i].second}, v).clone());
+            continue;
+          }
+          values.push_back(Tensor::full({shapes[i].first, shapes[i].second}, std::numeric_limits<float>::quiet_NaN()));
+          auto product = std::make_shared<DeferredProduct>();
+          product->rows = shapes[i].first;
+          product->cols = shapes[i].second;
+          product->compute_rows = [v, cols = shapes[i].second](int64_t begin, int64_t end, float* out) {
+            std::copy(v.begin() + begin * cols, v.begin() + end * cols, out);
+          };
+          ctx.defer(values.back(), product);
+        }
+        std::vector<const float*> results(values.size());
+        votes[static_cast<size_t>(r)] = ctx.all_reduce_for_update(ReduceOp::Mean, values, false, results);
+        for (size_t i = 0; i < values.size(); ++i) got[static_cast<size_t>(r)].emplace_back(results[i], results[i] + values[i].size());
+        ctx.barrier();  // the results are read in place: every replica has read them before any moves on
+      });
+    });
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      std::vector<std::vector<float>> x;
+      for (int r = 0; r < n; ++r) x.push_back(value(r, i));
+      const std::vector<float> want = reference(x, ReduceOp::Mean);
+      for (int r = 0; r < n; ++r) {
+        const ShardRange own = shard_range(static_cast<int64_t>(want.size()), n, r);
+        const std::vector<float>& mine = got[static_cast<size_t>(r)][i];
+        EXPECT_TRUE(bitwise_equal(std::vector<float>(mine.begin() + own.begin, mine.begin() + own.end),
+                                  std::vector<float>(want.begin() + own.begin, want.begin() + own.end)))
+            << n << " replicas, tensor " << i << ", replica " << r;
+      }
+    }
+    for (size_t vote : votes) EXPECT_EQ(vote, 2u) << n << " replicas";
   }
 }
 

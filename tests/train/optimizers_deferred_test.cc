@@ -1,0 +1,111 @@
+// Dense kernels' gradients left to the optimizer's all-reduce (defers_kernel_gradients,
+// framework/device/deferred_product.h) change who computes them and when, never the numbers nor
+// what each core is charged: the seed MLP on v3-8, trained with and without, on one host thread and
+// on two, ends with the same weights and Adam slots bit for bit and the same ledger per core; and a
+// matrix product's backward does defer the kernel's gradient where a step allows it.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "framework/autodiff/tape.h"
+#include "framework/core/random.h"
+#include "framework/device/replica_context.h"
+#include "framework/layers/initializers.h"
+#include "framework/model/planner.h"
+#include "framework/ops/ops.h"
+#include "framework/train/optimizers.h"
+#include "tests/support/training_cases.h"
+
+namespace keel {
+namespace {
+
+struct DeferralRun {
+  std::vector<std::vector<float>> weights;  // every variable, then every slot
+  std::vector<CoreMemory> memory;
+};
+
+// 12 steps of the seed MLP on v3-8 (16 per core) on random batches, deferring or not.
+DeferralRun train_mlp(bool defer, int host_threads) {
+  if (defer) {
+    unsetenv("KEEL_DEFERRED_KERNEL_GRADIENTS");
+  } else {
+    setenv("KEEL_DEFERRED_KERNEL_GRADIENTS", "0", 1);
+  }
+  clear_session();
+  set_random_seed(5);
+  const testing::Case c{"mlp", {784}, DeviceSpec::preset("v3-8"), 16};
+  ReplicatedStrategy strategy(c.device, ReplicatedStrategy::Options{.host_threads = host_threads});
+  std::unique_ptr<Model> model;
+  {
+    auto scope = strategy.scope();
+    model = testing::build_compiled(c);
+  }
+  for (int s = 0; s < 12; ++s) model->train_step(testing::random_batch(c, 300 + static_cast<uint64_t>(s)));
+  DeferralRun run;
+  for (Variable* v : model->variables()) run.weights.push_back(v->value().to_vector());
+  for (Variable* v : model->optimizer().slot_variables()) run.weights.push_back(v->value().to_vector());
+  run.memory = core_memory(strategy.ledger());
+  unsetenv("KEEL_DEFERRED_KERNEL_GRADIENTS");
+  return run;
+}
+
+TEST(DeferredKernelGradients, MlpOnV38EndsBitIdenticalAndChargedAlike) {
+  for (int threads : {1, 2}) {
+    const DeferralRun whole = train_mlp(false, threads), deferred = train_mlp(true, threads);
+    ASSERT_EQ(whole.weights.size(), deferred.weights.size());
+    for (size_t i = 0; i < whole.weights.size(); ++i) {
+      ASSERT_EQ(whole.weights[i].size(), deferred.weights[i].size());
+      EXPECT_EQ(std::memcmp(whole.weights[i].data(), deferred.weights[i].data(), whole.weights[i].size() * sizeof(float)), 0)
+          << threads << " thread(s): weight or slot " << i << " differs";
+    }
+    ASSERT_EQ(whole.memory.size(), deferred.memory.size());
+    for (size_t c = 0; c < whole.memory.size(); ++c) {
+      EXPECT_EQ(whole.memory[c].peak, deferred.memory[c].peak) << "core " << c;
+      EXPECT_EQ(whole.memory[c].category_peak, deferred.memory[c].category_peak) << "core " << c;
+      EXPECT_EQ(whole.memory[c].sent_bytes, deferred.memory[c].sent_bytes) << "core " << c;
+    }
+  }
+}
+
+// x (16 x 784) · w (784 x 128) in a replica allowed to defer: the kernel's gradient is left to the
+// all-reduce, and computed on demand it has the bits of the product computed whole.
+TEST(DeferredKernelGradients, AMatrixProductLeavesItsKernelsGradientToTheAllReduce) {
+  ReplicatedStrategy strategy(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.host_threads = 1});
+  std::unique_ptr<Variable> w;
+  {
+    auto scope = strategy.scope();
+    std::vector<float> values(784 * 128);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(static_cast<int64_t>(i % 977) - 488);
+    w = std::make_unique<Variable>("w", Tensor::from_vector({784, 128}, values).clone(), true);
+  }
+  std::vector<float> xs(16 * 784);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.01f * static_cast<float>(static_cast<int64_t>(i % 331) - 165);
+  std::vector<std::vector<float>> gradients(2);  // deferred then materialized, computed whole
+  bool was_deferred = false;
+  strategy.run_replicas([&](ReplicaContext& ctx) {
+    for (bool defer : {true, false}) {
+      ctx.allow_deferred_products(defer);
+      const Tensor x = Tensor::from_vector({16, 784}, xs).clone();
+      GradientTape tape;
+      const Tensor loss = ops::reduce_sum(ops::scale(ops::relu(ops::matmul(x, w->value())), 0.37f));
+      const std::vector<Tensor> g = tape.gradient(loss, std::vector<Variable*>{w.get()});
+      if (defer) {
+        const std::vector<const DeferredProduct*> products = ctx.deferred_products(g);
+        if (ctx.replica_id() == 0) was_deferred = products.size() == 1 && products[0] != nullptr;
+        ctx.materialize(g[0]);
+        EXPECT_TRUE(ctx.deferred_products(g).empty() || ctx.deferred_products(g)[0] == nullptr);
+      }
+      if (ctx.replica_id() == 0) gradients[defer ? 0 : 1] = g[0].to_vector();
+      ctx.allow_deferred_products(false);
+    }
+  });
+  EXPECT_TRUE(was_deferred);
+  ASSERT_EQ(gradients[0].size(), gradients[1].size());
+  EXPECT_EQ(std::memcmp(gradients[0].data(), gradients[1].data(), gradients[0].size() * sizeof(float)), 0);
+}
+
+}  // namespace
+}  // namespace keel
