@@ -29,7 +29,6 @@ int ReductionTree::subtree_end(int replica, int num_replicas) {
   return std::min(replica + lowest_bit, num_replicas);
 }
 
-
 ShardRange shard_range(int64_t elements, int num_replicas, int replica) {
   const int64_t n = num_replicas, r = replica;
   const int64_t begin = r * (elements / n) + std::min(r, elements % n);
