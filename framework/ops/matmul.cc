@@ -64,10 +64,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       if (needs[1]) {  // db = aᵀ · dy   (K, M)
         grads[1] = detail::grad_buffer(b.shape(), b_is_variable);
         const Tensor av = detail::compute_values(a, dt);
-        if (b_is_variable && detail::compute(grads[1], {&dy[0]}) && defer_kernel_gradient(grads[1], av, dy[0], dt)) {
-          return grads;  // the all-reduce computes it
+        // Unless the all-reduce computes it.
+        if (detail::compute(grads[1], {&dy[0]}) && !(b_is_variable && defer_kernel_gradient(grads[1], av, dy[0], dt))) {
+          detail::gemm(grads[1].matrix(), av.matrix().transpose(), dy[0].matrix());
         }
-        if (detail::compute(grads[1], {&dy[0]})) detail::gemm(grads[1].matrix(), av.matrix().transpose(), dy[0].matrix());
       }
       return grads;
     });

@@ -107,5 +107,69 @@ TEST(DeferredKernelGradients, AMatrixProductLeavesItsKernelsGradientToTheAllRedu
   EXPECT_EQ(std::memcmp(gradients[0].data(), gradients[1].data(), gradients[0].size() * sizeof(float)), 0);
 }
 
+// A kernel read by two products: the tape must add its two gradients, so it computes both whole
+// first; the sum has the bits of the one computed without deferring.
+TEST(DeferredKernelGradients, TheTapeComputesDeferredGradientsItMustAdd) {
+  ReplicatedStrategy strategy(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.host_threads = 1});
+  std::unique_ptr<Variable> w;
+  {
+    auto scope = strategy.scope();
+    std::vector<float> values(784 * 128);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(static_cast<int64_t>(i % 983) - 491);
+    w = std::make_unique<Variable>("w", Tensor::from_vector({784, 128}, values).clone(), true);
+  }
+  std::vector<float> xs(16 * 784);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.01f * static_cast<float>(static_cast<int64_t>(i % 337) - 168);
+  std::vector<std::vector<float>> gradients(2);  // deferring, then not
+  strategy.run_replicas([&](ReplicaContext& ctx) {
+    for (bool defer : {true, false}) {
+      ctx.allow_deferred_products(defer);
+      const Tensor x = Tensor::from_vector({16, 784}, xs).clone();
+      const Tensor x2 = ops::scale(x, -0.5f);
+      GradientTape tape;
+      const Tensor loss = ops::add(ops::reduce_sum(ops::relu(ops::matmul(x, w->value()))),
+                                   ops::reduce_sum(ops::relu(ops::matmul(x2, w->value()))));
+      const std::vector<Tensor> g = tape.gradient(loss, std::vector<Variable*>{w.get()});
+      const std::vector<const DeferredProduct*> left = ctx.deferred_products(g);
+      EXPECT_TRUE(left.empty() || left[0] == nullptr) << "the added gradient is computed";
+      if (ctx.replica_id() == 0) gradients[defer ? 0 : 1] = g[0].to_vector();
+      ctx.allow_deferred_products(false);
+    }
+  });
+  ASSERT_EQ(gradients[0].size(), gradients[1].size());
+  EXPECT_EQ(std::memcmp(gradients[0].data(), gradients[1].data(), gradients[0].size() * sizeof(float)), 0);
+}
+
+// On one replica the all-reduce has nothing to sum: a deferred gradient is computed whole where the
+// optimizer reads it.
+TEST(DeferredKernelGradients, OneReplicaComputesADeferredGradientWhole) {
+  ReplicatedStrategy strategy(DeviceSpec::custom(1, 0), ReplicatedStrategy::Options{.host_threads = 1});
+  std::unique_ptr<Variable> w;
+  {
+    auto scope = strategy.scope();
+    std::vector<float> values(784 * 128);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(static_cast<int64_t>(i % 971) - 485);
+    w = std::make_unique<Variable>("w", Tensor::from_vector({784, 128}, values).clone(), true);
+  }
+  std::vector<float> xs(16 * 784);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.01f * static_cast<float>(static_cast<int64_t>(i % 331) - 165);
+  std::vector<std::vector<float>> reduced(2);  // deferring, then not
+  strategy.run_replicas([&](ReplicaContext& ctx) {
+    for (bool defer : {true, false}) {
+      ctx.allow_deferred_products(defer);
+      const Tensor x = Tensor::from_vector({16, 784}, xs).clone();
+      GradientTape tape;
+      const Tensor loss = ops::reduce_sum(ops::relu(ops::matmul(x, w->value())));
+      std::vector<Tensor> g = tape.gradient(loss, std::vector<Variable*>{w.get()});
+      std::vector<const float*> results(1);
+      EXPECT_EQ(ctx.all_reduce_for_update(ReduceOp::Mean, g, false, results), 1u);
+      reduced[defer ? 0 : 1].assign(results[0], results[0] + g[0].size());
+      ctx.allow_deferred_products(false);
+    }
+  });
+  ASSERT_EQ(reduced[0].size(), reduced[1].size());
+  EXPECT_EQ(std::memcmp(reduced[0].data(), reduced[1].data(), reduced[0].size() * sizeof(float)), 0);
+}
+
 }  // namespace
 }  // namespace keel
