@@ -27,6 +27,10 @@ int host_threads() {
   if (const char* env = std::getenv("KEEL_NUM_THREADS"); env != nullptr && *env != '\0') {
     return parse_thread_count(env, "KEEL_NUM_THREADS");
   }
+  return machine_threads();
+}
+
+int machine_threads() {
   const int hardware = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   const int processes = local != nullptr ? std::atoi(local) : 1;

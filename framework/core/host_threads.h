@@ -17,6 +17,12 @@ inline constexpr int kMaxHostThreads = 4096;
 // from 1 to kMaxHostThreads.
 int host_threads();
 
+// This process's share of the machine's hardware threads, whatever KEEL_NUM_THREADS or
+// set_host_threads() say: hardware_concurrency(), divided under mpirun as above. At least 1. Where it
+// exceeds host_threads(), threads keel starts besides its compute threads (an input pipeline's) have
+// cores of their own.
+int machine_threads();
+
 // Overrides host_threads() for this process from now on (0: back to KEEL_NUM_THREADS or the machine's).
 // Call it before making a strategy; strategies already made keep their threads. Throws
 // std::invalid_argument outside [0, kMaxHostThreads].

@@ -15,6 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "framework/core/host_threads.h"
 #include "framework/data/data_error.h"
 #include "framework/device/context.h"
 #include "framework/device/ledger.h"
@@ -261,7 +262,17 @@ TEST(DatasetTest, PrefetchKeepsTheSequence) {
   EXPECT_THROW(ds.prefetch(0), std::invalid_argument);
 }
 
-TEST(DatasetTest, PrefetchRunsAheadOnAnotherThreadWithinItsBuffer) {
+// This process's thread count while alive (set_host_threads), the default again after.
+struct HostThreadsFor {
+  explicit HostThreadsFor(int threads) { set_host_threads(threads); }
+  ~HostThreadsFor() { set_host_threads(0); }
+  HostThreadsFor(const HostThreadsFor&) = delete;
+  HostThreadsFor& operator=(const HostThreadsFor&) = delete;
+};
+
+// The producer fills its buffer on another thread and goes no further; after each pop it refills,
+// whether the consumer wakes it or it finds the room itself.
+void expect_prefetch_to_run_ahead_within_its_buffer() {
   std::atomic<int> calls{0};
   std::atomic<bool> other_thread{false};
   const std::thread::id consumer = std::this_thread::get_id();
@@ -273,14 +284,42 @@ TEST(DatasetTest, PrefetchRunsAheadOnAnotherThreadWithinItsBuffer) {
                          })
                          .prefetch(2);
   Iterator it = ds.make_iterator();
-  ASSERT_TRUE(it.next());
-  // One element consumed, two waiting in the buffer; the producer then waits for room.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (calls < 3 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_EQ(calls.load(), 3);
+  for (int popped = 1; popped <= 3; ++popped) {
+    ASSERT_TRUE(it.next());
+    // `popped` elements consumed, two waiting in the buffer; the producer then waits for room.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (calls < popped + 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(calls.load(), popped + 2) << "after " << popped << " pops";
+  }
   EXPECT_TRUE(other_thread.load());
+}
+
+TEST(DatasetTest, PrefetchRunsAheadOnAnotherThreadWithinItsBuffer) {
+  const HostThreadsFor all_cores(machine_threads());  // the producer shares their cores: woken at each pop
+  expect_prefetch_to_run_ahead_within_its_buffer();
+}
+
+// With a core left to it, the producer is woken only when the consumer took the last element: it
+// finds the room after the other pops on its own (the second and third pops here leave one element).
+TEST(DatasetTest, APrefetchProducerWithACoreOfItsOwnRefillsUnwoken) {
+  if (machine_threads() < 2) GTEST_SKIP() << "one hardware thread: the producer always shares it";
+  const HostThreadsFor one(1);
+  expect_prefetch_to_run_ahead_within_its_buffer();
+  // The same elements in the same order, with a consumer slower than the producer (it polls at the
+  // consumer's pace, then backs off while the consumer pauses) and one faster.
+  const Dataset ds = triples(60).shuffle(16, 2).map(times_ten).batch(4);
+  const std::vector<Element> plain = all(ds, 1);
+  Iterator it = ds.prefetch(2).make_iterator(1);
+  std::vector<Element> paced;
+  while (std::optional<Element> e = it.next()) {
+    paced.push_back(*e);
+    if (paced.size() % 5 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    if (paced.size() % 5 == 1) std::this_thread::sleep_for(std::chrono::microseconds(300));
+  }
+  ASSERT_EQ(paced.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(bitwise_equal(paced[i], plain[i])) << i;
 }
 
 TEST(DatasetTest, PrefetchRethrowsUpstreamErrors) {
