@@ -248,7 +248,18 @@ void ReplicatedStrategy::sync_replica_local_state(ReplicaContext& ctx) {
     return a->creation_order() < b->creation_order();
   });
   marked.erase(std::unique(marked.begin(), marked.end()), marked.end());
-  for (ReplicaLocalState* state : marked) state->sync_replicas(ctx);
+  std::vector<Tensor> contributions;
+  std::vector<size_t> ends;  // of each state's contributions
+  for (ReplicaLocalState* state : marked) {
+    for (Tensor& t : state->replica_contributions(ctx)) contributions.push_back(std::move(t));
+    ends.push_back(contributions.size());
+  }
+  if (!contributions.empty()) ctx.all_reduce(ReduceOp::Mean, contributions);
+  size_t begin = 0;
+  for (size_t i = 0; i < marked.size(); ++i) {
+    marked[i]->take_means(ctx, std::span<Tensor>(contributions).subspan(begin, ends[i] - begin));
+    begin = ends[i];
+  }
 }
 
 void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) {

@@ -160,26 +160,27 @@ void BatchNormalization::set_update_momentum(std::optional<double> momentum) {
   update_momentum_ = momentum;
 }
 
-void BatchNormalization::sync_replicas(ReplicaContext& ctx) {
+std::vector<Tensor> BatchNormalization::replica_contributions(ReplicaContext& ctx) {
   std::vector<BatchStats> calls;
   {
     std::lock_guard<std::mutex> lock(pending_mu_);
     const size_t replica = static_cast<size_t>(ctx.replica_id());
     if (replica < pending_.size()) calls.swap(pending_[replica]);
   }
-  std::vector<Tensor> copies = {replica_copy(*moving_mean_, &BatchStats::mean, calls),
-                                replica_copy(*moving_variance_, &BatchStats::variance, calls)};
   // Every replica has read the moving variables once the all-reduce's first barrier has passed.
-  ctx.all_reduce(ReduceOp::Mean, copies);
-  if (ctx.leads_process()) {
-    if (!moving_mean_->value().is_abstract()) {
-      moving_mean_->mutable_value().copy_from(copies[0]);
-      moving_variance_->mutable_value().copy_from(copies[1]);
-    }
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    pending_.clear();
-    pending_replicas_ = 0;
+  return {replica_copy(*moving_mean_, &BatchStats::mean, calls), replica_copy(*moving_variance_, &BatchStats::variance, calls)};
+}
+
+void BatchNormalization::take_means(ReplicaContext& ctx, std::span<Tensor> means) {
+  if (means.size() != 2) throw std::logic_error("BatchNormalization '" + name() + "': two means expected");
+  if (!ctx.leads_process()) return;
+  if (!moving_mean_->value().is_abstract()) {
+    moving_mean_->mutable_value().copy_from(means[0]);
+    moving_variance_->mutable_value().copy_from(means[1]);
   }
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  pending_.clear();
+  pending_replicas_ = 0;
 }
 
 nlohmann::json BatchNormalization::get_config() const {

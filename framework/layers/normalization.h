@@ -8,9 +8,10 @@
 // copies start equal, that mean evolves exactly as one shared variable updated with every
 // replica's result averaged, which is what keel keeps: one mirrored buffer. The layer is a
 // ReplicaLocalState: call(x, training=true) inside strategy.run records the batch statistics for its
-// replica and marks the layer; when the run ends, sync_replicas computes each replica's copy
+// replica and marks the layer; when the run ends, replica_contributions computes each replica's copy
 //   copy_r   = moving - (moving - stat_r) * (1 - momentum)     (Keras's assign_moving_average)
-// and all-reduces the copies (mean, the collectives' tree order) into the moving variables.
+// the strategy averages the copies (mean, the collectives' tree order; every layer's in one
+// all-reduce) and take_means writes them to the moving variables.
 // A replica whose shard was empty keeps moving unchanged in that mean (Keras skips the update when
 // the input batch is empty); a replica that called the layer twice applies both, in call order.
 // Outside strategy.run (one replica) the update is applied at once, as Keras does in eager mode.
@@ -63,7 +64,8 @@ class BatchNormalization : public Layer, public ReplicaLocalState {
   Tensor apply_with_add_relu(const Tensor& x, const Tensor& residual, bool training, const std::string& relu_layer);
 
   // Folds this step's statistics of every replica into the moving variables (formula above).
-  void sync_replicas(ReplicaContext& ctx) override;
+  std::vector<Tensor> replica_contributions(ReplicaContext& ctx) override;
+  void take_means(ReplicaContext& ctx, std::span<Tensor> means) override;
 
   float momentum() const { return options_.momentum; }
   // The momentum of the next moving-average updates in place of momentum() (which the config keeps);

@@ -3,10 +3,13 @@
 #include "framework/device/replica_context.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -139,10 +142,12 @@ TEST(ReplicaContextTest, MergeCallOfOneReplicaRunsOnceInTheMirroredContext) {
 class CountingState : public ReplicaLocalState {
  public:
   explicit CountingState(std::vector<std::pair<int, uint64_t>>* log, std::mutex* mu) : log_(log), mu_(mu) {}
-  void sync_replicas(ReplicaContext& ctx) override {
+  std::vector<Tensor> replica_contributions(ReplicaContext& ctx) override {
     std::lock_guard<std::mutex> lock(*mu_);
     log_->emplace_back(ctx.replica_id(), creation_order());
+    return {};
   }
+  void take_means(ReplicaContext&, std::span<Tensor> means) override { EXPECT_TRUE(means.empty()); }
 
  private:
   std::vector<std::pair<int, uint64_t>>* log_;
@@ -229,6 +234,84 @@ TEST(ReplicaLocalStateTest, RunSyncsEveryMarkedStateOnEveryReplicaInCreationOrde
   log.clear();
   s.run([](const Batch&) { return 0; }, shards);
   EXPECT_TRUE(log.empty());
+}
+
+// Contributes `sizes.size()` tensors whose values depend on the replica (sums that rounding makes
+// order-sensitive), logs when it is asked and when it is given its means, and keeps the means.
+class AveragedState : public ReplicaLocalState {
+ public:
+  AveragedState(std::vector<int64_t> sizes, float scale, std::vector<std::string>* log, std::mutex* mu)
+      : sizes_(std::move(sizes)), scale_(scale), log_(log), mu_(mu) {}
+  static Tensor contribution(int replica, int64_t size, float scale) {
+    Tensor t = Tensor::empty({size});
+    for (int64_t i = 0; i < size; ++i) t.data()[i] = scale * (1.0f + 0.1f * static_cast<float>(replica)) / static_cast<float>(3 + i);
+    return t;
+  }
+  std::vector<Tensor> replica_contributions(ReplicaContext& ctx) override {
+    note("contributions", ctx);
+    std::vector<Tensor> out;
+    for (int64_t n : sizes_) out.push_back(contribution(ctx.replica_id(), n, scale_));
+    return out;
+  }
+  void take_means(ReplicaContext& ctx, std::span<Tensor> means) override {
+    note("means", ctx);
+    if (ctx.replica_id() != 1) return;
+    std::lock_guard<std::mutex> lock(*mu_);
+    for (const Tensor& m : means) kept.push_back(m.to_vector());
+  }
+  std::vector<std::vector<float>> kept;  // replica 1's means
+
+ private:
+  void note(const char* what, const ReplicaContext& ctx) {
+    std::lock_guard<std::mutex> lock(*mu_);
+    if (ctx.replica_id() == 0) log_->push_back(what);
+  }
+  std::vector<int64_t> sizes_;
+  float scale_;
+  std::vector<std::string>* log_;
+  std::mutex* mu_;
+};
+
+TEST(ReplicaLocalStateTest, EveryMarkedStateIsAveragedInOneAllReduceWithTheBitsOfItsOwn) {
+  ReplicatedStrategy s(DeviceSpec::custom(5, 0));
+  std::vector<std::string> log;
+  std::mutex mu;
+  AveragedState a({3, 17}, 1.0f, &log, &mu), b({1000}, 7.0f, &log, &mu), c({2, 2}, -3.0f, &log, &mu);
+  std::vector<Batch> shards(5);
+  s.run(
+      [&](const Batch&) {
+        ReplicaContext* ctx = current_replica_context();
+        ctx->mark_for_sync(&c);
+        ctx->mark_for_sync(&a);
+        if (ctx->replica_id() == 3) ctx->mark_for_sync(&b);
+        return 0;
+      },
+      shards);
+  const std::vector<std::string> once = {"contributions", "contributions", "contributions", "means", "means", "means"};
+  EXPECT_EQ(log, once) << "every state's contributions, then one all-reduce, then every state's means";
+  // Each tensor's mean is what an all-reduce of that tensor alone gives.
+  std::vector<std::vector<float>> alone;
+  s.run(
+      [&](const Batch&) {
+        ReplicaContext* ctx = current_replica_context();
+        for (const auto& [sizes, scale] : std::vector<std::pair<std::vector<int64_t>, float>>{{{3, 17}, 1.0f}, {{1000}, 7.0f}, {{2, 2}, -3.0f}}) {
+          for (int64_t n : sizes) {
+            std::vector<Tensor> one = {AveragedState::contribution(ctx->replica_id(), n, scale)};
+            ctx->all_reduce(ReduceOp::Mean, one);
+            if (ctx->replica_id() == 1) alone.push_back(one[0].to_vector());
+          }
+        }
+        return 0;
+      },
+      shards);
+  std::vector<std::vector<float>> together = a.kept;
+  together.insert(together.end(), b.kept.begin(), b.kept.end());
+  together.insert(together.end(), c.kept.begin(), c.kept.end());
+  ASSERT_EQ(together.size(), alone.size());
+  for (size_t i = 0; i < alone.size(); ++i) {
+    ASSERT_EQ(together[i].size(), alone[i].size()) << i;
+    EXPECT_EQ(0, std::memcmp(together[i].data(), alone[i].data(), alone[i].size() * sizeof(float))) << "tensor " << i;
+  }
 }
 
 }  // namespace
