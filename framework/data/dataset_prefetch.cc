@@ -49,14 +49,14 @@ class PrefetchNode final : public DatasetNode {
 // touches input_ only while no producer runs (before the first next(), in restore()).
 //
 // Waking a thread asleep on an idle core costs the waker a system call and an inter-processor
-// interrupt: 28 us on this project's 2-core virtual machine, which the training loop paid on every
-// step when the consumer woke the producer after each pop. So where the producer has a core of its
-// own (the compute threads leave one: host_threads() < machine_threads()), it finds the room itself,
-// waking on its own core's timer just after the consumer's next pop at its pace, and the consumer
-// wakes it only when it took the last element. Where the producer shares the compute threads'
-// cores, the consumer wakes it at each pop, so that it runs while the loop moves the batch to the
-// cores, not in the middle of the step's kernels (polling there measured 6-9% slower). The producer
-// wakes the consumer only when it waits.
+// interrupt: 28-31 us on this project's 2-core virtual machine (build/bench/wake_bench), which the
+// training loop paid on every step when the consumer woke the producer after each pop. So where
+// the producer has a core of its own (the compute threads leave one: host_threads() <
+// machine_threads()), it finds the room itself, waking on its own core's timer just after the
+// consumer's next pop at its pace, and the consumer wakes it only when it took the last element.
+// Where the producer shares the compute threads' cores, the consumer wakes it at each pop, so that
+// it runs while the loop moves the batch to the cores, not in the middle of the step's kernels
+// (polling there measured 6-9% slower). The producer wakes the consumer only when it waits.
 class PrefetchIterator final : public IteratorNode {
   using Clock = std::chrono::steady_clock;
   static constexpr Clock::duration kShortestPoll = std::chrono::microseconds(50);
