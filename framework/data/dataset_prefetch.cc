@@ -131,6 +131,8 @@ class PrefetchIterator final : public IteratorNode {
 
   void produce() {
     HostScope host;
+    // Its timed waits are due just after the consumer's pop: Linux's default 50 us of timer slack
+    // would let them fire that much later.
     ::prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     for (;;) {
       {
