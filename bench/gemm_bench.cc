@@ -4,8 +4,9 @@
 // two large products as `v3-8`'s eight replicas compute them, on 16 rows each (`replicas_8x16`):
 // eight sgemm calls with the operands in cache, to tell the shapes' cost from the memory's in a step;
 // and those kernel gradients with their tree sum (the all-reduce's), apart or fused over tiles of
-// 112 rows (each replica's tile into a scratch that stays in cache, then the tile's tree sum): the
-// same bits, whether fusing them would pay.
+// 112 rows (each replica's tile into a scratch that stays in cache, then the tile's tree sum), and
+// keel's chained products (framework/device/chained_product.h, what the step runs now): whether they
+// have oneDNN's bits on this build (each element one chain of fused multiply-adds) and what they cost.
 // Usage: gemm_bench [repeats]
 #include <algorithm>
 #include <chrono>
@@ -17,6 +18,7 @@
 
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
+#include "framework/device/chained_product.h"
 #include "framework/device/collectives.h"
 #include "framework/ops/gemm.h"
 #include "framework/ops/sgemm.h"
@@ -86,9 +88,16 @@ void replica_products(int repeats) {
       keel::tree_sum(parts, fused.data() + row * kOut, rows * kOut);
     }
   });
+  std::vector<keel::ChainedOperands> operands;
+  for (int64_t r = 0; r < kReplicas; ++r) operands.push_back({x.data() + r * kShard * kIn, kIn, dy.data() + r * kShard * kOut, kOut, kShard});
+  std::vector<float> chained(kIn * kOut);
+  const double summed_chained =
+      best_microseconds(repeats, [&] { keel::chained_products(operands, 0, kIn, 0, kOut, chained.data(), kOut, 1); });
   std::printf("{\"product\": \"kernel gradients of 8 replicas x 16 rows and their tree sum\", \"apart_us\": %.1f, "
-              "\"fused_over_112_row_tiles_us\": %.1f, \"same_bits\": %s}\n",
-              summed_apart, summed_fused, std::equal(sum.begin(), sum.end(), fused.begin()) ? "true" : "false");
+              "\"fused_over_112_row_tiles_us\": %.1f, \"same_bits\": %s, \"keel_chained_us\": %.1f, "
+              "\"chained_bits_as_onednn\": %s}\n",
+              summed_apart, summed_fused, std::equal(sum.begin(), sum.end(), fused.begin()) ? "true" : "false", summed_chained,
+              std::equal(sum.begin(), sum.end(), chained.begin()) ? "true" : "false");
   std::printf("{\"product\": \"forward, dense: 128x784 . 784x128\", \"onednn_sgemm_us\": %.1f, \"replicas_8x16_us\": %.1f}\n",
               forward_1, forward_8);
   std::printf("{\"product\": \"kernel gradient, dense: (128x784)T . 128x128\", \"onednn_sgemm_us\": %.1f, "

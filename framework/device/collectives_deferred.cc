@@ -1,12 +1,15 @@
 // The optimizer's all-reduce over kernel gradients the replicas deferred (framework/device/
-// deferred_product.h): each replica's product computed a tile of rows at a time into a scratch that
-// stays in cache, and the tile's tree sum taken at once, instead of every replica writing its whole
-// product and the sum reading them all back. The same products (an element's value depends on the
-// product's inner dimension alone, framework/ops/gemm.h) and the same sums: the same bits.
+// deferred_product.h). When every replica deferred its product, the products and their tree sum are
+// computed together, block by block in registers (framework/device/chained_product.h). Otherwise
+// each deferred product is computed a tile of rows at a time into a scratch that stays in cache and
+// the tile's tree sum taken at once. Either way the products a replica would have written and the
+// same sums: the same bits.
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <vector>
 
+#include "framework/core/finite.h"
 #include "framework/device/collectives.h"
 
 namespace keel {
@@ -15,6 +18,30 @@ namespace {
 // Floats of one replica's tile: the seed MLP's kernel (784 x 128) in 7 tiles of 112 rows; 8 replicas'
 // tiles (448 KiB) stay in a core's L2.
 constexpr int64_t kTileFloats = 112 * 128;
+
+// Elements [lo, hi) of the sum of parts' products (cols floats a row), divided by divisor, into out:
+// whole rows at once, a row cut by lo or hi by its columns.
+void chained_range(std::span<const ChainedOperands> parts, int64_t cols, int64_t lo, int64_t hi, float* out, int divisor) {
+  for (int64_t at = lo; at < hi;) {
+    const int64_t row = at / cols, c0 = at % cols;
+    if (c0 == 0 && hi - at >= cols) {
+      const int64_t rows = (hi - at) / cols;
+      chained_products(parts, row, row + rows, 0, cols, out + (at - lo), cols, divisor);
+      at += rows * cols;
+    } else {
+      const int64_t c1 = std::min(cols, c0 + (hi - at));
+      chained_products(parts, row, row + 1, c0, c1, out + (at - lo), cols, divisor);
+      at += c1 - c0;
+    }
+  }
+}
+
+int64_t first_non_finite(const float* values, int64_t count) {
+  if (all_finite(values, count)) return count;
+  int64_t k = 0;
+  while (std::isfinite(values[k])) ++k;
+  return k;
+}
 
 }  // namespace
 
@@ -37,6 +64,14 @@ int64_t InProcessCollectives::sum_deferred(size_t i, int64_t lo, int64_t hi, std
   }
   const int64_t cols = shape->cols;
   if (shape->rows * cols != posted_[0].values[i].size()) throw std::logic_error("all_reduce_for_update: a product of another size");
+  std::vector<ChainedOperands> chained;
+  for (const Posted& p : posted_) {
+    if (i < p.deferred.size() && p.deferred[i] != nullptr) chained.push_back(p.deferred[i]->operands);
+  }
+  if (chained.size() == posted_.size() && chained.size() <= static_cast<size_t>(kMaxChainedParts)) {
+    chained_range(chained, cols, lo, hi, out, divisor);
+    return check ? first_non_finite(out, hi - lo) : hi - lo;
+  }
   const int64_t tile_rows = std::max<int64_t>(1, kTileFloats / std::max<int64_t>(cols, 1));
   thread_local std::vector<float> scratch;
   const size_t replicas = posted_.size();

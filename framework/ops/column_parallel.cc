@@ -11,7 +11,8 @@
 // "gathered:<owner>").
 //
 // The numbers are the replicated layer's: each per-replica product has that layer's inner dimension
-// and cut (gemm_operands' as_if_columns), each bias column sums the same rows in the same order, and
+// and cut (gemm_operands' as_if_columns), or is its columns of the chained product where the
+// replicated layer's is one (detail::chained_kernel_gradient), each bias column sums the same rows in the same order, and
 // the stack is summed in the collectives' tree order — bit-identical training.
 #include <algorithm>
 #include <optional>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "framework/autodiff/tape.h"
+#include "framework/device/chained_product.h"
 #include "framework/device/replica_context.h"
 #include "framework/ops/gemm.h"
 #include "framework/ops/op_util.h"
@@ -118,7 +120,10 @@ std::vector<Tensor> column_gradients(const ReplicaContext& ctx, const Tensor& x,
     if (detail::compute(out[0], {&x_all, &dy_cols, &dy_whole})) {
       for (int i = 0; i < n; ++i) {  // x_iᵀ · dy_i over replica i's rows: the replicated layer's gradient
         const int64_t r0 = rows_before[static_cast<size_t>(i)], m = rows_before[static_cast<size_t>(i) + 1] - r0;
-        if (k >= 2 && c >= 2) {
+        if (x.dtype() == DType::float32 && dy.dtype() == DType::float32 && detail::chained_kernel_gradient(k, width, m, n)) {
+          const ChainedOperands operands{x_all.data() + r0 * k, k, dy_cols.data() + r0 * c, c, m};
+          chained_products({&operands, 1}, 0, k, 0, c, out[0].data() + i * k * c, c, 1);  // as the replicated layer's
+        } else if (k >= 2 && c >= 2) {
           detail::gemm_operands(out[0].data() + i * k * c, c, k, c, m, {x_all.data() + r0 * k, k, /*transposed=*/true},
                                 {dy_cols.data() + r0 * c, c, false}, /*accumulate=*/false, /*as_if_columns=*/width);
         } else {  // a single row or column: the whole product's bits need every column of dy (dy_whole)

@@ -87,6 +87,15 @@ inline int64_t gemm_segments(int64_t m, int64_t n, int64_t k) {
   const int64_t by_work = static_cast<int64_t>(flops / (4 * kGemmGrainFlops));
   return std::max<int64_t>(1, std::min({kGemmTargetTiles / tiles, k / kGemmSegment, by_work}));
 }
+// A replicated layer's kernel gradient (k x width, each replica's over its m rows, summed over
+// `replicas`) that keel's chained products compute on every path, not oneDNN: the replica's own
+// product, the all-reduce's deferred one, a column-parallel core's columns of it
+// (framework/device/chained_product.h). A shape's choice, the same on every path. Smaller gradients,
+// and those whose inner dimension gemm() cuts, stay oneDNN's.
+inline constexpr int64_t kMinChainedElements = 1 << 14;
+inline bool chained_kernel_gradient(int64_t k, int64_t width, int64_t m, int replicas) {
+  return replicas >= 2 && k * width >= kMinChainedElements && gemm_segments(k, width, m) == 1;
+}
 inline float* gemm_scratch(size_t floats) {
   thread_local std::vector<float> scratch;
   if (scratch.size() < floats) scratch.resize(floats);

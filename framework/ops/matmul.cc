@@ -1,8 +1,12 @@
 // matmul: (N, K) x (K, M) -> (N, M) through Eigen's GEMM, on the replica's share of the threads (ops/gemm.h).
+#include <algorithm>
 #include <memory>
+#include <utility>
 #include <span>
 
 #include "framework/autodiff/tape.h"
+#include "framework/core/thread_pool.h"
+#include "framework/device/chained_product.h"
 #include "framework/device/replica_context.h"
 #include "framework/ops/gemm.h"
 #include "framework/ops/op_util.h"
@@ -11,32 +15,46 @@
 namespace keel::ops {
 namespace {
 
-// Kernel gradients smaller than this are computed at once: the tiles would save little.
-constexpr int64_t kMinDeferredElements = 1 << 14;
+constexpr int64_t kChainedRowBlock = 64;
 
-// grad = aᵀ · dy left to the step's all-reduce (ReplicaContext::defer) where the step allows it and the
-// product is one oneDNN product per tile (not cut along its inner dimension, framework/ops/gemm.h),
-// whose rows computed apart have the bits of the whole. Its operands are copied to host memory: the
-// tape releases a and dy, as a device would, before the all-reduce reads them.
-bool defer_kernel_gradient(const Tensor& grad, const Tensor& a, const Tensor& dy, DType dt) {
+// Whether a variable's gradient aᵀ · dy is a replicated layer's that keel's chained products compute
+// (detail::chained_kernel_gradient): float32, summed over two or more replicas.
+bool chained_kernel_gradient(const Tensor& a, const Tensor& dy, DType dt) {
+  const ReplicaContext* ctx = current_replica_context();
+  return ctx != nullptr && dt == DType::float32 && a.dtype() == DType::float32 && dy.dtype() == DType::float32 &&
+         detail::chained_kernel_gradient(a.dim(1), dy.dim(1), a.dim(0), ctx->num_replicas());
+}
+
+// grad = aᵀ · dy left to the step's all-reduce (ReplicaContext::defer) where the step allows it. Its
+// operands are copied to host memory: the tape releases a and dy, as a device would, before the
+// all-reduce reads them.
+bool defer_kernel_gradient(const Tensor& grad, const Tensor& a, const Tensor& dy) {
   ReplicaContext* ctx = current_replica_context();
-  if (ctx == nullptr || !ctx->allows_deferred_products() || dt != DType::float32 || grad.is_abstract() ||
-      grad.size() < kMinDeferredElements || a.dtype() != DType::float32 || dy.dtype() != DType::float32) {
-    return false;
-  }
-  const int64_t n = a.dim(0), k = a.dim(1), m = dy.dim(1);
-  if (detail::gemm_segments(k, m, n) != 1) return false;
+  if (!ctx->allows_deferred_products() || grad.is_abstract()) return false;
   const Tensor a_copy = Tensor::from_vector(a.shape(), std::span<const float>(a.data(), static_cast<size_t>(a.size())));
   const Tensor dy_copy = Tensor::from_vector(dy.shape(), std::span<const float>(dy.data(), static_cast<size_t>(dy.size())));
   auto product = std::make_shared<DeferredProduct>();
-  product->rows = k;
-  product->cols = m;
-  product->compute_rows = [a_copy, dy_copy, n, k, m](int64_t begin, int64_t end, float* out) {
-    const detail::GemmOperand at{a_copy.data(), k, /*transposed=*/true}, dys{dy_copy.data(), m, false};
-    detail::sgemm(at.at(begin, 0), dys, out, m, end - begin, m, n, /*accumulate=*/false);
-  };
+  product->rows = a.dim(1);
+  product->cols = dy.dim(1);
+  product->operands = {a_copy.data(), a.dim(1), dy_copy.data(), dy.dim(1), a.dim(0)};
+  product->owner = std::make_shared<std::pair<Tensor, Tensor>>(a_copy, dy_copy);
   ctx->defer(grad, std::move(product));
   return true;
+}
+
+// grad = aᵀ · dy by the chained products, in blocks of rows over the replica's share of the threads.
+void chained_kernel_product(Tensor& grad, const Tensor& a, const Tensor& dy) {
+  const int64_t rows = a.dim(1), cols = dy.dim(1);
+  const ChainedOperands operands{a.data(), rows, dy.data(), cols, a.dim(0)};
+  float* out = grad.data();
+  const double flops = 2.0 * static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(a.dim(0));
+  parallel_for(
+      (rows + kChainedRowBlock - 1) / kChainedRowBlock,
+      [&](int64_t t) {
+        const int64_t begin = t * kChainedRowBlock, end = std::min(rows, begin + kChainedRowBlock);
+        chained_products({&operands, 1}, begin, end, 0, cols, out + begin * cols, cols, 1);
+      },
+      threads_worth(flops, detail::kGemmMinFlopsPerThread));
 }
 
 }  // namespace
@@ -64,9 +82,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       if (needs[1]) {  // db = aᵀ · dy   (K, M)
         grads[1] = detail::grad_buffer(b.shape(), b_is_variable);
         const Tensor av = detail::compute_values(a, dt);
-        // Unless the all-reduce computes it.
-        if (detail::compute(grads[1], {&dy[0]}) && !(b_is_variable && defer_kernel_gradient(grads[1], av, dy[0], dt))) {
+        if (!detail::compute(grads[1], {&dy[0]})) return grads;
+        if (!b_is_variable || !chained_kernel_gradient(av, dy[0], dt)) {
           detail::gemm(grads[1].matrix(), av.matrix().transpose(), dy[0].matrix());
+        } else if (!defer_kernel_gradient(grads[1], av, dy[0])) {  // else the all-reduce computes it
+          chained_kernel_product(grads[1], av, dy[0]);
         }
       }
       return grads;

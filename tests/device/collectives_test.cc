@@ -251,18 +251,39 @@ TEST(AllReduceTest, ForUpdateLeavesEachReplicaItsShardOfTheMeanAndOneVote) {
 }
 
 // Deferred products (framework/device/deferred_product.h): the reduction computes each replica's
-// value a tile of rows at a time, whatever rows the replicas' ranges start and end in, and gets the
-// bits of the values written whole; a replica may also hand a value written whole, and the vote
-// finds a non-finite element inside a product. The deferred tensors hold NaNs: read, they would show.
-TEST(AllReduceTest, ForUpdateComputesDeferredProductsTileByTileWithTheSameBits) {
+// product (when every replica deferred it, with the sum in one pass), whatever rows and columns the
+// replicas' ranges start and end in, and gets the bits of the products written whole; a replica may
+// also hand a value written whole, and the vote finds a non-finite element inside a product. The
+// deferred tensors hold NaNs: read, they would show.
+TEST(AllReduceTest, ForUpdateComputesDeferredProductsWithTheBitsOfTheProductsWrittenWhole) {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{37, 129}, {1031, 1}, {300, 64}, {5, 3}};
   const std::vector<bool> deferred_tensor = {true, false, true, true};
+  // Replica r's operands of tensor i (x: inner x rows, dy: inner x cols) and the product they make.
+  struct Operands {
+    std::vector<float> x, dy;
+    int64_t inner;
+  };
+  const auto operands = [&](int r, size_t i) {
+    const int64_t inner = 2 + static_cast<int64_t>(i) + r % 3;
+    Operands o{spread_values(inner * shapes[i].first, 1000 * static_cast<uint64_t>(r) + i),
+               spread_values(inner * shapes[i].second, 7000 + 1000 * static_cast<uint64_t>(r) + i), inner};
+    if (i == 2 && r == 1) o.dy[8] = std::numeric_limits<float>::infinity();
+    return o;
+  };
+  const auto product = [&](const Operands& o, size_t i) {
+    auto p = std::make_shared<DeferredProduct>();
+    p->rows = shapes[i].first;
+    p->cols = shapes[i].second;
+    p->operands = {o.x.data(), p->rows, o.dy.data(), p->cols, o.inner};
+    return p;
+  };
   const auto value = [&](int r, size_t i) {
-    std::vector<float> v = spread_values(shapes[i].first * shapes[i].second, 1000 * static_cast<uint64_t>(r) + i);
-    if (i == 2 && r == 1) v[5000] = std::numeric_limits<float>::infinity();
+    const Operands o = operands(r, i);
+    std::vector<float> v(static_cast<size_t>(shapes[i].first * shapes[i].second));
+    product(o, i)->compute_rows(0, shapes[i].first, v.data());
     return v;
   };
-  for (int n : {2, 8}) {
+  for (int n : {2, 3, 8}) {
     ReplicatedStrategy s(DeviceSpec::custom(n, 0), ReplicatedStrategy::Options{.abstract = false, .host_threads = 2});
     std::vector<std::vector<std::vector<float>>> got(static_cast<size_t>(n));
     std::vector<size_t> votes(static_cast<size_t>(n));
@@ -272,19 +293,15 @@ TEST(AllReduceTest, ForUpdateComputesDeferredProductsTileByTileWithTheSameBits) 
         ctx.allow_deferred_products(true);
         std::vector<Tensor> values;
         for (size_t i = 0; i < shapes.size(); ++i) {
-          const std::vector<float> v = value(r, i);
           if (!deferred_tensor[i] || (i == 0 && r == n - 1)) {  // written whole (replica n-1: tensor 0 too)
-            values.push_back(host({shapes[i].first, shapes[i].second}, v).clone());
+            values.push_back(host({shapes[i].first, shapes[i].second}, value(r, i)).clone());
             continue;
           }
           values.push_back(Tensor::full({shapes[i].first, shapes[i].second}, std::numeric_limits<float>::quiet_NaN()));
-          auto product = std::make_shared<DeferredProduct>();
-          product->rows = shapes[i].first;
-          product->cols = shapes[i].second;
-          product->compute_rows = [v, cols = shapes[i].second](int64_t begin, int64_t end, float* out) {
-            std::copy(v.begin() + begin * cols, v.begin() + end * cols, out);
-          };
-          ctx.defer(values.back(), product);
+          auto kept = std::make_shared<Operands>(operands(r, i));
+          auto p = product(*kept, i);
+          p->owner = kept;
+          ctx.defer(values.back(), p);
         }
         std::vector<const float*> results(values.size());
         votes[static_cast<size_t>(r)] = ctx.all_reduce_for_update(ReduceOp::Mean, values, false, results);

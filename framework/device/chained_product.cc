@@ -1,0 +1,166 @@
+// chained_products: blocks of 8 rows x 32 columns of the result, each replica's chain accumulated in
+// registers (16 AVX-512 vectors), then added to the partial sums of the replicas before it as the
+// binomial tree adds them (a stack of one partial block per tree level), then divided and stored.
+// Without AVX-512 the same arithmetic, element by element through std::fma: the same bits, slower.
+#include "framework/device/chained_product.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <stdexcept>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace keel {
+namespace {
+
+constexpr int kRowBlock = 8;
+constexpr int kColBlock = 32;
+constexpr int kLevels = 9;  // tree levels of up to kMaxChainedParts parts, plus the running one
+
+// The tree's bookkeeping: after part r's block `cur` is computed, the partial sums it completes are
+// added in front of it (left + right, as ReductionTree's nodes add their children); what stays
+// incomplete waits at its level. After the last part, the waiting partials are added from the lowest
+// level up: a node's sum is its own block followed by its children's, and the later children's
+// subtrees are the lower levels.
+template <class Block, class AddLeft>
+void tree_step(int r, int parts, Block& cur, Block* stack, AddLeft add_left) {
+  int level = 0;
+  for (int bit = r; (bit & 1) != 0; bit >>= 1, ++level) add_left(stack[level], cur);
+  if (r != parts - 1) {
+    stack[level] = cur;
+    return;
+  }
+  for (int l = std::countr_zero(static_cast<unsigned>(parts)) + 1; l < kLevels; ++l) {
+    if (((parts >> l) & 1) != 0) add_left(stack[l], cur);
+  }
+}
+
+// Rows [i, i + rows) and columns [j, j + cols) element by element (rows, cols at most a block).
+void block_portable(std::span<const ChainedOperands> parts, int64_t i, int rows, int64_t j, int cols, float* out,
+                    int64_t ldo, int divisor) {
+  using Block = float[kRowBlock][kColBlock];
+  struct Holder {
+    Block v;
+  };
+  Holder cur{}, stack[kLevels]{};
+  const int n = static_cast<int>(parts.size());
+  for (int r = 0; r < n; ++r) {
+    const ChainedOperands& p = parts[static_cast<size_t>(r)];
+    for (int a = 0; a < rows; ++a) {
+      for (int b = 0; b < cols; ++b) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < p.inner; ++k) acc = std::fma(p.x[k * p.ldx + i + a], p.dy[k * p.ldy + j + b], acc);
+        cur.v[a][b] = acc;
+      }
+    }
+    tree_step(r, n, cur, stack, [rows, cols](const Holder& left, Holder& right) {
+      for (int a = 0; a < rows; ++a) {
+        for (int b = 0; b < cols; ++b) right.v[a][b] = left.v[a][b] + right.v[a][b];
+      }
+    });
+  }
+  for (int a = 0; a < rows; ++a) {
+    for (int b = 0; b < cols; ++b) {
+      out[a * ldo + b] = divisor > 1 ? cur.v[a][b] / static_cast<float>(divisor) : cur.v[a][b];
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+// A block of IB rows and up to 32 columns (masks m0, m1 for the two 16-column halves).
+template <int IB>
+void block_avx512(std::span<const ChainedOperands> parts, int64_t i, int64_t j, __mmask16 m0, __mmask16 m1, float* out,
+                  int64_t ldo, int divisor) {
+  struct Block {
+    __m512 v[IB][2];
+  };
+  Block cur, stack[kLevels];
+  const int n = static_cast<int>(parts.size());
+  for (int r = 0; r < n; ++r) {
+    const ChainedOperands& p = parts[static_cast<size_t>(r)];
+#pragma GCC unroll 16
+    for (int a = 0; a < IB; ++a) cur.v[a][0] = cur.v[a][1] = _mm512_setzero_ps();
+    const float* x = p.x + i;
+    const float* dy = p.dy + j;
+    for (int64_t k = 0; k < p.inner; ++k) {
+      const __m512 d0 = _mm512_maskz_loadu_ps(m0, dy + k * p.ldy), d1 = _mm512_maskz_loadu_ps(m1, dy + k * p.ldy + 16);
+#pragma GCC unroll 16
+      for (int a = 0; a < IB; ++a) {
+        const __m512 xa = _mm512_set1_ps(x[k * p.ldx + a]);
+        cur.v[a][0] = _mm512_fmadd_ps(xa, d0, cur.v[a][0]);
+        cur.v[a][1] = _mm512_fmadd_ps(xa, d1, cur.v[a][1]);
+      }
+    }
+    tree_step(r, n, cur, stack, [](const Block& left, Block& right) {
+#pragma GCC unroll 16
+      for (int a = 0; a < IB; ++a) {
+        right.v[a][0] = _mm512_add_ps(left.v[a][0], right.v[a][0]);
+        right.v[a][1] = _mm512_add_ps(left.v[a][1], right.v[a][1]);
+      }
+    });
+  }
+  const __m512 d = _mm512_set1_ps(static_cast<float>(divisor));
+#pragma GCC unroll 16
+  for (int a = 0; a < IB; ++a) {
+    __m512 v0 = cur.v[a][0], v1 = cur.v[a][1];
+    if (divisor > 1) {
+      v0 = _mm512_div_ps(v0, d);
+      v1 = _mm512_div_ps(v1, d);
+    }
+    _mm512_mask_storeu_ps(out + a * ldo, m0, v0);
+    _mm512_mask_storeu_ps(out + a * ldo + 16, m1, v1);
+  }
+}
+
+__mmask16 low_mask(int64_t lanes) {
+  return lanes >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << std::max<int64_t>(lanes, 0)) - 1u);
+}
+#endif
+
+void block(std::span<const ChainedOperands> parts, int64_t i, int rows, int64_t j, int cols, float* out, int64_t ldo,
+           int divisor) {
+#if defined(__AVX512F__)
+  const __mmask16 m0 = low_mask(cols), m1 = low_mask(cols - 16);
+  if (rows == kRowBlock) return block_avx512<kRowBlock>(parts, i, j, m0, m1, out, ldo, divisor);
+  int a = 0;  // a short block (the end of a range) as blocks of 4, 2 and 1 rows: more chains in flight than row by row
+  if (rows - a >= 4) block_avx512<4>(parts, i + a, j, m0, m1, out + a * ldo, ldo, divisor), a += 4;
+  if (rows - a >= 2) block_avx512<2>(parts, i + a, j, m0, m1, out + a * ldo, ldo, divisor), a += 2;
+  if (rows - a >= 1) block_avx512<1>(parts, i + a, j, m0, m1, out + a * ldo, ldo, divisor);
+#else
+  block_portable(parts, i, rows, j, cols, out, ldo, divisor);
+#endif
+}
+
+template <class BlockFn>
+void for_each_block(std::span<const ChainedOperands> parts, int64_t begin, int64_t end, int64_t col_begin,
+                    int64_t col_end, float* out, int64_t ldo, int divisor, BlockFn fn) {
+  if (parts.empty() || parts.size() > static_cast<size_t>(kMaxChainedParts)) {
+    throw std::logic_error("chained_products: between 1 and 256 parts");
+  }
+  for (int64_t i = begin; i < end; i += kRowBlock) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRowBlock, end - i));
+    for (int64_t j = col_begin; j < col_end; j += kColBlock) {
+      const int cols = static_cast<int>(std::min<int64_t>(kColBlock, col_end - j));
+      fn(parts, i, rows, j, cols, out + (i - begin) * ldo + (j - col_begin), ldo, divisor);
+    }
+  }
+}
+
+}  // namespace
+
+void chained_products(std::span<const ChainedOperands> parts, int64_t begin, int64_t end, int64_t col_begin,
+                      int64_t col_end, float* out, int64_t ldo, int divisor) {
+  for_each_block(parts, begin, end, col_begin, col_end, out, ldo, divisor, block);
+}
+
+namespace detail {
+void chained_products_portable(std::span<const ChainedOperands> parts, int64_t begin, int64_t end, int64_t col_begin,
+                               int64_t col_end, float* out, int64_t ldo, int divisor) {
+  for_each_block(parts, begin, end, col_begin, col_end, out, ldo, divisor, block_portable);
+}
+}  // namespace detail
+
+}  // namespace keel

@@ -1,0 +1,46 @@
+// The kernel gradients a replicated dense layer's all-reduce sums, computed by keel itself: each
+// replica's xᵀ · dy over its own rows, every element one chain of fused multiply-adds in row order
+// (acc = fma(x[k][i], dy[k][j], acc) for k = 0, 1, ...), and the replicas' products added in
+// ReductionTree's order (framework/device/collectives.h) while each block of the result is still in
+// registers.
+//
+// Why not oneDNN, as every other product: on `v3-8` the seed MLP's eight products over 16 rows each
+// cost eight oneDNN calls per tile of the result plus a tree sum that reads them back
+// (bench/gemm_bench: 164 us against 129 us fused here, the time of one product over all 128 rows).
+// And the bits are defined here, not by a library build: every path that computes such a gradient
+// (the deferred all-reduce, a replica's own product when the step cannot defer it, a column-parallel
+// layer's columns of it, under any thread or process count) calls this kernel, so they agree by
+// construction. Elements are independent: any split of rows or columns gives the same bits.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace keel {
+
+// One replica's operands: x (inner x rows of the result, row-major, `ldx` floats a row) and dy
+// (inner x cols, `ldy` floats a row); the product is xᵀ · dy, (rows x cols).
+struct ChainedOperands {
+  const float* x = nullptr;
+  int64_t ldx = 0;
+  const float* dy = nullptr;
+  int64_t ldy = 0;
+  int64_t inner = 0;
+};
+
+// Rows [begin, end) and columns [col_begin, col_end) of Σ_r parts[r]'s product, summed in
+// ReductionTree's order over the parts (replica ids 0, 1, ... in span order) and divided by
+// `divisor` when it is > 1, into out (its row `begin`, column `col_begin` at out[0]; `ldo` floats a
+// row). With one part, divisor 1: that replica's product alone. At most kMaxChainedParts parts.
+inline constexpr int kMaxChainedParts = 256;
+void chained_products(std::span<const ChainedOperands> parts, int64_t begin, int64_t end, int64_t col_begin,
+                      int64_t col_end, float* out, int64_t ldo, int divisor);
+
+namespace detail {
+// chained_products without AVX-512 (what a build for a CPU without it runs): the same bits, which
+// tests/device/chained_product_test.cc checks where both are built.
+void chained_products_portable(std::span<const ChainedOperands> parts, int64_t begin, int64_t end, int64_t col_begin,
+                               int64_t col_end, float* out, int64_t ldo, int divisor);
+}  // namespace detail
+
+}  // namespace keel
