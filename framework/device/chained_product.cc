@@ -49,11 +49,13 @@ void block_portable(std::span<const ChainedOperands> parts, int64_t i, int rows,
   const int n = static_cast<int>(parts.size());
   for (int r = 0; r < n; ++r) {
     const ChainedOperands& p = parts[static_cast<size_t>(r)];
-    for (int a = 0; a < rows; ++a) {
-      for (int b = 0; b < cols; ++b) {
-        float acc = 0.0f;
-        for (int64_t k = 0; k < p.inner; ++k) acc = std::fma(p.x[k * p.ldx + i + a], p.dy[k * p.ldy + j + b], acc);
-        cur.v[a][b] = acc;
+    for (int a = 0; a < rows; ++a) {  // a row's columns side by side, which a compiler can vectorize
+      float* acc = cur.v[a];
+      std::fill_n(acc, kColBlock, 0.0f);
+      for (int64_t k = 0; k < p.inner; ++k) {
+        const float xa = p.x[k * p.ldx + i + a];
+        const float* dy = p.dy + k * p.ldy + j;
+        for (int b = 0; b < cols; ++b) acc[b] = std::fma(xa, dy[b], acc[b]);
       }
     }
     tree_step(r, n, cur, stack, [rows, cols](const Holder& left, Holder& right) {
