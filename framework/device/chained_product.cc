@@ -1,5 +1,5 @@
-// chained_products: blocks of 8 rows x 32 columns of the result, each replica's chain accumulated in
-// registers (16 AVX-512 vectors), then added to the partial sums of the replicas before it as the
+// chained_products: blocks of 8 rows x 32 columns of the result (a range's last rows: 4 x 64, 2 x 128,
+// 1 x 128), each replica's chain accumulated in registers (16 or 8 AVX-512 vectors), then added to the partial sums of the replicas before it as the
 // binomial tree adds them (a stack of one partial block per tree level), then divided and stored.
 // Without AVX-512 the same arithmetic, element by element through std::fma: the same bits, slower.
 #include "framework/device/chained_product.h"
@@ -71,83 +71,105 @@ void block_portable(std::span<const ChainedOperands> parts, int64_t i, int rows,
   }
 }
 
+// Rows [i, i + rows) over columns [col_begin, col_end) in blocks of kColBlock columns.
+void rows_block_portable(std::span<const ChainedOperands> parts, int64_t i, int rows, int64_t col_begin, int64_t col_end,
+                         float* out, int64_t ldo, int divisor) {
+  for (int64_t j = col_begin; j < col_end; j += kColBlock) {
+    const int cols = static_cast<int>(std::min<int64_t>(kColBlock, col_end - j));
+    block_portable(parts, i, rows, j, cols, out + (j - col_begin), ldo, divisor);
+  }
+}
+
 #if defined(__AVX512F__)
-// A block of IB rows and up to 32 columns (masks m0, m1 for the two 16-column halves).
-template <int IB>
-void block_avx512(std::span<const ChainedOperands> parts, int64_t i, int64_t j, __mmask16 m0, __mmask16 m1, float* out,
+// A block of IB rows and JV vectors of 16 columns (masks: each vector's columns), 16 or 8 chains in
+// flight: enough to keep both FMA units busy through the FMA's latency.
+template <int IB, int JV>
+void block_avx512(std::span<const ChainedOperands> parts, int64_t i, int64_t j, const __mmask16* masks, float* out,
                   int64_t ldo, int divisor) {
   struct Block {
-    __m512 v[IB][2];
+    __m512 v[IB][JV];
   };
   Block cur, stack[kLevels];
   const int n = static_cast<int>(parts.size());
   for (int r = 0; r < n; ++r) {
     const ChainedOperands& p = parts[static_cast<size_t>(r)];
 #pragma GCC unroll 16
-    for (int a = 0; a < IB; ++a) cur.v[a][0] = cur.v[a][1] = _mm512_setzero_ps();
+    for (int a = 0; a < IB; ++a) {
+#pragma GCC unroll 16
+      for (int v = 0; v < JV; ++v) cur.v[a][v] = _mm512_setzero_ps();
+    }
     const float* x = p.x + i;
     const float* dy = p.dy + j;
     for (int64_t k = 0; k < p.inner; ++k) {
-      const __m512 d0 = _mm512_maskz_loadu_ps(m0, dy + k * p.ldy), d1 = _mm512_maskz_loadu_ps(m1, dy + k * p.ldy + 16);
+      __m512 d[JV];
+#pragma GCC unroll 16
+      for (int v = 0; v < JV; ++v) d[v] = _mm512_maskz_loadu_ps(masks[v], dy + k * p.ldy + 16 * v);
 #pragma GCC unroll 16
       for (int a = 0; a < IB; ++a) {
         const __m512 xa = _mm512_set1_ps(x[k * p.ldx + a]);
-        cur.v[a][0] = _mm512_fmadd_ps(xa, d0, cur.v[a][0]);
-        cur.v[a][1] = _mm512_fmadd_ps(xa, d1, cur.v[a][1]);
+#pragma GCC unroll 16
+        for (int v = 0; v < JV; ++v) cur.v[a][v] = _mm512_fmadd_ps(xa, d[v], cur.v[a][v]);
       }
     }
     tree_step(r, n, cur, stack, [](const Block& left, Block& right) {
 #pragma GCC unroll 16
       for (int a = 0; a < IB; ++a) {
-        right.v[a][0] = _mm512_add_ps(left.v[a][0], right.v[a][0]);
-        right.v[a][1] = _mm512_add_ps(left.v[a][1], right.v[a][1]);
+#pragma GCC unroll 16
+        for (int v = 0; v < JV; ++v) right.v[a][v] = _mm512_add_ps(left.v[a][v], right.v[a][v]);
       }
     });
   }
-  const __m512 d = _mm512_set1_ps(static_cast<float>(divisor));
+  const __m512 dv = _mm512_set1_ps(static_cast<float>(divisor));
 #pragma GCC unroll 16
   for (int a = 0; a < IB; ++a) {
-    __m512 v0 = cur.v[a][0], v1 = cur.v[a][1];
-    if (divisor > 1) {
-      v0 = _mm512_div_ps(v0, d);
-      v1 = _mm512_div_ps(v1, d);
+#pragma GCC unroll 16
+    for (int v = 0; v < JV; ++v) {
+      const __m512 value = divisor > 1 ? _mm512_div_ps(cur.v[a][v], dv) : cur.v[a][v];
+      _mm512_mask_storeu_ps(out + a * ldo + 16 * v, masks[v], value);
     }
-    _mm512_mask_storeu_ps(out + a * ldo, m0, v0);
-    _mm512_mask_storeu_ps(out + a * ldo + 16, m1, v1);
   }
 }
 
 __mmask16 low_mask(int64_t lanes) {
   return lanes >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << std::max<int64_t>(lanes, 0)) - 1u);
 }
+
+// Rows [i, i + IB) over columns [col_begin, col_end) in blocks of JV vectors.
+template <int IB, int JV>
+void rows_avx512(std::span<const ChainedOperands> parts, int64_t i, int64_t col_begin, int64_t col_end, float* out,
+                 int64_t ldo, int divisor) {
+  for (int64_t j = col_begin; j < col_end; j += 16 * JV) {
+    __mmask16 masks[JV];
+    for (int v = 0; v < JV; ++v) masks[v] = low_mask(col_end - j - 16 * v);
+    block_avx512<IB, JV>(parts, i, j, masks, out + (j - col_begin), ldo, divisor);
+  }
+}
 #endif
 
-void block(std::span<const ChainedOperands> parts, int64_t i, int rows, int64_t j, int cols, float* out, int64_t ldo,
-           int divisor) {
+// Up to kRowBlock rows [i, i + rows) over columns [col_begin, col_end): 8 rows by blocks of 32
+// columns; fewer (the end of a range) as 4, 2 and 1 rows by wider blocks, with as many chains in flight.
+void rows_block(std::span<const ChainedOperands> parts, int64_t i, int rows, int64_t col_begin, int64_t col_end,
+                float* out, int64_t ldo, int divisor) {
 #if defined(__AVX512F__)
-  const __mmask16 m0 = low_mask(cols), m1 = low_mask(cols - 16);
-  if (rows == kRowBlock) return block_avx512<kRowBlock>(parts, i, j, m0, m1, out, ldo, divisor);
-  int a = 0;  // a short block (the end of a range) as blocks of 4, 2 and 1 rows: more chains in flight than row by row
-  if (rows - a >= 4) block_avx512<4>(parts, i + a, j, m0, m1, out + a * ldo, ldo, divisor), a += 4;
-  if (rows - a >= 2) block_avx512<2>(parts, i + a, j, m0, m1, out + a * ldo, ldo, divisor), a += 2;
-  if (rows - a >= 1) block_avx512<1>(parts, i + a, j, m0, m1, out + a * ldo, ldo, divisor);
+  int a = 0;
+  if (rows - a >= 8) rows_avx512<8, 2>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 8;
+  if (rows - a >= 4) rows_avx512<4, 4>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 4;
+  if (rows - a >= 2) rows_avx512<2, 8>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 2;
+  if (rows - a >= 1) rows_avx512<1, 8>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor);
 #else
-  block_portable(parts, i, rows, j, cols, out, ldo, divisor);
+  rows_block_portable(parts, i, rows, col_begin, col_end, out, ldo, divisor);
 #endif
 }
 
-template <class BlockFn>
+template <class RowsFn>
 void for_each_block(std::span<const ChainedOperands> parts, int64_t begin, int64_t end, int64_t col_begin,
-                    int64_t col_end, float* out, int64_t ldo, int divisor, BlockFn fn) {
+                    int64_t col_end, float* out, int64_t ldo, int divisor, RowsFn fn) {
   if (parts.empty() || parts.size() > static_cast<size_t>(kMaxChainedParts)) {
     throw std::logic_error("chained_products: between 1 and 256 parts");
   }
   for (int64_t i = begin; i < end; i += kRowBlock) {
     const int rows = static_cast<int>(std::min<int64_t>(kRowBlock, end - i));
-    for (int64_t j = col_begin; j < col_end; j += kColBlock) {
-      const int cols = static_cast<int>(std::min<int64_t>(kColBlock, col_end - j));
-      fn(parts, i, rows, j, cols, out + (i - begin) * ldo + (j - col_begin), ldo, divisor);
-    }
+    fn(parts, i, rows, col_begin, col_end, out + (i - begin) * ldo, ldo, divisor);
   }
 }
 
@@ -155,13 +177,13 @@ void for_each_block(std::span<const ChainedOperands> parts, int64_t begin, int64
 
 void chained_products(std::span<const ChainedOperands> parts, int64_t begin, int64_t end, int64_t col_begin,
                       int64_t col_end, float* out, int64_t ldo, int divisor) {
-  for_each_block(parts, begin, end, col_begin, col_end, out, ldo, divisor, block);
+  for_each_block(parts, begin, end, col_begin, col_end, out, ldo, divisor, rows_block);
 }
 
 namespace detail {
 void chained_products_portable(std::span<const ChainedOperands> parts, int64_t begin, int64_t end, int64_t col_begin,
                                int64_t col_end, float* out, int64_t ldo, int divisor) {
-  for_each_block(parts, begin, end, col_begin, col_end, out, ldo, divisor, block_portable);
+  for_each_block(parts, begin, end, col_begin, col_end, out, ldo, divisor, rows_block_portable);
 }
 }  // namespace detail
 

@@ -266,7 +266,8 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   posted(replica) = Posted{values, nullptr, deferred};
   barrier_(replica);
   check_same_shapes(replica, "all_reduce", first_, false);
-  const ShardRange mine = shard_range(elements, local_replicas_, local(replica));
+  const ShardRange mine = in_process_sum ? summation_share(elements, local(replica))
+                                         : shard_range(elements, local_replicas_, local(replica));
   const size_t summed_vote = local_sum_range(mine.begin, mine.end, op, find_non_finite, in_process_sum);
   if (several_processes()) {
     barrier_(replica);

@@ -206,6 +206,10 @@ class InProcessCollectives final : public Collectives {
                            std::span<const float*> located, std::span<const DeferredProduct* const> deferred = {});
   // Whether any local replica posted tensor i of the values as a DeferredProduct.
   bool posted_deferred(size_t i) const;
+  // Local replica l's share of the `elements` an in-process sum computes, after the posts: shard_range's,
+  // each boundary inside a deferred tensor moved to the nearest start of a block of its rows, so that
+  // the products are computed whole blocks at a time. Who computes an element, never its bits.
+  ShardRange summation_share(int64_t elements, int l) const;
   // local_sum_range's work on tensor i when it is deferred: elements [lo, hi) of the sum into out,
   // each replica's product computed a tile of rows at a time (`in`: the others' values at lo);
   // returns the first non-finite offset checked, or hi - lo (collectives_deferred.cc).

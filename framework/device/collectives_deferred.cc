@@ -18,6 +18,8 @@ namespace {
 // Floats of one replica's tile: the seed MLP's kernel (784 x 128) in 7 tiles of 112 rows; 8 replicas'
 // tiles (448 KiB) stay in a core's L2.
 constexpr int64_t kTileFloats = 112 * 128;
+// Rows of the blocks summation_share aligns the replicas' shares to: chained_products' widest block.
+constexpr int64_t kBlockRows = 8;
 
 // Elements [lo, hi) of the sum of parts' products (cols floats a row), divided by divisor, into out:
 // whole rows at once, a row cut by lo or hi by its columns.
@@ -50,6 +52,30 @@ bool InProcessCollectives::posted_deferred(size_t i) const {
     if (i < p.deferred.size() && p.deferred[i] != nullptr) return true;
   }
   return false;
+}
+
+ShardRange InProcessCollectives::summation_share(int64_t elements, int l) const {
+  // A boundary of the even split, moved within its tensor to the nearest multiple of kBlockRows rows
+  // when the tensor is deferred: the same function for a share's end and the next one's begin, and
+  // never decreasing, so the shares still cover every element once.
+  const auto snap = [&](int64_t boundary) {
+    int64_t at = 0;
+    for (size_t i = 0; i < posted_[0].values.size(); ++i) {
+      const Tensor& t = posted_[0].values[i];
+      const int64_t size = t.defined() ? t.size() : 0;
+      if (boundary < at + size) {
+        const DeferredProduct* d = nullptr;
+        for (const Posted& p : posted_) d = d != nullptr ? d : (i < p.deferred.size() ? p.deferred[i] : nullptr);
+        if (d == nullptr || boundary == at) return boundary;
+        const int64_t block = kBlockRows * d->cols;
+        return at + std::min(size, (boundary - at + block / 2) / block * block);
+      }
+      at += size;
+    }
+    return boundary;
+  };
+  const ShardRange even = shard_range(elements, local_replicas_, l);
+  return {snap(even.begin), snap(even.end)};
 }
 
 int64_t InProcessCollectives::sum_deferred(size_t i, int64_t lo, int64_t hi, std::span<const float* const> in, float* out,
