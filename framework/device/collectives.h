@@ -211,6 +211,7 @@ class InProcessCollectives final : public Collectives {
   // the products are computed whole blocks at a time. Who computes an element, never its bits.
   ShardRange summation_share(int64_t elements, int l) const;
   // local_sum_range's work on tensor i when it is deferred: elements [lo, hi) of the sum into out,
+  // the products and their sum at once where every replica deferred it (chained_products), else
   // each replica's product computed a tile of rows at a time (`in`: the others' values at lo);
   // returns the first non-finite offset checked, or hi - lo (collectives_deferred.cc).
   int64_t sum_deferred(size_t i, int64_t lo, int64_t hi, std::span<const float* const> in, float* out, int divisor,
