@@ -1,7 +1,9 @@
 // chained_products: blocks of 8 rows x 32 columns of the result (a range's last rows: 4 x 64, 2 x 128,
-// 1 x 128), each replica's chain accumulated in registers (16 or 8 AVX-512 vectors), then added to the partial sums of the replicas before it as the
-// binomial tree adds them (a stack of one partial block per tree level), then divided and stored.
-// Without AVX-512 the same arithmetic, element by element through std::fma: the same bits, slower.
+// 1 x 128), each replica's chain accumulated in registers (16 or 8 AVX-512 vectors), then added to the
+// partial sums of the replicas before it as the binomial tree adds them (a stack of one partial block
+// per tree level), then divided and stored.
+// With AVX2 and FMA the same in 8-lane vectors (blocks of 4 rows x 16 columns); with neither, the same
+// arithmetic through std::fma. The same bits on every path.
 #include "framework/device/chained_product.h"
 
 #include <algorithm>
@@ -9,7 +11,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -80,14 +82,56 @@ void rows_block_portable(std::span<const ChainedOperands> parts, int64_t i, int 
   }
 }
 
+// The vector instructions the blocks are written in: AVX-512 (16 lanes, 32 registers) or AVX2 with
+// FMA (8 lanes, 16 registers); masked loads give zeros past a block's last column, masked stores
+// leave them alone. Every lane does what the portable form does for its element: the same bits.
 #if defined(__AVX512F__)
-// A block of IB rows and JV vectors of 16 columns (masks: each vector's columns), 16 or 8 chains in
-// flight: enough to keep both FMA units busy through the FMA's latency.
+#define KEEL_CHAINED_SIMD 1
+struct Simd {
+  using V = __m512;
+  using Mask = __mmask16;
+  static constexpr int kLanes = 16;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V load(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+  static void store(Mask m, float* p, V v) { _mm512_mask_storeu_ps(p, m, v); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  static Mask mask(int64_t lanes) {
+    return lanes >= 16 ? static_cast<Mask>(0xFFFF) : static_cast<Mask>((1u << std::max<int64_t>(lanes, 0)) - 1u);
+  }
+};
+#elif defined(__AVX2__) && defined(__FMA__)
+#define KEEL_CHAINED_SIMD 1
+struct Simd {
+  using V = __m256;
+  using Mask = __m256i;
+  static constexpr int kLanes = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(Mask m, const float* p) { return _mm256_maskload_ps(p, m); }
+  static void store(Mask m, float* p, V v) { _mm256_maskstore_ps(p, m, v); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static Mask mask(int64_t lanes) {
+    const int n = static_cast<int>(std::clamp<int64_t>(lanes, 0, 8));
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+};
+#endif
+
+#if defined(KEEL_CHAINED_SIMD)
+// A block of IB rows and JV vectors of columns (masks: each vector's columns), IB x JV chains in
+// flight: enough to keep the FMA units busy through the FMA's latency.
 template <int IB, int JV>
-void block_avx512(std::span<const ChainedOperands> parts, int64_t i, int64_t j, const __mmask16* masks, float* out,
-                  int64_t ldo, int divisor) {
+void block_simd(std::span<const ChainedOperands> parts, int64_t i, int64_t j, const Simd::Mask* masks, float* out,
+                int64_t ldo, int divisor) {
+  using V = Simd::V;
+  constexpr int W = Simd::kLanes;
   struct Block {
-    __m512 v[IB][JV];
+    V v[IB][JV];
   };
   Block cur, stack[kLevels];
   const int n = static_cast<int>(parts.size());
@@ -96,66 +140,65 @@ void block_avx512(std::span<const ChainedOperands> parts, int64_t i, int64_t j, 
 #pragma GCC unroll 16
     for (int a = 0; a < IB; ++a) {
 #pragma GCC unroll 16
-      for (int v = 0; v < JV; ++v) cur.v[a][v] = _mm512_setzero_ps();
+      for (int v = 0; v < JV; ++v) cur.v[a][v] = Simd::zero();
     }
     const float* x = p.x + i;
     const float* dy = p.dy + j;
     for (int64_t k = 0; k < p.inner; ++k) {
-      __m512 d[JV];
+      V d[JV];
 #pragma GCC unroll 16
-      for (int v = 0; v < JV; ++v) d[v] = _mm512_maskz_loadu_ps(masks[v], dy + k * p.ldy + 16 * v);
+      for (int v = 0; v < JV; ++v) d[v] = Simd::load(masks[v], dy + k * p.ldy + W * v);
 #pragma GCC unroll 16
       for (int a = 0; a < IB; ++a) {
-        const __m512 xa = _mm512_set1_ps(x[k * p.ldx + a]);
+        const V xa = Simd::set1(x[k * p.ldx + a]);
 #pragma GCC unroll 16
-        for (int v = 0; v < JV; ++v) cur.v[a][v] = _mm512_fmadd_ps(xa, d[v], cur.v[a][v]);
+        for (int v = 0; v < JV; ++v) cur.v[a][v] = Simd::fma(xa, d[v], cur.v[a][v]);
       }
     }
     tree_step(r, n, cur, stack, [](const Block& left, Block& right) {
 #pragma GCC unroll 16
       for (int a = 0; a < IB; ++a) {
 #pragma GCC unroll 16
-        for (int v = 0; v < JV; ++v) right.v[a][v] = _mm512_add_ps(left.v[a][v], right.v[a][v]);
+        for (int v = 0; v < JV; ++v) right.v[a][v] = Simd::add(left.v[a][v], right.v[a][v]);
       }
     });
   }
-  const __m512 dv = _mm512_set1_ps(static_cast<float>(divisor));
+  const V dv = Simd::set1(static_cast<float>(divisor));
 #pragma GCC unroll 16
   for (int a = 0; a < IB; ++a) {
 #pragma GCC unroll 16
-    for (int v = 0; v < JV; ++v) {
-      const __m512 value = divisor > 1 ? _mm512_div_ps(cur.v[a][v], dv) : cur.v[a][v];
-      _mm512_mask_storeu_ps(out + a * ldo + 16 * v, masks[v], value);
-    }
+    for (int v = 0; v < JV; ++v) Simd::store(masks[v], out + a * ldo + W * v, divisor > 1 ? Simd::div(cur.v[a][v], dv) : cur.v[a][v]);
   }
-}
-
-__mmask16 low_mask(int64_t lanes) {
-  return lanes >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << std::max<int64_t>(lanes, 0)) - 1u);
 }
 
 // Rows [i, i + IB) over columns [col_begin, col_end) in blocks of JV vectors.
 template <int IB, int JV>
-void rows_avx512(std::span<const ChainedOperands> parts, int64_t i, int64_t col_begin, int64_t col_end, float* out,
-                 int64_t ldo, int divisor) {
-  for (int64_t j = col_begin; j < col_end; j += 16 * JV) {
-    __mmask16 masks[JV];
-    for (int v = 0; v < JV; ++v) masks[v] = low_mask(col_end - j - 16 * v);
-    block_avx512<IB, JV>(parts, i, j, masks, out + (j - col_begin), ldo, divisor);
+void rows_simd(std::span<const ChainedOperands> parts, int64_t i, int64_t col_begin, int64_t col_end, float* out,
+               int64_t ldo, int divisor) {
+  constexpr int W = Simd::kLanes;
+  for (int64_t j = col_begin; j < col_end; j += W * JV) {
+    Simd::Mask masks[JV];
+    for (int v = 0; v < JV; ++v) masks[v] = Simd::mask(col_end - j - W * v);
+    block_simd<IB, JV>(parts, i, j, masks, out + (j - col_begin), ldo, divisor);
   }
 }
 #endif
 
-// Up to kRowBlock rows [i, i + rows) over columns [col_begin, col_end): 8 rows by blocks of 32
-// columns; fewer (the end of a range) as 4, 2 and 1 rows by wider blocks, with as many chains in flight.
+// Up to kRowBlock rows [i, i + rows) over columns [col_begin, col_end). AVX-512: 8 rows by blocks of
+// 32 columns, fewer (the end of a range) as 4, 2 and 1 rows by wider blocks with as many chains in
+// flight. AVX2: blocks of 4 rows by 16 columns, 2 by 32, 1 by 32.
 void rows_block(std::span<const ChainedOperands> parts, int64_t i, int rows, int64_t col_begin, int64_t col_end,
                 float* out, int64_t ldo, int divisor) {
-#if defined(__AVX512F__)
   int a = 0;
-  if (rows - a >= 8) rows_avx512<8, 2>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 8;
-  if (rows - a >= 4) rows_avx512<4, 4>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 4;
-  if (rows - a >= 2) rows_avx512<2, 8>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 2;
-  if (rows - a >= 1) rows_avx512<1, 8>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor);
+#if defined(__AVX512F__)
+  if (rows - a >= 8) rows_simd<8, 2>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 8;
+  if (rows - a >= 4) rows_simd<4, 4>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 4;
+  if (rows - a >= 2) rows_simd<2, 8>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 2;
+  if (rows - a >= 1) rows_simd<1, 8>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor);
+#elif defined(KEEL_CHAINED_SIMD)
+  for (; rows - a >= 4; a += 4) rows_simd<4, 2>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor);
+  if (rows - a >= 2) rows_simd<2, 4>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 2;
+  if (rows - a >= 1) rows_simd<1, 4>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor);
 #else
   rows_block_portable(parts, i, rows, col_begin, col_end, out, ldo, divisor);
 #endif

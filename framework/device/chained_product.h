@@ -10,7 +10,8 @@
 // And the bits are defined here, not by a library build: every path that computes such a gradient
 // (the deferred all-reduce, a replica's own product when the step cannot defer it, a column-parallel
 // layer's columns of it, under any thread or process count) calls this kernel, so they agree by
-// construction. Elements are independent: any split of rows or columns gives the same bits.
+// construction. Elements are independent: any split of rows or columns gives the same bits. Written
+// for AVX-512, for AVX2 with FMA, and portably (framework/device/chained_product.cc).
 #pragma once
 
 #include <cstdint>
@@ -37,7 +38,8 @@ void chained_products(std::span<const ChainedOperands> parts, int64_t begin, int
                       int64_t col_end, float* out, int64_t ldo, int divisor);
 
 namespace detail {
-// chained_products without AVX-512 (what a build for a CPU without it runs): the same bits, which
+// chained_products without vector instructions (what a build for a CPU with neither AVX-512 nor AVX2
+// and FMA runs): the same bits, which
 // tests/device/chained_product_test.cc checks where both are built.
 void chained_products_portable(std::span<const ChainedOperands> parts, int64_t begin, int64_t end, int64_t col_begin,
                                int64_t col_end, float* out, int64_t ldo, int divisor);
