@@ -29,6 +29,15 @@ struct ChainedOperands {
   int64_t inner = 0;
 };
 
+// Whether this build computes them in vector instructions (AVX-512, or AVX2 with FMA; the whole
+// library is built with one set of flags). Without, the portable form's std::fma calls are slow, and
+// keel leaves these gradients to oneDNN on every path (ops::detail::chained_kernel_gradient).
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+inline constexpr bool kChainedProductsVectorized = true;
+#else
+inline constexpr bool kChainedProductsVectorized = false;
+#endif
+
 // Rows [begin, end) and columns [col_begin, col_end) of Σ_r parts[r]'s product, summed in
 // ReductionTree's order over the parts (replica ids 0, 1, ... in span order) and divided by
 // `divisor` when it is > 1, into out (its row `begin`, column `col_begin` at out[0]; `ldo` floats a

@@ -17,6 +17,7 @@
 
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
+#include "framework/device/chained_product.h"
 #include "framework/ops/sgemm.h"
 
 namespace keel::ops::detail {
@@ -91,10 +92,11 @@ inline int64_t gemm_segments(int64_t m, int64_t n, int64_t k) {
 // `replicas`) that keel's chained products compute on every path, not oneDNN: the replica's own
 // product, the all-reduce's deferred one, a column-parallel core's columns of it
 // (framework/device/chained_product.h). A shape's choice, the same on every path. Smaller gradients,
-// and those whose inner dimension gemm() cuts, stay oneDNN's.
+// and those whose inner dimension gemm() cuts, stay oneDNN's, as all of them do in a build without
+// vector instructions for the chained products.
 inline constexpr int64_t kMinChainedElements = 1 << 14;
 inline bool chained_kernel_gradient(int64_t k, int64_t width, int64_t m, int replicas) {
-  return replicas >= 2 && k * width >= kMinChainedElements && gemm_segments(k, width, m) == 1;
+  return kChainedProductsVectorized && replicas >= 2 && k * width >= kMinChainedElements && gemm_segments(k, width, m) == 1;
 }
 inline float* gemm_scratch(size_t floats) {
   thread_local std::vector<float> scratch;

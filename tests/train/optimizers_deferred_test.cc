@@ -102,7 +102,7 @@ TEST(DeferredKernelGradients, AMatrixProductLeavesItsKernelsGradientToTheAllRedu
       ctx.allow_deferred_products(false);
     }
   });
-  EXPECT_TRUE(was_deferred);
+  EXPECT_EQ(was_deferred, kChainedProductsVectorized);  // a build without their vector forms leaves them to oneDNN
   ASSERT_EQ(gradients[0].size(), gradients[1].size());
   EXPECT_EQ(std::memcmp(gradients[0].data(), gradients[1].data(), gradients[0].size() * sizeof(float)), 0);
 }
