@@ -172,6 +172,8 @@ class InProcessCollectives final : public Collectives {
     std::span<Tensor> values;
     const Tensor* tensor = nullptr;
     std::span<const DeferredProduct* const> deferred;  // all_reduce_for_update in one process
+    // Tensor i's deferred product, or nullptr (written whole).
+    const DeferredProduct* deferred_at(size_t i) const { return i < deferred.size() ? deferred[i] : nullptr; }
   };
   bool several_processes() const { return processes_ != nullptr; }
   int local(int replica) const { return replica - first_; }

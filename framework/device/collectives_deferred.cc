@@ -49,7 +49,7 @@ int64_t first_non_finite(const float* values, int64_t count) {
 
 bool InProcessCollectives::posted_deferred(size_t i) const {
   for (const Posted& p : posted_) {
-    if (i < p.deferred.size() && p.deferred[i] != nullptr) return true;
+    if (p.deferred_at(i) != nullptr) return true;
   }
   return false;
 }
@@ -65,7 +65,7 @@ ShardRange InProcessCollectives::summation_share(int64_t elements, int l) const 
       const int64_t size = t.defined() ? t.size() : 0;
       if (boundary < at + size) {
         const DeferredProduct* d = nullptr;
-        for (const Posted& p : posted_) d = d != nullptr ? d : (i < p.deferred.size() ? p.deferred[i] : nullptr);
+        for (const Posted& p : posted_) d = d != nullptr ? d : p.deferred_at(i);
         if (d == nullptr || boundary == at) return boundary;
         const int64_t block = kBlockRows * d->cols;
         return at + std::min(size, (boundary - at + block / 2) / block * block);
@@ -80,20 +80,22 @@ ShardRange InProcessCollectives::summation_share(int64_t elements, int l) const 
 
 int64_t InProcessCollectives::sum_deferred(size_t i, int64_t lo, int64_t hi, std::span<const float* const> in, float* out,
                                            int divisor, bool check) const {
+  // Every replica's operands where all deferred it (the products and their sum at once), checked
+  // for one shape.
   const DeferredProduct* shape = nullptr;
+  thread_local std::vector<ChainedOperands> chained;
+  chained.clear();
   for (const Posted& p : posted_) {
-    const DeferredProduct* d = i < p.deferred.size() ? p.deferred[i] : nullptr;
-    if (d != nullptr && shape == nullptr) shape = d;
-    if (d != nullptr && (d->rows != shape->rows || d->cols != shape->cols)) {
+    const DeferredProduct* d = p.deferred_at(i);
+    if (d == nullptr) continue;
+    if (shape == nullptr) shape = d;
+    if (d->rows != shape->rows || d->cols != shape->cols) {
       throw std::logic_error("all_reduce_for_update: replicas deferred products of different shapes");
     }
+    chained.push_back(d->operands);
   }
   const int64_t cols = shape->cols;
   if (shape->rows * cols != posted_[0].values[i].size()) throw std::logic_error("all_reduce_for_update: a product of another size");
-  std::vector<ChainedOperands> chained;
-  for (const Posted& p : posted_) {
-    if (i < p.deferred.size() && p.deferred[i] != nullptr) chained.push_back(p.deferred[i]->operands);
-  }
   if (chained.size() == posted_.size() && chained.size() <= static_cast<size_t>(kMaxChainedParts)) {
     chained_range(chained, cols, lo, hi, out, divisor);
     return check ? first_non_finite(out, hi - lo) : hi - lo;
@@ -108,7 +110,7 @@ int64_t InProcessCollectives::sum_deferred(size_t i, int64_t lo, int64_t hi, std
     const int64_t end_row = std::min({shape->rows, row + tile_rows, (hi + cols - 1) / cols});
     const int64_t from = std::max(lo, row * cols), to = std::min(hi, end_row * cols);  // elements of the tensor
     for (size_t r = 0; r < replicas; ++r) {
-      const DeferredProduct* d = i < posted_[r].deferred.size() ? posted_[r].deferred[i] : nullptr;
+      const DeferredProduct* d = posted_[r].deferred_at(i);
       if (d == nullptr) {
         parts[r] = in[r] + (from - lo);  // written whole by its replica
         continue;

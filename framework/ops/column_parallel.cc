@@ -12,8 +12,8 @@
 //
 // The numbers are the replicated layer's: each per-replica product has that layer's inner dimension
 // and cut (gemm_operands' as_if_columns), or is its columns of the chained product where the
-// replicated layer's is one (detail::chained_kernel_gradient), each bias column sums the same rows in the same order, and
-// the stack is summed in the collectives' tree order — bit-identical training.
+// replicated layer's is one (detail::chained_kernel_gradient); each bias column sums the same rows in
+// the same order, and the stack is summed in the collectives' tree order — bit-identical training.
 #include <algorithm>
 #include <optional>
 #include <stdexcept>

@@ -1,8 +1,9 @@
-// matmul: (N, K) x (K, M) -> (N, M) through Eigen's GEMM, on the replica's share of the threads (ops/gemm.h).
+// matmul: (N, K) x (K, M) -> (N, M) through oneDNN's sgemm (ops/gemm.h), on the replica's share of the
+// threads; a replicated layer's kernel gradient through keel's chained products (device/chained_product.h).
 #include <algorithm>
 #include <memory>
-#include <utility>
 #include <span>
+#include <utility>
 
 #include "framework/autodiff/tape.h"
 #include "framework/core/thread_pool.h"
