@@ -258,7 +258,7 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   }
   const std::vector<int> children = ReductionTree::children(replica, num_replicas_);
   WorkspaceCharge receive(ledger_, replica, children.empty() ? 0 : largest, "all_reduce");
-  if (several_processes() && replica == first_) stage_partials(elements, results);
+  if (several_processes() && replica == first_) stage_partials(elements, results, values);
   // In one process, the sum of the replicas' shards goes where they read it: nothing is copied back.
   if (in_process_sum && concrete && replica == first_ && in_process_sum_.size() < static_cast<size_t>(elements)) {
     in_process_sum_.resize(static_cast<size_t>(elements));

@@ -93,6 +93,20 @@ class Collectives {
   virtual size_t all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards,
                                        std::span<const float*> results,
                                        std::span<const DeferredProduct* const> deferred = {}) = 0;
+  // Where the next all_reduce_for_update reads `replica`'s values in place if they are there already,
+  // so that its backward can write them there (framework/device/gradient_placement.h): for each
+  // defined value of its last all_reduce_for_update, in order, memory of that value's size. Empty
+  // where there is no such place: one process, processes without shared memory, another replica
+  // than its process's first. Valid for that call only: a call whose values are not all there, or
+  // differ in number or size, copies them as before.
+  struct GradientArenaPlan {
+    std::vector<float*> memory;
+    std::vector<int64_t> sizes;
+  };
+  virtual GradientArenaPlan gradient_arena_plan(int replica) const {
+    (void)replica;
+    return {};
+  }
   // Reduces `value` over replicas and returns this replica's shard of the flattened result: the
   // elements shard_range(value.size(), n, replica), as a 1-D tensor.
   virtual Tensor reduce_scatter(int replica, ReduceOp op, const Tensor& value) = 0;
@@ -165,6 +179,9 @@ class InProcessCollectives final : public Collectives {
   void broadcast(int replica, Tensor& value, int root) override;
   void barrier(int replica) override;
   int64_t all_reduce_min(int replica, int64_t value) override;
+  // Several processes on one machine, slice_shards results: this process's gradient arena
+  // (ProcessGroup::allocate_gradient_arena), the half the next call uses, laid out as its segment.
+  GradientArenaPlan gradient_arena_plan(int replica) const override;
 
  private:
   // What each local replica published for the operation in progress (valid between its barriers).
@@ -226,7 +243,14 @@ class InProcessCollectives final : public Collectives {
   // shared memory and slice_shards results, the partials of this process's own ranges stay in the
   // first local replica's tensors (own_in_place_): only this process sums them, so they need not
   // cross.
-  void stage_partials(int64_t elements, Results results);
+  // With the gradient arena: where the first local replica's `values` are already in the half
+  // planned for this call, laid out as the plan says, that half is stage_ (arena_mode_) and nothing
+  // is copied into the segment.
+  void stage_partials(int64_t elements, Results results, std::span<const Tensor> values);
+  bool values_in_arena(std::span<const Tensor> values) const;
+  // Leader only, after a slice_shards sum across processes: the arena allocated (once, collectively,
+  // for these values' elements) and the next call's half and layout planned.
+  void plan_gradient_arena(int64_t elements);
   // local_sum_range's work in several processes: tensor i's elements [lo, hi) (at `at` in the
   // concatenation) of the local replicas' `in`, summed into stage_ (or in place, own_in_place_);
   // moves the pointers of `in` on as it goes.
@@ -261,6 +285,10 @@ class InProcessCollectives final : public Collectives {
   int64_t summed_first_non_finite_ = 0;  // in shared memory: its first non-finite element (or its size)
   bool shared_memory_ = false;          // all_reduce: through the processes' shared memory
   bool own_in_place_ = false;           // all_reduce: this process's own ranges summed in place (stage_partials)
+  bool arena_mode_ = false;             // all_reduce: the partials are the first replica's values, in the arena
+  bool arena_refused_ = false;          // the processes found no room for a gradient arena
+  int arena_half_ = 0;                  // the half of the arena the next slice_shards sum uses
+  std::vector<int64_t> arena_sizes_;    // the layout it expects (the last such sum's defined values)
   bool placement_refused_ = false;      // share_process_shards: no room for the parameters in shared memory
   std::vector<int64_t> rows_before_;    // all_gather: rows of the replicas before each
   std::vector<int64_t> votes_;          // all_reduce_min: each local replica's value

@@ -9,16 +9,64 @@
 
 namespace keel {
 
-void InProcessCollectives::stage_partials(int64_t elements, Results results) {
+void InProcessCollectives::stage_partials(int64_t elements, Results results, std::span<const Tensor> values) {
   const std::span<float> shared = processes_->shared_partials(elements);
   shared_memory_ = !shared.empty();
   own_in_place_ = shared_memory_ && results == Results::slice_shards;
+  arena_mode_ = own_in_place_ && values_in_arena(values);
   if (!shared_memory_) staging_.resize(static_cast<size_t>(elements));
-  stage_ = shared_memory_ ? shared.data() : staging_.data();
+  stage_ = arena_mode_ ? processes_->gradient_arena(arena_half_).data() : shared_memory_ ? shared.data() : staging_.data();
+}
+
+bool InProcessCollectives::values_in_arena(std::span<const Tensor> values) const {
+  const std::span<float> arena = processes_->gradient_arena(arena_half_);
+  int64_t at = 0;
+  size_t j = 0;
+  for (const Tensor& t : values) {
+    if (!t.defined()) continue;
+    if (j == arena_sizes_.size() || arena_sizes_[j] != t.size() || t.is_abstract() || t.dtype() != DType::float32 ||
+        at + t.size() > static_cast<int64_t>(arena.size()) || t.data() != arena.data() + at) {
+      return false;
+    }
+    at += t.size();
+    ++j;
+  }
+  return j > 0 && j == arena_sizes_.size();
+}
+
+void InProcessCollectives::plan_gradient_arena(int64_t elements) {
+  if (!shared_memory_) return;
+  // Once: every process reaches here at the same call, with the same elements (the same values).
+  if (processes_->gradient_arena(0).empty() && !arena_refused_) arena_refused_ = !processes_->allocate_gradient_arena(elements);
+  arena_half_ ^= 1;  // the halves alternate, as the segments do: this call's sum stays valid through the next
+  arena_sizes_.clear();
+  for (const Tensor& t : posted_[0].values) {
+    if (t.defined()) arena_sizes_.push_back(t.size());
+  }
+}
+
+Collectives::GradientArenaPlan InProcessCollectives::gradient_arena_plan(int replica) const {
+  GradientArenaPlan plan;
+  if (!several_processes() || replica != first_) return plan;
+  const std::span<float> arena = processes_->gradient_arena(arena_half_);
+  int64_t at = 0;
+  for (const int64_t size : arena_sizes_) at += size;
+  if (arena.empty() || arena_sizes_.empty() || at > static_cast<int64_t>(arena.size())) return plan;
+  at = 0;
+  for (const int64_t size : arena_sizes_) {
+    plan.memory.push_back(arena.data() + at);
+    plan.sizes.push_back(size);
+    at += size;
+  }
+  return plan;
 }
 
 void InProcessCollectives::local_sum_for_processes(size_t i, int64_t at, int64_t lo, int64_t hi,
                                                    std::span<const float*> in) {
+  if (arena_mode_) {  // the first replica's values are this process's partials where the others read them
+    if (local_replicas_ > 1) tree_sum(in, posted_[0].values[i].data() + lo, hi - lo);  // in place
+    return;
+  }
   if (!own_in_place_) return tree_sum(in, stage_ + at + lo, hi - lo);  // the packed buffer the processes exchange
   // This process's own range of the tensor stays where it is, summed into the first local replica's
   // tensor (nothing to do for one): the processes read only the others' ranges from stage_.
@@ -57,9 +105,11 @@ void InProcessCollectives::all_reduce_across_processes(int64_t elements, ReduceO
       mine.push_back(shard_range(elements, processes_->size(), processes_->rank()));
     }
     const ProcessGroup::SharedSum sum = processes_->sum_shared_partials(
-        elements, op == ReduceOp::Mean ? num_replicas_ : 1, mine, results != Results::slice_shards, own);
+        elements, op == ReduceOp::Mean ? num_replicas_ : 1, mine, results != Results::slice_shards, own,
+        arena_mode_ ? arena_half_ : -1);
     summed_ = sum.values;
     summed_first_non_finite_ = sum.first_non_finite;
+    if (results == Results::slice_shards) plan_gradient_arena(elements);
     return;
   }
   processes_->all_reduce_tree(staging_);

@@ -72,6 +72,15 @@ struct ProcessGroup::ParameterWindow {
   std::vector<std::weak_ptr<Storage>> placed;
 };
 
+// allocate_gradient_arena's window: each process's segment holds two halves of `capacity` floats
+// (a multiple of 16: each half starts on a cache line).
+struct ProcessGroup::GradientArena {
+  MPI_Win window = MPI_WIN_NULL;
+  int64_t capacity = 0;
+  std::vector<float*> segments;  // process p's, as mapped here
+  float* half(int process, int h) const { return segments[static_cast<size_t>(process)] + h * capacity; }
+};
+
 ProcessGroup::~ProcessGroup() = default;
 
 // Whether the file system that backs Open MPI's shared windows (osc/sm: /dev/shm unless
@@ -144,24 +153,42 @@ std::span<float> ProcessGroup::shared_partials(int64_t elements) {
   return {shared_->current(rank_), static_cast<size_t>(elements)};
 }
 
+// Where process p said (in its vote's slot, before the sum's first barrier) its partials are: 0 for
+// its segment, 1 + h for half h of its gradient arena.
+const float* ProcessGroup::partials_of(int process) const {
+  int64_t where = 0;
+  std::memcpy(&where, shared_->vote(process) + 2, sizeof where);
+  if (where == 0) return shared_->current(process);
+  if (arena_ == nullptr || where < 1 || where > 2) throw std::logic_error("sum_shared_partials: partials in no arena");
+  return arena_->half(process, static_cast<int>(where - 1));
+}
+
 ProcessGroup::SharedSum ProcessGroup::sum_shared_partials(int64_t elements, int divisor, std::span<const ShardRange> mine,
-                                                          bool read_whole, std::span<const float* const> own) {
+                                                          bool read_whole, std::span<const float* const> own, int arena_half) {
   if (!own.empty() && own.size() != mine.size()) throw std::logic_error("sum_shared_partials: one own partial per range");
-  shared_barrier();  // every process's partials are written
+  if (arena_half >= 0 && (arena_ == nullptr || arena_half > 1 || arena_->capacity < elements)) {
+    throw std::logic_error("sum_shared_partials: no such half of a gradient arena");
+  }
+  const int64_t where = arena_half + 1;
+  std::memcpy(shared_->vote(rank_) + 2, &where, sizeof where);
+  if (!read_whole) ++shared_sums_;  // the optimizer's: each process reads its ranges only
+  if (arena_half >= 0) ++sums_from_arena_;
+  shared_barrier();  // every process's partials are written, and where they are
   int64_t vote = elements, summed = 0;
   std::vector<const float*> partials(static_cast<size_t>(size_));
+  const float* const sums = partials_of(0);  // process 0's partials, replaced by the sum
   for (size_t k = 0; k < mine.size(); ++k) {
     const ShardRange& r = mine[k];
-    for (int p = 0; p < size_; ++p) partials[static_cast<size_t>(p)] = shared_->current(p) + r.begin;
+    for (int p = 0; p < size_; ++p) partials[static_cast<size_t>(p)] = partials_of(p) + r.begin;
     if (!own.empty()) partials[static_cast<size_t>(rank_)] = own[k];
-    float* sum = shared_->current(0) + r.begin;  // process 0's partials, replaced by the sum
+    float* sum = const_cast<float*>(sums) + r.begin;
     const int64_t bad = tree_mean_checked(partials, sum, r.size(), divisor);
     if (bad < r.size()) vote = std::min(vote, r.begin + bad);
     summed += r.size();
   }
   std::memcpy(shared_->vote(rank_), &vote, sizeof vote);
   shared_barrier();  // every range is summed and every vote cast
-  SharedSum out{shared_->current(0), elements};
+  SharedSum out{sums, elements};
   for (int p = 0; p < size_; ++p) {
     int64_t theirs = 0;
     std::memcpy(&theirs, shared_->vote(p), sizeof theirs);
@@ -179,9 +206,49 @@ ProcessGroup::SharedSum ProcessGroup::sum_shared_partials(int64_t elements, int 
 }
 
 void ProcessGroup::shared_barrier() {
-  MPI_Win_sync(shared_->window);
+  const auto sync = [this] {
+    MPI_Win_sync(shared_->window);
+    if (arena_ != nullptr) MPI_Win_sync(arena_->window);
+  };
+  sync();
   MPI_Barrier(shared_->node);
-  MPI_Win_sync(shared_->window);
+  sync();
+}
+
+bool ProcessGroup::allocate_gradient_arena(int64_t elements) {
+  if (size_ == 1 || elements <= 0 || !shares_memory()) return false;
+  ensure_node();
+  release_gradient_arena();
+  auto arena = std::make_unique<GradientArena>();
+  arena->capacity = (elements + 15) / 16 * 16;
+  const MPI_Aint bytes = static_cast<MPI_Aint>(2 * arena->capacity) * static_cast<MPI_Aint>(sizeof(float));
+  int room = backing_has_room(static_cast<int64_t>(bytes) * size_) ? 1 : 0, all_room = 0;
+  MPI_Allreduce(&room, &all_room, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);  // every process decides alike
+  if (!all_room) return false;
+  float* base = nullptr;
+  MPI_Win_allocate_shared(bytes, sizeof(float), MPI_INFO_NULL, shared_->node, &base, &arena->window);  // fatal on error
+  MPI_Win_lock_all(MPI_MODE_NOCHECK, arena->window);
+  for (int p = 0; p < size_; ++p) {
+    MPI_Aint size = 0;
+    int unit = 0;
+    float* segment = nullptr;
+    MPI_Win_shared_query(arena->window, p, &size, &unit, &segment);
+    arena->segments.push_back(segment);
+  }
+  arena_ = std::move(arena);
+  return true;
+}
+
+std::span<float> ProcessGroup::gradient_arena(int half) const {
+  if (arena_ == nullptr || half < 0 || half > 1) return {};
+  return {arena_->half(rank_, half), static_cast<size_t>(arena_->capacity)};
+}
+
+void ProcessGroup::release_gradient_arena() {
+  if (arena_ == nullptr) return;
+  MPI_Win_unlock_all(arena_->window);
+  MPI_Win_free(&arena_->window);  // collective
+  arena_.reset();
 }
 
 bool ProcessGroup::shared_barrier_any(bool flag) {
@@ -401,6 +468,7 @@ void ProcessGroup::finalize() {
   if (!mpi_ || finalized_) return;
   finalized_ = true;
   release_parameters();
+  release_gradient_arena();
   if (shared_ != nullptr) {
     shared_->release();
     if (shared_->node != MPI_COMM_NULL) MPI_Comm_free(&shared_->node);

@@ -81,7 +81,7 @@ class ProcessGroup {
   // `own`, when given, holds for each of `mine` where this process's partials of it are (then they
   // need not be in its segment: only this process reads them).
   SharedSum sum_shared_partials(int64_t elements, int divisor, std::span<const ShardRange> mine, bool read_whole,
-                                std::span<const float* const> own = {});
+                                std::span<const float* const> own = {}, int arena_half = -1);
   // Other exchanges through the same memory: after shared_partials, each process writes its segment,
   // then shared_barrier(), then may read any process's segment (shared_segment) until its next
   // shared_partials call but one; count_shared_exchange records the bytes read in place.
@@ -103,6 +103,20 @@ class ProcessGroup {
   // Whether place_in_shared_memory holds values now.
   bool parameters_shared() const { return parameters_ != nullptr; }
   void count_shared_exchange(int64_t sent, int64_t received);
+  // Gradient arenas: where one process's backward writes the gradients of its first core straight
+  // into memory the others read, so that no copy puts them in its segment (InProcessCollectives'
+  // GradientArena). allocate_gradient_arena(n) (collective) gives every process two halves of n
+  // floats in a window of their own; false, with none, where the processes share no memory or the
+  // window finds no room. gradient_arena(h): this process's half h (empty without an arena).
+  // sum_shared_partials' arena_half (>= 0) says this process's partials are in that half of its arena,
+  // laid out as its segment would hold them, instead of in its segment; each process says where
+  // its own are.
+  bool allocate_gradient_arena(int64_t elements);
+  std::span<float> gradient_arena(int half) const;
+  // The sums whose partials this process left in its arena, and the sums through shared memory whose
+  // results each process reads its own ranges of (the optimizer's all-reduces).
+  int64_t sums_from_arena() const { return sums_from_arena_; }
+  int64_t shared_sums() const { return shared_sums_; }
 
   // The smallest of every process's `value`, on every process.
   int64_t min(int64_t value);
@@ -137,6 +151,13 @@ class ProcessGroup {
   std::vector<float> staging_;  // what reduce-scatter receives: one slice from every process
   struct SharedWindow;          // the MPI-3 shared memory of shared_partials (process_group.cc)
   std::unique_ptr<SharedWindow> shared_;
+  struct GradientArena;         // allocate_gradient_arena's (process_group.cc)
+  std::unique_ptr<GradientArena> arena_;
+  void release_gradient_arena();
+  // Where process p's partials of the current sum are (its segment, or a half of its arena).
+  const float* partials_of(int process) const;
+  int64_t sums_from_arena_ = 0;
+  int64_t shared_sums_ = 0;
   struct ParameterWindow;       // place_in_shared_memory's (process_group.cc)
   std::unique_ptr<ParameterWindow> parameters_;
   // Moves the placed values back to this process's memory and frees their window (collective).

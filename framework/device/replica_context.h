@@ -84,6 +84,7 @@ class ReplicaContext {
   void share_process_shards(std::span<Tensor> values) const { collectives().share_process_shards(replica_id_, values); }
   void broadcast(Tensor& value, int root) const { collectives().broadcast(replica_id_, value, root); }
   void barrier() const { collectives().barrier(replica_id_); }
+  Collectives::GradientArenaPlan gradient_arena_plan() const { return collectives().gradient_arena_plan(replica_id_); }
   int64_t all_reduce_min(int64_t value) const { return collectives().all_reduce_min(replica_id_, value); }
   // True for the first replica this process runs (replica 0 in one process): the one that updates
   // state the process's replicas share on the host (mirrored variables, the optimizer's step).

@@ -10,6 +10,7 @@
 #include "framework/autodiff/recompute.h"
 #include "framework/autodiff/tape.h"
 #include "framework/device/context.h"
+#include "framework/device/gradient_placement.h"
 #include "framework/layers/core_layers.h"
 #include "framework/layers/normalization.h"
 #include "framework/ops/precision.h"
@@ -190,8 +191,7 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
   const Tensor& some_images = shards[static_cast<size_t>(strategy_->first_local_replica())].images;
   build(Shape(some_images.shape().begin() + 1, some_images.shape().end()));
   const std::vector<Variable*> vars = trainable_variables();
-  const bool sparse = loss_->sparse_labels();
-  const bool top_k = has_top_k(metrics_);
+  const bool sparse = loss_->sparse_labels(), top_k = has_top_k(metrics_);
   std::vector<StepTotals> per_replica(static_cast<size_t>(n));
   GradientUpdate update;  // every replica's is the same: this process's first replica's is kept
   // The step's random streams are keyed by the optimizer's iterations, so a resumed run draws what
@@ -217,6 +217,7 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
       // and a LayoutMap's variables: each core's block of the mean, as soon as backward finished it
       const GradientReadyFn ready = reduce_laid_out_as_ready(vars, reduce);
       ctx.allow_deferred_products(!ready && defers_kernel_gradients());  // else a hook reads them
+      const GradientPlacementScope placed(!ready && ctx.leads_process() ? optimizer_->gradient_placement() : nullptr);
       grads = tape.gradient(loss, vars, ready);
       ctx.allow_deferred_products(false);
       t.loss_sum = static_cast<double>(loss.item()) * static_cast<double>(b.size());

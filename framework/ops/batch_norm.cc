@@ -334,8 +334,8 @@ std::vector<Tensor> detail::batch_norm_training_grads(const std::vector<Tensor>&
   const int64_t rows = s.rows, channels = s.channels;
   std::vector<Tensor> grads(3);
   if (needs[0]) grads[0] = detail::grad_buffer(s.x_shape, s.is_variable[0]);
-  if (needs[1]) grads[1] = detail::grad_buffer({channels}, s.is_variable[1]);
-  if (needs[2]) grads[2] = detail::grad_buffer({channels}, s.is_variable[2]);
+  if (needs[1]) grads[1] = detail::grad_buffer({channels}, s.is_variable[1], s.placement[1]);
+  if (needs[2]) grads[2] = detail::grad_buffer({channels}, s.is_variable[2], s.placement[2]);
   if (!ops::compute({&grads[0], &grads[1], &grads[2]}, {&dy[0], &s.x, &s.gamma, &s.beta, &s.mean, &s.variance})) return grads;
   if (!s.relu && !needs[0] && !needs[1]) {
     sum_rows(dy[0].data(), rows, channels, grads[2].data());
@@ -385,6 +385,7 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
     s.x_shape = x.shape(), s.rows = rows, s.channels = channels, s.epsilon = epsilon;
     s.relu = relu, s.bfloat16_output = dt == DType::bfloat16;
     s.is_variable = {x.is_trainable_variable(), gamma.is_trainable_variable(), beta.is_trainable_variable()};
+    s.placement = {0, detail::placement_key(gamma), detail::placement_key(beta)};
     GradientTape::record({x, gamma, beta}, {out.y}, [s = std::move(s)](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
       return detail::batch_norm_training_grads(dy, needs, s);
     });

@@ -64,6 +64,7 @@ BatchNormResult batch_norm_add_relu_training(const Tensor& x, const Tensor& gamm
     s.x_shape = x.shape(), s.rows = channels == 0 ? 0 : x.size() / channels, s.channels = channels, s.epsilon = epsilon;
     s.bfloat16_output = dt == DType::bfloat16;
     s.is_variable = {x.is_trainable_variable(), gamma.is_trainable_variable(), beta.is_trainable_variable()};
+    s.placement = {0, detail::placement_key(gamma), detail::placement_key(beta)};
     record_add_relu(x, gamma, beta, residual, out.y, [s](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
       return detail::batch_norm_training_grads(dy, needs, s);
     });

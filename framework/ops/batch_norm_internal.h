@@ -19,6 +19,7 @@ struct BatchNormSaved {
   float epsilon = 0;
   bool relu = false, bfloat16_output = false;
   std::array<bool, 3> is_variable{};
+  std::array<uint64_t, 3> placement{};  // detail::placement_key of x, gamma, beta
 };
 
 // The gradients for x, gamma and beta from dy (needs: which), as batch_norm_training's backward pass.

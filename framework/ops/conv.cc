@@ -422,13 +422,14 @@ struct ConvRecord {
   ConvGeometry g;
   DType dt;
   bool x_is_variable, kernel_is_variable, onednn, raw_kernel;
+  uint64_t kernel_placement = 0;  // detail::placement_key of the kernel
 };
 
 // dx and dkernel, where `needs` says.
 std::vector<Tensor> conv_gradients(const ConvRecord& r, const Tensor& dy, const std::vector<bool>& needs) {
   std::vector<Tensor> grads(2);
   if (needs[0]) grads[0] = detail::grad_buffer(r.x_kept.shape(), r.x_is_variable);            // dx (N, H, W, Cin)
-  if (needs[1]) grads[1] = detail::grad_buffer(r.kernel_kept.shape(), r.kernel_is_variable);  // dkernel
+  if (needs[1]) grads[1] = detail::grad_buffer(r.kernel_kept.shape(), r.kernel_is_variable, r.kernel_placement);  // dkernel
   // The kernel as forward computed with it (the variable itself in float32); x as kept, read
   // (widened) where it is used.
   const detail::KernelValues kernel =
@@ -462,12 +463,14 @@ void record_conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, co
     return;
   }
   const bool bias_is_variable = bias.is_trainable_variable();
-  GradientTape::record({x, kernel, bias}, {y}, [record, bias_is_variable](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
+  const uint64_t bias_placement = detail::placement_key(bias);
+  GradientTape::record({x, kernel, bias}, {y}, [record, bias_is_variable, bias_placement](const std::vector<Tensor>& dy,
+                                                                                         const std::vector<bool>& needs) {
     std::vector<Tensor> grads = conv_gradients(record, dy[0], {needs[0], needs[1]});
     Tensor db;
     if (needs[2]) {
       const int64_t c = record.g.out_channels;
-      db = detail::grad_buffer({c}, bias_is_variable);
+      db = detail::grad_buffer({c}, bias_is_variable, bias_placement);
       if (detail::compute(db, {&dy[0]}) && c > 0) detail::parallel_column_sums(dy[0].data(), dy[0].size() / c, c, db.data());
     }
     grads.push_back(db);
@@ -533,7 +536,8 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
   }
   ko.value = Tensor();
   kv = detail::KernelValues();
-  const ConvRecord record{x_kept, ko.kept, g, dt, x.is_trainable_variable(), kernel.is_trainable_variable(), onednn, raw_kernel};
+  const ConvRecord record{x_kept, ko.kept, g, dt, x.is_trainable_variable(), kernel.is_trainable_variable(), onednn, raw_kernel,
+                          detail::placement_key(kernel)};
   if (GradientTape::is_recording({&x, &kernel, &bias})) record_conv2d(x, kernel, bias, record, y);
   return y;
 }

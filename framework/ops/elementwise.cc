@@ -49,12 +49,14 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
   if (GradientTape::is_recording({&x, &bias})) {
     const Shape bias_shape = bias.shape();
     const bool bias_is_variable = bias.is_trainable_variable();
-    GradientTape::record({x, bias}, {y}, [bias_shape, bias_is_variable](const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
+    const uint64_t bias_placement = detail::placement_key(bias);
+    GradientTape::record({x, bias}, {y}, [bias_shape, bias_is_variable, bias_placement](const std::vector<Tensor>& dy,
+                                                                                       const std::vector<bool>& needs) {
       std::vector<Tensor> grads(2);
       if (needs[0]) grads[0] = dy[0];
       if (needs[1]) {
         const int64_t channels = bias_shape[0];
-        grads[1] = detail::grad_buffer(bias_shape, bias_is_variable);
+        grads[1] = detail::grad_buffer(bias_shape, bias_is_variable, bias_placement);
         if (detail::compute(grads[1], {&dy[0]}) && channels > 0) {
           detail::parallel_column_sums(dy[0].data(), dy[0].size() / channels, channels, grads[1].data());
         }

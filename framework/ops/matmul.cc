@@ -72,7 +72,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   y = detail::finish(y, dt);
   if (GradientTape::is_recording({&a, &b})) {
     const bool a_is_variable = a.is_trainable_variable(), b_is_variable = b.is_trainable_variable();
-    GradientTape::record({a, b}, {y}, [a = ao.kept, b = bo.kept, dt, a_is_variable, b_is_variable](
+    const uint64_t b_placement = detail::placement_key(b);
+    GradientTape::record({a, b}, {y}, [a = ao.kept, b = bo.kept, dt, a_is_variable, b_is_variable, b_placement](
                                           const std::vector<Tensor>& dy, const std::vector<bool>& needs) {
       std::vector<Tensor> grads(2);
       if (needs[0]) {  // da = dy · bᵀ   (N, K)
@@ -81,7 +82,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
         if (detail::compute(grads[0], {&dy[0]})) detail::gemm(grads[0].matrix(), dy[0].matrix(), bv.matrix().transpose());
       }
       if (needs[1]) {  // db = aᵀ · dy   (K, M)
-        grads[1] = detail::grad_buffer(b.shape(), b_is_variable);
+        grads[1] = detail::grad_buffer(b.shape(), b_is_variable, b_placement);
         const Tensor av = detail::compute_values(a, dt);
         if (!detail::compute(grads[1], {&dy[0]})) return grads;
         if (!b_is_variable || !chained_kernel_gradient(av, dy[0], dt)) {

@@ -10,6 +10,7 @@
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
 #include "framework/device/context.h"
+#include "framework/device/gradient_placement.h"
 #include "framework/device/ledger.h"
 #include "framework/device/strategy.h"
 #include "framework/ops/precision.h"
@@ -46,6 +47,20 @@ inline Tensor grad_buffer(const Tensor& input) {
 inline Tensor grad_buffer(const Shape& shape, bool is_variable) {
   if (is_variable) return Tensor::empty(shape, variable_gradient_category(), device_context().owner);
   return Tensor::empty(shape);
+}
+// What a trainable variable's gradient is placed by (GradientPlacement: its value's storage id),
+// taken when the op is recorded; 0 for anything else.
+inline uint64_t placement_key(const Tensor& t) {
+  return t.defined() && t.is_trainable_variable() && !t.is_abstract() ? t.storage().id() : 0;
+}
+// A variable's gradient buffer where this replica's GradientPlacement puts it (float32, the size it
+// is listed with: its bytes live there, charged as any gradient), else grad_buffer's.
+inline Tensor grad_buffer(const Shape& shape, bool is_variable, uint64_t placement) {
+  Tensor t = grad_buffer(shape, is_variable);
+  if (is_variable && placement != 0 && !t.is_abstract() && t.dtype() == DType::float32) {
+    if (float* memory = placed_gradient(placement, t.size())) t.storage().relocate(memory, /*copy=*/false);
+  }
+  return t;
 }
 
 // The multiply-adds of a forward matrix product or convolution (2 FLOPs each), counted on the

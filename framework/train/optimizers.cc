@@ -262,7 +262,25 @@ bool Optimizer::reduce(std::vector<Tensor>& grads, const std::vector<Variable*>&
   const size_t first = ctx->all_reduce_for_update(ReduceOp::Mean, defined, ctx->strategy().updates_slice_shards(), located);
   non_finite = first < variable.size() ? variable[first] : vars.size();
   for (size_t j = 0; j < variable.size(); ++j) means[variable[j]] = located[j];
+  if (ctx->leads_process()) plan_gradient_placement(*ctx, vars, variable);
   return false;
+}
+
+void Optimizer::plan_gradient_placement(const ReplicaContext& ctx, const std::vector<Variable*>& vars,
+                                        const std::vector<size_t>& variable) const {
+  const Collectives::GradientArenaPlan plan = ctx.gradient_arena_plan();
+  if (plan.memory.empty() || plan.memory.size() != variable.size()) {
+    placement_.reset();
+    return;
+  }
+  auto placement = std::make_shared<GradientPlacement>();
+  for (size_t j = 0; j < variable.size(); ++j) {
+    const Tensor& value = vars[variable[j]]->value();
+    if (value.defined() && !value.is_abstract() && value.size() == plan.sizes[j]) {
+      placement->slots[value.storage().id()] = {plan.memory[j], plan.sizes[j]};
+    }
+  }
+  placement_ = std::move(placement);
 }
 
 // The spans cut into pieces of kUpdatePiece elements, updated on the replica's share of the threads:

@@ -29,6 +29,7 @@
 
 #include "framework/autodiff/tape.h"
 #include "framework/autodiff/variable.h"
+#include "framework/device/gradient_placement.h"
 
 namespace keel {
 
@@ -135,6 +136,11 @@ class Optimizer {
 
   // Keras's order: slots in creation order (for Adam, every m, then every v).
   std::vector<Variable*> slot_variables() const;
+  // Where the next backward of the replica leading this process writes its variables' gradients
+  // so that the next apply_gradients' all-reduce reads them in place (GradientPlacement, from the
+  // plan the last one left: under mpirun on one machine, the process's gradient arena); null where
+  // there is none. The training step installs it for that replica (GradientPlacementScope).
+  std::shared_ptr<const GradientPlacement> gradient_placement() const { return placement_; }
   virtual nlohmann::json get_config() const;
 
  protected:
@@ -152,6 +158,10 @@ class Optimizer {
   // says where each mean is (`means`, one per variable: null where it is in grads[i] or none).
   bool reduce(std::vector<Tensor>& grads, const std::vector<Variable*>& vars, GradientForm form,
               std::optional<size_t>& non_finite, std::vector<const float*>& means) const;
+  // gradient_placement() for the next step, from the plan ctx's all-reduce left for `vars`'
+  // gradients that it reduced (`variable`: the index in vars of each, in the order it had them).
+  void plan_gradient_placement(const ReplicaContext& ctx, const std::vector<Variable*>& vars,
+                               const std::vector<size_t>& variable) const;
   // build(vars) the first time, by one replica (merge_call) where there are several.
   void build_once(const std::vector<Variable*>& vars, ReplicaContext* ctx);
   // update() over the spans, in fixed pieces on the replica's share of the threads.
@@ -177,6 +187,8 @@ class Optimizer {
   bool built_ = false;
   std::map<std::string, std::vector<Variable*>> slots_;  // by variable name
   std::vector<std::unique_ptr<Variable>> slot_order_;
+  // Written by the replica that leads this process in its reduce, read by it in the next step.
+  mutable std::shared_ptr<const GradientPlacement> placement_;
 };
 
 class Adam : public Optimizer {

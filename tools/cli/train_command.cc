@@ -177,6 +177,10 @@ void print_process_traffic(ProcessGroup& processes, int64_t steps, Model& model,
   if (processes.parameters_shared()) {
     std::printf("  parameters: one copy in this machine's shared memory, each process updating its shards in place\n");
   }
+  if (processes.sums_from_arena() > 0) {
+    std::printf("  gradients: written by backward straight into shared memory in %lld of the optimizer's %lld all-reduces\n",
+                static_cast<long long>(processes.sums_from_arena()), static_cast<long long>(processes.shared_sums()));
+  }
 }
 
 void print_outcome(const RunConfig& config, const RunDirectory& dir, const CheckpointCallback& checkpoints,
