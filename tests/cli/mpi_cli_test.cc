@@ -13,6 +13,7 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <sys/statvfs.h>
 
 #include "framework/checkpoint/h5_file.h"
 #include "tests/support/checkpoint_state.h"
@@ -117,11 +118,21 @@ TEST_F(MpiCli, WithoutSharedMemoryTheBitsAndTheBytesAreTheSame) {
 }
 
 // BatchNormalization's moving statistics cross processes too (ReplicaLocalState's all-reduce).
+// Whether /dev/shm (where Open MPI backs shared windows) could hold ResNet18's: its segments, the
+// parameters' window and the gradient arenas of two processes come to about 0.4 GiB. Where it cannot,
+// keel falls back to copies (ProcessCollectives.UnderMpirunWithoutRoomForSharedMemory): the bits
+// are checked all the same, the report's line is not.
+bool shared_memory_holds_resnet18_windows() {
+  struct statvfs fs {};
+  return statvfs("/dev/shm", &fs) == 0 &&
+         static_cast<long double>(fs.f_bavail) * static_cast<long double>(fs.f_frsize) > 2.0L * (1u << 30);
+}
+
 TEST_F(MpiCli, ResNet18OnTwoProcessesEqualsOneProcess) {
   const std::string out = expect_resnet18_on_two_processes_as_on_one("--batch-per-core 1", 20);
   // Convolution kernels, BatchNormalization's gamma and beta and the dense layer's kernel and bias:
   // all written in place from the second step on.
-  EXPECT_THAT(out, HasSubstr("gradients: written by backward straight into shared memory in 19 of the optimizer's 20 all-reduces")) << out;
+  if (shared_memory_holds_resnet18_windows()) EXPECT_THAT(out, HasSubstr("gradients: written by backward straight into shared memory in 19 of the optimizer's 20 all-reduces")) << out;
 }
 
 // Mixed precision at 56x56, 2 per core: the stem and the first stage on oneDNN's bfloat16 kernels
@@ -131,7 +142,7 @@ TEST_F(MpiCli, MixedPrecisionResNet18OnTwoProcessesEqualsOneProcess) {
   const std::string out =
       expect_resnet18_on_two_processes_as_on_one("--precision mixed_bfloat16 --input-shape 56x56x1 --batch-per-core 2", 6);
   // The variables stay float32 (Keras's mixed policy), and so do their gradients: placed as well.
-  EXPECT_THAT(out, HasSubstr("gradients: written by backward straight into shared memory in 5 of the optimizer's 6 all-reduces"))
+  if (shared_memory_holds_resnet18_windows()) EXPECT_THAT(out, HasSubstr("gradients: written by backward straight into shared memory in 5 of the optimizer's 6 all-reduces"))
       << out;
 }
 
