@@ -97,6 +97,28 @@ bool backing_has_room(int64_t bytes) {
   return free_bytes >= static_cast<long double>(bytes) + static_cast<long double>(int64_t{64} << 20);  // and a margin
 }
 
+// A window of `bytes` per process of `node` (collective; `processes` of them), in a passive epoch
+// (MPI_Win_sync orders the loads and stores), with every process's segment as mapped here in
+// `segments`; MPI_WIN_NULL, with nothing allocated, where some process's backing has no room for all.
+MPI_Win allocate_window(MPI_Comm node, int processes, MPI_Aint bytes, std::vector<float*>& segments) {
+  int room = backing_has_room(static_cast<int64_t>(bytes) * processes) ? 1 : 0, all_room = 0;
+  MPI_Allreduce(&room, &all_room, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);  // every process decides alike
+  if (!all_room) return MPI_WIN_NULL;
+  float* base = nullptr;
+  MPI_Win window = MPI_WIN_NULL;
+  MPI_Win_allocate_shared(bytes, sizeof(float), MPI_INFO_NULL, node, &base, &window);  // fatal on error
+  MPI_Win_lock_all(MPI_MODE_NOCHECK, window);
+  segments.clear();
+  for (int p = 0; p < processes; ++p) {
+    MPI_Aint size = 0;
+    int unit = 0;
+    float* segment = nullptr;
+    MPI_Win_shared_query(window, p, &size, &unit, &segment);
+    segments.push_back(segment);
+  }
+  return window;
+}
+
 }  // namespace
 
 void ProcessGroup::ensure_node() {
@@ -109,19 +131,8 @@ bool ProcessGroup::allocate_shared(int64_t elements) {
   ensure_node();
   shared_->release();
   const MPI_Aint bytes = static_cast<MPI_Aint>(2 * (elements + SharedWindow::kVoteFloats)) * static_cast<MPI_Aint>(sizeof(float));
-  int room = backing_has_room(static_cast<int64_t>(bytes) * size_) ? 1 : 0, all_room = 0;
-  MPI_Allreduce(&room, &all_room, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);  // every process decides alike
-  if (!all_room) return false;
-  float* base = nullptr;
-  MPI_Win_allocate_shared(bytes, sizeof(float), MPI_INFO_NULL, shared_->node, &base, &shared_->window);  // fatal on error
-  MPI_Win_lock_all(MPI_MODE_NOCHECK, shared_->window);  // a passive epoch: MPI_Win_sync orders the loads and stores
-  for (int p = 0; p < size_; ++p) {
-    MPI_Aint size = 0;
-    int unit = 0;
-    float* segment = nullptr;
-    MPI_Win_shared_query(shared_->window, p, &size, &unit, &segment);
-    shared_->segments.push_back(segment);
-  }
+  shared_->window = allocate_window(shared_->node, size_, bytes, shared_->segments);
+  if (shared_->window == MPI_WIN_NULL) return false;
   shared_->capacity = elements;
   return true;
 }
@@ -222,19 +233,8 @@ bool ProcessGroup::allocate_gradient_arena(int64_t elements) {
   auto arena = std::make_unique<GradientArena>();
   arena->capacity = (elements + 15) / 16 * 16;
   const MPI_Aint bytes = static_cast<MPI_Aint>(2 * arena->capacity) * static_cast<MPI_Aint>(sizeof(float));
-  int room = backing_has_room(static_cast<int64_t>(bytes) * size_) ? 1 : 0, all_room = 0;
-  MPI_Allreduce(&room, &all_room, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);  // every process decides alike
-  if (!all_room) return false;
-  float* base = nullptr;
-  MPI_Win_allocate_shared(bytes, sizeof(float), MPI_INFO_NULL, shared_->node, &base, &arena->window);  // fatal on error
-  MPI_Win_lock_all(MPI_MODE_NOCHECK, arena->window);
-  for (int p = 0; p < size_; ++p) {
-    MPI_Aint size = 0;
-    int unit = 0;
-    float* segment = nullptr;
-    MPI_Win_shared_query(arena->window, p, &size, &unit, &segment);
-    arena->segments.push_back(segment);
-  }
+  arena->window = allocate_window(shared_->node, size_, bytes, arena->segments);
+  if (arena->window == MPI_WIN_NULL) return false;
   arena_ = std::move(arena);
   return true;
 }
