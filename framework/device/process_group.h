@@ -104,13 +104,15 @@ class ProcessGroup {
   bool parameters_shared() const { return parameters_ != nullptr; }
   void count_shared_exchange(int64_t sent, int64_t received);
   // Gradient arenas: where one process's backward writes the gradients of its first core straight
-  // into memory the others read, so that no copy puts them in its segment (InProcessCollectives'
-  // GradientArena). allocate_gradient_arena(n) (collective) gives every process two halves of n
-  // floats in a window of their own; false, with none, where the processes share no memory or the
+  // into memory the others read, so that no copy puts them in its segment
+  // (InProcessCollectives::gradient_arena_plan). allocate_gradient_arena(n) (collective) gives every
+  // process two halves of n floats in a window of their own, freed by finalize() (the caller asks
+  // once: gradients may live in it); false, with none, where the processes share no memory or the
   // window finds no room. gradient_arena(h): this process's half h (empty without an arena).
-  // sum_shared_partials' arena_half (>= 0) says this process's partials are in that half of its arena,
-  // laid out as its segment would hold them, instead of in its segment; each process says where
-  // its own are.
+  // sum_shared_partials' arena_half (>= 0) says this process's partials are in that half of its
+  // arena, laid out as its segment would hold them, instead of in its segment; each process says
+  // where its own are, and the sum goes where process 0's partials are (a caller alternating the
+  // halves, as the segments alternate, keeps a sum valid as long as a segment's).
   bool allocate_gradient_arena(int64_t elements);
   std::span<float> gradient_arena(int half) const;
   // The sums whose partials this process left in its arena, and the sums through shared memory whose
