@@ -63,7 +63,9 @@ class Storage {
   // freeing it), copying the contents there unless `copy` is false (another process wrote them), or,
   // with nullptr, back to memory of its own with the contents. The charges stay; version() moves.
   // The processes of one machine keep their parameters in one shared copy this way
-  // (ProcessGroup::place_in_shared_memory). No other thread may use the buffer meanwhile.
+  // (ProcessGroup::place_in_shared_memory), and a replica's backward writes gradients into its
+  // process's gradient arena (ops::detail::grad_buffer, on a new buffer: nothing to copy). No other
+  // thread may use the buffer meanwhile.
   void relocate(void* memory, bool copy);
   int64_t bytes() const { return bytes_; }
   const std::vector<Charge>& charges() const { return charges_; }
