@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -160,8 +161,10 @@ void throw_if_diverged(const TerminateOnNaN& terminate_on_nan, const RunDirector
 // Where the parameters are one copy in shared memory, the all-gather half of that minimum is not
 // moved at all (only the first step's exchange counts).
 void print_process_traffic(ProcessGroup& processes, int64_t steps, Model& model, const GatherShardedState& gathers) {
-  const int64_t mine[2] = {processes.sent_bytes() - gathers.sent_bytes(), processes.received_bytes() - gathers.received_bytes()};
-  std::vector<int64_t> all(2 * static_cast<size_t>(processes.size()));
+  constexpr size_t kFields = 4;  // sent, received, sums from the gradient arena, the optimizer's shared sums
+  const int64_t mine[kFields] = {processes.sent_bytes() - gathers.sent_bytes(), processes.received_bytes() - gathers.received_bytes(),
+                                 processes.sums_from_arena(), processes.shared_sums()};
+  std::vector<int64_t> all(kFields * static_cast<size_t>(processes.size()));
   processes.all_gather_bytes(mine, sizeof mine, all.data());
   int64_t gradient_bytes = 0;
   for (const Variable* v : model.trainable_variables()) gradient_bytes += v->value().bytes();
@@ -170,16 +173,24 @@ void print_process_traffic(ProcessGroup& processes, int64_t steps, Model& model,
   std::printf("Across %d processes (MPI), %lld steps: per process and step, sent / received (all-reduce minimum %s):\n", p,
               static_cast<long long>(steps), format_bytes(static_cast<int64_t>(minimum)).c_str());
   for (int r = 0; r < p && steps > 0; ++r) {
-    const int64_t sent = all[2 * static_cast<size_t>(r)] / steps, received = all[2 * static_cast<size_t>(r) + 1] / steps;
+    const int64_t sent = all[kFields * static_cast<size_t>(r)] / steps, received = all[kFields * static_cast<size_t>(r) + 1] / steps;
     std::printf("  process %d: %s / %s (%.2fx / %.2fx the minimum)\n", r, format_bytes(sent).c_str(),
                 format_bytes(received).c_str(), static_cast<double>(sent) / minimum, static_cast<double>(received) / minimum);
   }
   if (processes.parameters_shared()) {
     std::printf("  parameters: one copy in this machine's shared memory, each process updating its shards in place\n");
   }
-  if (processes.sums_from_arena() > 0) {
-    std::printf("  gradients: written by backward straight into shared memory in %lld of the optimizer's %lld all-reduces\n",
-                static_cast<long long>(processes.sums_from_arena()), static_cast<long long>(processes.shared_sums()));
+  // Where every process's backward wrote its gradients where the others sum them: the fewest times
+  // any process did, of the most all-reduces any made.
+  int64_t from_arena = all[2], sums = all[3];
+  for (size_t r = 1; r < static_cast<size_t>(p); ++r) {
+    from_arena = std::min(from_arena, all[kFields * r + 2]);
+    sums = std::max(sums, all[kFields * r + 3]);
+  }
+  if (from_arena > 0) {
+    std::printf("  gradients: written by backward straight into shared memory in %lld of the optimizer's %lld all-reduces "
+                "(every process)\n",
+                static_cast<long long>(from_arena), static_cast<long long>(sums));
   }
 }
 
