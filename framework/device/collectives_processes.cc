@@ -50,10 +50,8 @@ Collectives::GradientArenaPlan InProcessCollectives::gradient_arena_plan(int rep
   if (!several_processes() || replica != first_) return plan;
   const std::span<float> arena = processes_->gradient_arena(arena_half_);
   int64_t at = 0;
-  for (const int64_t size : arena_sizes_) at += size;
-  if (arena.empty() || arena_sizes_.empty() || at > static_cast<int64_t>(arena.size())) return plan;
-  at = 0;
   for (const int64_t size : arena_sizes_) {
+    if (at + size > static_cast<int64_t>(arena.size())) return {};  // no arena, or one too small for these
     plan.memory.push_back(arena.data() + at);
     plan.sizes.push_back(size);
     at += size;
