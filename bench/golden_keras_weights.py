@@ -8,8 +8,9 @@ weights trained by PyTorch on Fashion-MNIST and PyTorch's own test loss and accu
       128, seed 1): OUT_DIR/keras_mlp_weights.h5 (save_weights layout, with a weightless "dropout"
       layer between the two, whose weight_names is numpy's empty float64 array as Keras writes it)
       and OUT_DIR/keras_mlp_weights.json. Committed under tests/golden/.
-  golden_keras_weights.py resnet18 OUT_DIR [--steps N]
-      keel's ResNet18 at 32x32x1 (Keras naming; bench/golden_resnet.py), N Adam steps of batch 32:
+  golden_keras_weights.py resnet18 OUT_DIR [--steps N] [--test-samples M]
+      keel's ResNet18 at 32x32x1 (Keras naming; bench/golden_resnet.py), N Adam steps of batch 32,
+      its test accuracy over the first M test images (default all; `keel evaluate --steps` matches it):
       OUT_DIR/resnet18.h5 (model.save layout), OUT_DIR/resnet18_notop.h5 (save_weights layout,
       without avg_pool and predictions, as keras.applications' _notop files), OUT_DIR/resnet18.json.
       Made at test time (tests/checkpoint/keras_weights_cli_test.cc): the file is 45 MB.
@@ -107,7 +108,7 @@ def resnet18_layers(net):
     return keras_order(layers)
 
 
-def resnet18(out_dir, steps):
+def resnet18(out_dir, steps, test_samples):
     args = argparse.Namespace(seed=5, init="glorot")
     net = bn_lag.new_net(args)
     x, y = bn_lag.load_split("train")
@@ -131,6 +132,8 @@ def resnet18(out_dir, steps):
                     key = bn + "/" + stat
                     net.params[key] = net.params[key] - (net.params[key] - value) * 0.5  # fast statistics
     net.training = False
+    if test_samples:
+        xt, yt = xt[:test_samples], yt[:test_samples]
     accuracy = bn_lag.accuracy(net, xt, yt, 500, batch_stats=False)
     layers = resnet18_layers(net)
     with h5py.File(os.path.join(out_dir, "resnet18.h5"), "w") as f:
@@ -150,12 +153,13 @@ def main():
     p.add_argument("model", choices=["mlp", "resnet18"])
     p.add_argument("out_dir")
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--test-samples", type=int, default=0, help="resnet18: evaluate the first N test images (0: all)")
     a = p.parse_args()
     os.makedirs(a.out_dir, exist_ok=True)
     if a.model == "mlp":
         mlp(a.out_dir)
     else:
-        resnet18(a.out_dir, a.steps)
+        resnet18(a.out_dir, a.steps, a.test_samples)
 
 
 if __name__ == "__main__":

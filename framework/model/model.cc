@@ -400,10 +400,15 @@ bool Model::train_epoch(Iterator& it, TrainingState& st, const std::vector<Callb
   return true;
 }
 
-Logs Model::evaluate(const Dataset& dataset) {
+Logs Model::evaluate(const Dataset& dataset, int64_t steps) {
+  if (steps == 0) throw std::invalid_argument("evaluate: steps must be positive (or negative: every batch)");
   StepTotals total;
   Iterator it = dataset.make_iterator(0);
-  while (std::optional<Element> element = it.next()) total += test_step(to_batch(*element));
+  for (int64_t done = 0; steps < 0 || done < steps; ++done) {
+    std::optional<Element> element = it.next();
+    if (!element) break;
+    total += test_step(to_batch(*element));
+  }
   Logs logs = logs_of(total);
   logs["samples"] = static_cast<double>(total.samples);
   return logs;

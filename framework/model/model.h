@@ -183,7 +183,9 @@ class Model {
 
   // Dataset elements are {x, y} batches of the global batch size; each is split over the replicas.
   History fit(const Dataset& dataset, const FitOptions& options);
-  Logs evaluate(const Dataset& dataset);
+  // As Keras's evaluate(steps=): the first `steps` batches of `dataset` (all there are, if fewer), or
+  // every batch (steps < 0); 0 is refused.
+  Logs evaluate(const Dataset& dataset, int64_t steps = -1);
   Tensor predict(const Tensor& x, int64_t batch_size = 32);
   // Precise BatchNormalization statistics: runs up to `batches` batches of `dataset` forward in
   // training mode (each replica normalising its shard, as in training; no gradients, weights frozen)

@@ -213,6 +213,17 @@ TEST_F(JsonOutput, EvaluateMemoryAndPredict) {
   ASSERT_EQ(e.exit_code, 0) << e.err;
   expect_fields(nlohmann::json::parse(e.out), {"loss", "accuracy", "samples", "training_memory", "inference_memory",
                                                "checkpoint_bytes", "params"});
+  // --steps N (Keras's evaluate(steps=N)): the first N batches of 512; more than there are: all 10,000.
+  CommandResult first = run_keel("evaluate " + run + " --steps 3 --json");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(nlohmann::json::parse(first.out)["samples"], 3 * 512);
+  CommandResult all = run_keel("evaluate " + run + " --steps 1000 --json");
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_EQ(nlohmann::json::parse(all.out)["samples"], 10000);
+  EXPECT_EQ(nlohmann::json::parse(all.out)["loss"], nlohmann::json::parse(e.out)["loss"]);
+  CommandResult zero = run_keel("evaluate " + run + " --steps 0");
+  EXPECT_EQ(zero.exit_code, 2);
+  EXPECT_THAT(zero.err, HasSubstr("--steps must be a positive number of batches, got 0"));
   CommandResult m = run_keel("memory " + run + " --json");
   ASSERT_EQ(m.exit_code, 0) << m.err;
   expect_fields(nlohmann::json::parse(m.out), {"device", "cores", "hbm_bytes_per_core", "batch_per_core", "fits",

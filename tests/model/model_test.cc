@@ -101,6 +101,23 @@ TEST(ModelTest, EvaluateGivesTheMeanLossAndAccuracy) {
   EXPECT_EQ(m->variables()[1]->value().to_vector(), (std::vector<float>{1, 0}));
 }
 
+// Keras's evaluate(steps=): the first `steps` batches only; more steps than batches: every batch.
+TEST(ModelTest, EvaluateStepsTakesTheFirstBatches) {
+  clear_session();
+  auto m = constant_classifier();
+  m->compile(std::make_shared<SGD>(), std::make_shared<CategoricalCrossentropy>());
+  Logs logs = m->evaluate(four_examples(1), 2);  // rows 0 (class 0: right) and 1 (class 1: wrong)
+  EXPECT_EQ(logs.at("samples"), 2);
+  EXPECT_DOUBLE_EQ(logs.at("accuracy"), 0.5);
+  logs = m->evaluate(four_examples(3), 1);
+  EXPECT_EQ(logs.at("samples"), 3);
+  EXPECT_DOUBLE_EQ(logs.at("accuracy"), 2.0 / 3.0);
+  logs = m->evaluate(four_examples(3), 10);
+  EXPECT_EQ(logs.at("samples"), 4);
+  EXPECT_NEAR(logs.at("loss"), expected_loss(), 1e-6);
+  EXPECT_THROW(m->evaluate(four_examples(2), 0), std::invalid_argument);
+}
+
 TEST(ModelCompileTest, TopKMetricsByKerasNameForTheLossesLabels) {
   clear_session();
   auto m = constant_classifier();

@@ -119,9 +119,17 @@ void print_evaluation(const po::variables_map& vm, const Evaluation& e, const st
               static_cast<long long>(e.params));
 }
 
+// --steps N: the first N batches of the split (Keras's evaluate(steps=N)); -1: all of them.
+int64_t evaluation_steps(const po::variables_map& vm) {
+  if (!vm.count("steps")) return -1;
+  const int64_t steps = vm["steps"].as<int64_t>();
+  if (steps <= 0) throw UsageError("--steps must be a positive number of batches, got " + std::to_string(steps));
+  return steps;
+}
+
 // Builds the model in `strategy`, then `load` fills it; the evaluation's footprint is measured from
 // the loaded weights on (peaks restart there).
-Evaluation run_evaluation(const RunConfig& config, const std::string& split, ReplicatedStrategy& strategy,
+Evaluation run_evaluation(const RunConfig& config, const std::string& split, int64_t steps, ReplicatedStrategy& strategy,
                           const std::function<void(Model&)>& load, const std::function<int64_t(Model&)>& before) {
   // Every value checked before anything is built from it.
   config.validate();
@@ -136,7 +144,7 @@ Evaluation run_evaluation(const RunConfig& config, const std::string& split, Rep
   }
   e.bn_batches = before ? before(*model) : 0;
   strategy.ledger().reset_peaks();
-  e.logs = model->evaluate(data);
+  e.logs = model->evaluate(data, steps);
   e.inference_memory = inference_memory(strategy.ledger(), config);
   for (Variable* v : model->variables()) e.params += num_elements(v->shape());
   return e;
@@ -166,7 +174,7 @@ Evaluation evaluate_selected(const po::variables_map& vm, const std::string& tar
     before = [&](Model& m) { return recompute_statistics(vm, trained, selected.path, state, m); };
   }
   int64_t checkpoint_bytes = 0;
-  Evaluation e = run_evaluation(config, split, strategy, [&](Model& m) {
+  Evaluation e = run_evaluation(config, split, evaluation_steps(vm), strategy, [&](Model& m) {
     check_model_matches(stored, m);
     load_model_weights(selected.path, m);
     // Sized as it is read: a run still training may prune this checkpoint while we evaluate.
@@ -206,6 +214,8 @@ po::options_description evaluate_options() {
   d.add_options()("help,h", "this help")
       ("target", po::value<std::vector<std::string>>(), "run directories (each its newest checkpoint that verifies) or ckpt-<step>.h5 files")
       ("split", po::value<std::string>()->default_value("test"), "train | test")
+      ("steps", po::value<int64_t>(), "evaluate the first N batches of the split only, as Keras's evaluate(steps=N) "
+                                      "(default: all of it; `samples` says how many were evaluated)")
       ("data-dir", po::value<std::string>(), "directory of the dataset files (default: the run's)")
       ("dataset", po::value<std::string>(), "evaluate on another dataset: fashion_mnist, tfrecord:DIR or images:DIR (default: the run's)")
       ("skip-corrupt", po::bool_switch(), "tfrecord:/images: skip (and count) corrupt records and images")
@@ -250,7 +260,7 @@ int evaluate_weights(const po::variables_map& vm, const std::string& split) {
   set_random_seed(config.seed);
   ReplicatedStrategy strategy(config.device);
   KerasWeightsReport report;
-  Evaluation e = run_evaluation(config, split, strategy, [&](Model& m) {
+  Evaluation e = run_evaluation(config, split, evaluation_steps(vm), strategy, [&](Model& m) {
     report = load_keras_weights(file, m, {vm["by-name"].as<bool>(), false});
   }, nullptr);
   e.file = file;
@@ -307,6 +317,7 @@ int evaluate_command(const std::vector<std::string>& args) {
   const std::string split = vm["split"].as<std::string>();
   if (split != "train" && split != "test") throw UsageError("--split must be train or test, got '" + quote_untrusted(split) + "'");
   if (vm["json"].as<bool>() && vm["csv"].as<bool>()) throw UsageError("give --json or --csv, not both");
+  evaluation_steps(vm);  // checked before anything is read
   if (vm.count("weights")) return evaluate_weights(vm, split);
   if (!vm.count("target")) throw UsageError("keel evaluate needs a run directory or checkpoint, e.g. `keel evaluate checkpoints/mlp`");
   for (const char* flag : {"model", "input-shape", "classes", "device", "cores", "hosts", "hbm-per-core", "batch-per-core",
