@@ -13,7 +13,7 @@ weights trained by PyTorch on Fashion-MNIST and PyTorch's own test loss and accu
       its test accuracy over the first M test images (default all; `keel evaluate --steps` matches it):
       OUT_DIR/resnet18.h5 (model.save layout), OUT_DIR/resnet18_notop.h5 (save_weights layout,
       without avg_pool and predictions, as keras.applications' _notop files), OUT_DIR/resnet18.json.
-      Made at test time (tests/checkpoint/keras_weights_cli_test.cc): the file is 45 MB.
+      Made at test time (tests/cli/keras_weights_cli_test.cc): the file is 45 MB.
 
 Run with Debian's python3 (python3-torch, python3-h5py, python3-numpy).
 """

@@ -1,7 +1,7 @@
 // Pins the first values of every random stream keel draws, so that no build type, compiler or
-// refactoring can change them unnoticed. This file is also compiled at -O0 (core_random_test_O0):
-// with two inline definitions of the mixer (an ODR violation keel once had), an unoptimised build
-// calls whichever body the linker kept, and these values change.
+// refactoring can change them unnoticed. Test programs are compiled at -O0 (tests/CMakeLists.txt):
+// with two inline definitions of the mixer (an ODR violation keel once had), unoptimised code calls
+// whichever body the linker kept, and these values change.
 #include <gtest/gtest.h>
 
 #include <cstdint>

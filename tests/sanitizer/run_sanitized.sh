@@ -22,8 +22,9 @@ BUILD_DIR="${KEEL_FUZZ_BUILD_DIR:-build-fuzz}"
 JOBS="$(nproc)"
 # Not run here, with why. Each runs in tools/test.sh's Release suite. The instrumented library (ASan,
 # UBSan, no AVX-512; libFuzzer's coverage hooks outside the compute layers) trains several times
-# slower than the Release build, so the groups in HEAVY, which train models end to end through `keel` for seconds to minutes
-# in Release, would take most of CI's time here; of them only the short tests in LIGHT run. Training,
+# slower than the Release build, so the groups in HEAVY, which train models end to end through
+# `keel` for seconds to minutes in Release, would take most of CI's time here; of them only the
+# short tests in LIGHT run. Training,
 # checkpoints and resume still run sanitized through the library's own tests (tests/model,
 # tests/checkpoint, tests/train, tests/api) and the short `keel` runs of BadInputCli (hostile flags
 # and checkpoints, resume), MemoryCli, SlicesCli, the LIGHT ones and the rest.
