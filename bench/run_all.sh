@@ -8,7 +8,8 @@
 # and inference at 224x224 batch 8, keel on `cpu` (one replica, its kernels on the thread pool) and on
 # `custom:T` (T replicas, one per thread). PyTorch is Debian's python3-torch with OpenBLAS
 # (installed here if missing), OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset for its commands, on
-# torch.set_num_threads(T). Repeats are interleaved (every configuration once, then again), the best
+# torch.set_num_threads(T), for the MLP also with torch.set_flush_denormal(True) (config `flush`: subnormals
+# zero, as keel computes them). Repeats are interleaved (every configuration once, then again), the best
 # of them counts, and each side's best thread count is what its ratio uses.
 # Writes a Markdown report to stdout and the numbers to $JSON: per run the throughput, the achieved
 # GFLOP/s (analytic FLOPs: 2 x multiply-adds, x3 for a training step) and the fraction of this
@@ -56,6 +57,7 @@ for t in "${THREAD_COUNTS[@]}"; do
   runs+=("mlp keel cpu $t|KEEL_NUM_THREADS=$t $BUILD/bench/mlp_throughput --device cpu --batch-per-core 128 --epochs $EPOCHS")
   runs+=("mlp keel v3-8 $t|KEEL_NUM_THREADS=$t $BUILD/bench/mlp_throughput --device v3-8 --batch-per-core 16 --epochs $EPOCHS")
   runs+=("mlp pytorch - $t|torch_at_its_best bench/torch_mlp_bench.py --batch 128 --epochs $EPOCHS --threads $t")
+  runs+=("mlp pytorch flush $t|torch_at_its_best bench/torch_mlp_bench.py --batch 128 --epochs $EPOCHS --threads $t --flush-denormal")
   for w in "train32 train 32 32 $STEPS_32" "train224 train 224 8 $STEPS_224" "infer224 infer 224 8 $STEPS_224"; do
     read -r name mode image batch steps <<<"$w"
     common="--image $image --batch $batch --steps $steps"

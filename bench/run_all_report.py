@@ -91,7 +91,10 @@ def summary_rows(runs):
 
 
 def describe(r):
-    who = "PyTorch" if r["side"] == "pytorch" else f"keel `{r['config']}`"
+    if r["side"] == "pytorch":
+        who = "PyTorch, set_flush_denormal" if r["config"] == "flush" else "PyTorch"
+    else:
+        who = f"keel `{r['config']}`"
     return f"{who}, {r['threads']} thread{'s' if r['threads'] > 1 else ''}"
 
 

@@ -3,7 +3,7 @@
 
 Run with Debian's interpreter (python3-torch, python3-numpy, dataset-fashion-mnist):
 
-    /usr/bin/python3 bench/torch_mlp_bench.py [--batch 128] [--epochs 1] [--threads N] [--seed 0]
+    /usr/bin/python3 bench/torch_mlp_bench.py [--batch 128] [--epochs 1] [--threads N] [--seed 0] [--flush-denormal]
 
 Loads the real 60k/10k Fashion-MNIST from /usr/share/datasets/fashion-mnist (gzip'd IDX, read with
 gzip + numpy; pixels / 255 as float32, flattened to 784), trains Linear(784,128) + ReLU +
@@ -19,6 +19,10 @@ samples_per_sec = trained samples / timed seconds over all epochs; steady_sample
 over the epochs after the first (the one epoch if there is one); epoch_seconds = the mean time of
 one epoch; final_loss = the mean training loss over the last epoch (what Keras's progress bar shows
 at the end of an epoch); test_accuracy = accuracy on the 10k test images after training.
+
+--flush-denormal: torch.set_flush_denormal(True) first, so that subnormal floats are zero, as keel
+and TensorFlow compute (framework/core/float_environment.h); PyTorch keeps them by default, and an
+x86 core takes a slow assist for each (Adam's moments of weights whose input pixel is rarely lit).
 
 Caveat when comparing: Debian's python3-torch is built with BLAS_INFO=generic, so its matrix
 products go through whatever libblas.so.3 the alternatives system selects — the slow reference
@@ -65,9 +69,12 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=DATA_DIR)
+    ap.add_argument("--flush-denormal", action="store_true")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
+    if args.flush_denormal and not torch.set_flush_denormal(True):
+        raise SystemExit("torch_mlp_bench: this CPU cannot flush subnormals (torch.set_flush_denormal)")
     torch.manual_seed(args.seed)
     x_train, y_train = load("train", args.data_dir)
     x_test, y_test = load("test", args.data_dir)
@@ -112,6 +119,7 @@ def main():
         "final_loss": round(final_loss, 6),
         "test_accuracy": round(accuracy, 4),
         "threads": args.threads,
+        "flush_denormal": args.flush_denormal,
         "torch_version": torch.__version__,
     }))
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "framework/core/fiber_locals.h"
+#include "framework/core/float_environment.h"
 #include "framework/core/host_threads.h"
 #include "framework/core/spin_wait.h"
 
@@ -32,6 +33,7 @@ struct Job {
   std::exception_ptr error;
 
   void work() {
+    const FlushSubnormals flush;  // whichever thread runs the tasks: one mode, one result
     for (int64_t t = next.fetch_add(1, std::memory_order_relaxed); t < tasks;
          t = next.fetch_add(1, std::memory_order_relaxed)) {
       try {

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "framework/core/float_environment.h"
 #include "framework/core/host_threads.h"
 #include "framework/core/spin_wait.h"
 #include "framework/core/thread_pool.h"
@@ -203,6 +204,7 @@ void ReplicatedStrategy::run_replicas(const std::function<void(ReplicaContext&)>
     ReplicaContextScope in_replica(&ctx);
     ContextScope on_core(core_context(r));
     KernelThreadsScope share(kernel_threads_);
+    const FlushSubnormals flush;  // this fiber's (framework/core/float_environment.h)
     try {
       body(ctx);
       sync_replica_local_state(ctx);
@@ -270,6 +272,7 @@ void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) 
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   auto drain = [&] {
       KernelThreadsScope kernels(kernel_threads_);
+      const FlushSubnormals flush;
       for (int l = next++; l < n && !failed; l = next++) {
         const int r = first_local_ + l;
         ReplicaContext rc(*this, /*collectives=*/nullptr, r, num_replicas(), step_);
@@ -327,6 +330,7 @@ Tensor ReplicatedStrategy::reduce(ReduceOp op, const std::vector<Tensor>& per_re
     in.push_back(t.data());
   }
   if (out.is_abstract() || per_replica[0].is_abstract()) return out;
+  const FlushSubnormals flush;  // as the replicas sum
   tree_sum(in, out.data(), out.size());
   if (op == ReduceOp::Mean) out.array() /= static_cast<float>(per_replica.size());
   return out;

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "framework/core/float_environment.h"
 #include "framework/core/host_threads.h"
 
 namespace keel {
@@ -189,6 +190,21 @@ TEST(HostThreadsOverrideTest, BadCountsAreRefusedWithTheirName) {
   EXPECT_EQ(parse_thread_count("16", "--threads"), 16);
   EXPECT_THROW(parse_thread_count("", "--threads"), std::invalid_argument);
 }
+
+#if defined(__SSE__) || defined(__x86_64__) || defined(__aarch64__)
+// Every task computes with subnormals flushed (framework/core/float_environment.h), the caller's
+// share too although its thread never asked: however the tasks fall on threads, one result.
+TEST(ThreadPoolTest, TasksFlushSubnormalsOnEveryThreadAndTheCallersModeIsPutBack) {
+  ASSERT_FALSE(FlushSubnormals::active());
+  const KernelThreadsScope two(2);
+  std::atomic<int> flushed{0};
+  parallel_for(64, [&](int64_t) {
+    if (FlushSubnormals::active()) ++flushed;
+  });
+  EXPECT_EQ(flushed.load(), 64);
+  EXPECT_FALSE(FlushSubnormals::active());
+}
+#endif
 
 }  // namespace
 }  // namespace keel

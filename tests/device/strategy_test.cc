@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <limits>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "framework/core/float_environment.h"
 #include "tests/support/grad_check.h"
 
 namespace keel {
@@ -357,6 +359,40 @@ TEST(StrategyRunTest, EightReplicasOnTwoHostThreadsComplete) {
   EXPECT_EQ(merges.load(), 3);
   EXPECT_EQ(out[0], std::vector<float>(4, 3.5f));  // mean(0..7)
 }
+
+#if defined(__SSE__) || defined(__x86_64__) || defined(__aarch64__)
+// A step's arithmetic flushes subnormals, as TensorFlow's kernels do (framework/core/
+// float_environment.h): on every replica's fiber, on either host thread, in for_each_replica and in
+// reduce(); the caller's own mode is left as it was.
+TEST(StrategyRunTest, ReplicasComputeWithSubnormalsFlushedAndTheCallerKeepsItsMode) {
+  ASSERT_FALSE(FlushSubnormals::active());
+  const float min = std::numeric_limits<float>::min();
+  ReplicatedStrategy s(DeviceSpec::custom(4, 0), ReplicatedStrategy::Options{.abstract = false, .host_threads = 2});
+  std::vector<Batch> shards = s.distribute(Batch{iota({8, 2}), iota({8})});
+  std::vector<std::vector<float>> halves;
+  within_seconds(120, [&] {
+    halves = s.run(
+        [&](const Batch&) {
+          EXPECT_TRUE(FlushSubnormals::active());
+          std::vector<Tensor> v = {Tensor::full({2}, min)};
+          current_replica_context()->all_reduce(ReduceOp::Sum, v);  // 4 min: normal
+          volatile float eighth = 0.125f;  // not folded at compile time
+          std::vector<float> out = v[0].to_vector();
+          for (float& x : out) x *= eighth;  // min / 2: subnormal, flushed
+          return out;
+        },
+        shards);
+    std::atomic<int> flushed{0};
+    s.for_each_replica([&](int) { flushed += FlushSubnormals::active() ? 1 : 0; });
+    EXPECT_EQ(flushed.load(), 4);
+  });
+  for (const std::vector<float>& h : halves) EXPECT_EQ(h, std::vector<float>(2, 0.0f));
+  EXPECT_FALSE(FlushSubnormals::active());
+  const std::vector<Tensor> tiny = {Tensor::full({1}, min / 4), Tensor::full({1}, min / 4)};
+  EXPECT_EQ(s.reduce(ReduceOp::Sum, tiny).to_vector()[0], 0.0f) << "subnormal operands count as zero";
+  EXPECT_FALSE(FlushSubnormals::active());
+}
+#endif
 
 TEST(StrategyReduceTest, SumAndMean) {
   ReplicatedStrategy s(DeviceSpec::custom(3, 0));
