@@ -8,9 +8,10 @@
 //
 // The mode is a thread's (on x86 the MXCSR register's FTZ and DAZ bits, on AArch64 FPCR's FZ bit); a
 // fiber keeps its own (Boost.Context saves and restores MXCSR with the rest of a context), and a new
-// fiber or thread starts with its creator's. keel sets it where its arithmetic runs: each replica's fiber, the
-// compute pool's tasks (framework/core/thread_pool.h), whatever thread calls them, so that every
-// split of a step over threads, fibers and processes computes under one mode and gives one result.
+// fiber or thread starts with its creator's. keel sets it where its arithmetic runs: each replica's
+// fiber, the compute pool's tasks (framework/core/thread_pool.h) whatever thread runs them, and
+// ReplicatedStrategy::reduce, so that every split of a step over threads, fibers and processes
+// computes under one mode and gives one result.
 #pragma once
 
 #if defined(__SSE__) || defined(__x86_64__)
@@ -40,8 +41,12 @@ class FlushSubnormals {
 #elif defined(__aarch64__)
   using Word = unsigned long;
   static constexpr Word kBits = 1ul << 24;  // FPCR.FZ: subnormal inputs and results are zero
-  static Word read() { return __builtin_aarch64_get_fpcr64(); }
-  static void write(Word w) { __builtin_aarch64_set_fpcr64(w); }
+  static Word read() {
+    Word w;
+    asm volatile("mrs %0, fpcr" : "=r"(w));
+    return w;
+  }
+  static void write(Word w) { asm volatile("msr fpcr, %0" : : "r"(w)); }
 #else
   using Word = unsigned int;
   static constexpr Word kBits = 0;
