@@ -1,7 +1,7 @@
-// chained_products: blocks of 8 rows x 32 columns of the result (a range's last rows: 4 x 64, 2 x 128,
-// 1 x 128), each replica's chain accumulated in registers (16 or 8 AVX-512 vectors), then added to the
-// partial sums of the replicas before it as the binomial tree adds them (a stack of one partial block
-// per tree level), then divided and stored.
+// chained_products: blocks of 14 rows x 32 columns of the result (a range's last rows: 8 x 32, 4 x 64,
+// 2 x 128, 1 x 128), each replica's chain accumulated in registers (28, 16 or 8 AVX-512 vectors), then
+// added to the partial sums of the replicas before it as the binomial tree adds them (a stack of one
+// partial block per tree level), then divided and stored.
 // With AVX2 and FMA the same in 8-lane vectors (blocks of 4 rows x 16 columns); with neither, the same
 // arithmetic through std::fma. The same bits on every path.
 #include "framework/device/chained_product.h"
@@ -18,7 +18,7 @@
 namespace keel {
 namespace {
 
-constexpr int kRowBlock = 8;
+constexpr int kRowBlock = 14;
 constexpr int kColBlock = 32;
 constexpr int kLevels = 9;  // tree levels of up to kMaxChainedParts parts, plus the running one
 
@@ -184,13 +184,16 @@ void rows_simd(std::span<const ChainedOperands> parts, int64_t i, int64_t col_be
 }
 #endif
 
-// Up to kRowBlock rows [i, i + rows) over columns [col_begin, col_end). AVX-512: 8 rows by blocks of
-// 32 columns, fewer (the end of a range) as 4, 2 and 1 rows by wider blocks with as many chains in
-// flight. AVX2: blocks of 4 rows by 16 columns, 2 by 32, 1 by 32.
+// Up to kRowBlock rows [i, i + rows) over columns [col_begin, col_end). AVX-512: 14 rows by blocks of
+// 32 columns (28 chains in 32 registers: each dy vector loaded feeds 14 multiply-adds; blocks of 8
+// rows, as before 2026-11-29, were 14-16% slower there: bench/gemm_bench's keel_chained_us), fewer
+// (the end of a range) as 8, 4, 2 and 1 rows by blocks with as many chains in flight. AVX2: blocks
+// of 4 rows by 16 columns, 2 by 32, 1 by 32.
 void rows_block(std::span<const ChainedOperands> parts, int64_t i, int rows, int64_t col_begin, int64_t col_end,
                 float* out, int64_t ldo, int divisor) {
   int a = 0;
 #if defined(__AVX512F__)
+  if (rows - a >= 14) rows_simd<14, 2>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 14;
   if (rows - a >= 8) rows_simd<8, 2>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 8;
   if (rows - a >= 4) rows_simd<4, 4>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 4;
   if (rows - a >= 2) rows_simd<2, 8>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 2;
