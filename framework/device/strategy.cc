@@ -303,10 +303,24 @@ void ReplicatedStrategy::for_each_replica(const std::function<void(int)>& body) 
 void ReplicatedStrategy::barrier_wait(int replica) { scheduler_->barrier(replica - first_local_); }
 
 void ReplicatedStrategy::gather_per_replica_bytes(void* per_replica, int64_t bytes_each) const {
-  if (processes_ == nullptr) return;
+  const bool signalled = watched_signal_ != nullptr && watched_signal_->load() != 0;
+  if (processes_ == nullptr) {
+    signalled_anywhere_ = signalled;
+    return;
+  }
+  // Each process's block of entries, then one byte: whether its watched signal was set.
   char* base = static_cast<char*>(per_replica);
-  const std::vector<char> mine(base + first_local_ * bytes_each, base + (first_local_ + local_replicas_) * bytes_each);
-  processes_->all_gather_bytes(mine.data(), static_cast<int64_t>(mine.size()), base);
+  const int64_t block = local_replicas_ * bytes_each, stride = block + 1;
+  std::vector<char> mine(static_cast<size_t>(stride)), all(static_cast<size_t>(stride * processes_->size()));
+  std::copy_n(base + first_local_ * bytes_each, block, mine.data());
+  mine[static_cast<size_t>(block)] = signalled ? 1 : 0;
+  processes_->all_gather_bytes(mine.data(), stride, all.data());
+  bool any = false;
+  for (int p = 0; p < processes_->size(); ++p) {
+    std::copy_n(all.data() + p * stride, block, base + p * block);
+    any = any || all[static_cast<size_t>(p * stride + block)] != 0;
+  }
+  signalled_anywhere_ = any;
 }
 
 void ReplicatedStrategy::gather_sharded_state(std::span<Tensor> values) const {

@@ -11,6 +11,7 @@
 // threads (framework/core/thread_pool.h), a one-core device on all of them.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -109,11 +110,20 @@ class ReplicatedStrategy {
   // Every process's entries of a per-replica vector (one per replica of the slice) to every process,
   // so that a sum over replicas adds the same values in the same order everywhere. T is trivially
   // copyable. In one process, nothing to do.
+  // It also carries the watched signal (watch_signal), at no extra exchange.
   template <class T>
   void gather_per_replica(std::vector<T>& per_replica) const {
     static_assert(std::is_trivially_copyable_v<T>);
     gather_per_replica_bytes(per_replica.data(), static_cast<int64_t>(sizeof(T)));
   }
+  // A signal the processes of a slice must act on together (SIGTERM before a preemption: they stop
+  // at one step boundary, as TensorFlow's PreemptionCheckpointHandler agrees on a notice). `signal`
+  // is non-zero once one arrived here; each gather_per_replica (every training step's) reads it and
+  // carries it to every process, and signalled_anywhere() then says whether any process had seen
+  // one: the same answer in every process, with no collective of its own. In one process: whether
+  // `signal` was set at the last gather. Null stops watching.
+  void watch_signal(const std::atomic<int>* signal) { watched_signal_ = signal; }
+  bool signalled_anywhere() const { return signalled_anywhere_; }
   // Outside run(): every process's shards of sharded state (each replica's shard_range of every
   // tensor: optimizer slots under ZeRO, and unsharded too where processes share one machine:
   // updates_slice_shards) to every process, whole, as a checkpoint needs them.
@@ -207,6 +217,8 @@ class ReplicatedStrategy {
   }
 
   Options options_;
+  const std::atomic<int>* watched_signal_ = nullptr;
+  mutable bool signalled_anywhere_ = false;  // as of the last gather_per_replica
   Ledger ledger_;
   int host_threads_ = 1;
   int kernel_threads_ = 1;  // each replica's share of the threads for its kernels

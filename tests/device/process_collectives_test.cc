@@ -4,6 +4,7 @@
 // can compute what one process running all 8 replicas gives, and the results must be those bits.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -279,6 +280,27 @@ TEST_F(ProcessCollectives, PerReplicaTotalsReachEveryProcess) {
   }
   strategy_.gather_per_replica(per_replica);
   for (int r = 0; r < kReplicas; ++r) EXPECT_EQ(per_replica[static_cast<size_t>(r)], 1000 + r);
+}
+
+// A signal seen by one process reaches every process with the totals' exchange, and none is
+// reported where no process saw one (ReplicatedStrategy::watch_signal); the totals still arrive.
+TEST_F(ProcessCollectives, AWatchedSignalTravelsWithTheTotalsToEveryProcess) {
+  const ProcessGroup& world = ProcessGroup::world();
+  std::atomic<int> signal{0};
+  strategy_.watch_signal(&signal);
+  std::vector<int64_t> per_replica(kReplicas, -1);
+  for (int r = strategy_.first_local_replica(); r < strategy_.first_local_replica() + strategy_.local_replicas(); ++r) {
+    per_replica[static_cast<size_t>(r)] = 7 * r;
+  }
+  strategy_.gather_per_replica(per_replica);
+  EXPECT_FALSE(strategy_.signalled_anywhere());
+  if (world.rank() == world.size() - 1) signal = 15;  // the last process only
+  strategy_.gather_per_replica(per_replica);
+  EXPECT_TRUE(strategy_.signalled_anywhere()) << "rank " << world.rank();
+  for (int r = 0; r < kReplicas; ++r) EXPECT_EQ(per_replica[static_cast<size_t>(r)], 7 * r);
+  strategy_.watch_signal(nullptr);
+  strategy_.gather_per_replica(per_replica);
+  EXPECT_FALSE(strategy_.signalled_anywhere());
 }
 
 }  // namespace

@@ -394,6 +394,25 @@ TEST(StrategyRunTest, ReplicasComputeWithSubnormalsFlushedAndTheCallerKeepsItsMo
 }
 #endif
 
+// In one process, signalled_anywhere() is the watched signal as the last gather_per_replica read it
+// (tests/device/process_collectives_test.cc has the processes' case).
+TEST(StrategyRunTest, AWatchedSignalIsReadAtEachGather) {
+  ReplicatedStrategy s(DeviceSpec::custom(2, 0));
+  std::vector<int> totals = {1, 2};
+  s.gather_per_replica(totals);
+  EXPECT_FALSE(s.signalled_anywhere()) << "nothing watched";
+  std::atomic<int> signal{0};
+  s.watch_signal(&signal);
+  signal = 2;
+  EXPECT_FALSE(s.signalled_anywhere()) << "not before the next gather";
+  s.gather_per_replica(totals);
+  EXPECT_TRUE(s.signalled_anywhere());
+  EXPECT_EQ(totals, (std::vector<int>{1, 2}));
+  s.watch_signal(nullptr);
+  s.gather_per_replica(totals);
+  EXPECT_FALSE(s.signalled_anywhere());
+}
+
 TEST(StrategyReduceTest, SumAndMean) {
   ReplicatedStrategy s(DeviceSpec::custom(3, 0));
   const std::vector<Tensor> per_replica = {host({2}, {1, 2}), host({2}, {3, 4}), host({2}, {5, 9})};

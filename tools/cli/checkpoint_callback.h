@@ -100,6 +100,7 @@ class CheckpointCallback : public Callback {
   // The snapshot's host memory is taken (and its pages touched) here, once, rather than in the first
   // save's step; every save refills it.
   void on_train_begin(TrainingState& st) override {
+    st.model->strategy().watch_signal(&g_signal);
     if (!control_.writes_files()) return;
     CheckpointSnapshot& snapshot = buffer();
     snapshot_checkpoint(*st.model, st.model->optimizer(), TrainState{}, snapshot);
@@ -113,10 +114,10 @@ class CheckpointCallback : public Callback {
   void on_train_batch_end(TrainingState& st, const Logs&) override {
     ++steps_this_run_;
     const int64_t step = st.model->optimizer().iterations();
-    bool stop_requested = (control_.stop_after_steps > 0 && steps_this_run_ >= control_.stop_after_steps) || g_signal != 0;
-    // A signal reaches the processes at different moments: they stop together, at the first step
-    // boundary where any has seen it.
-    if (control_.processes != nullptr) stop_requested = control_.processes->any(stop_requested);
+    // A signal reaches the processes at different moments: they stop together, after the first step
+    // whose totals' exchange carried it from any of them (ReplicatedStrategy::watch_signal).
+    const bool signalled = control_.processes != nullptr ? st.model->strategy().signalled_anywhere() : g_signal != 0;
+    const bool stop_requested = (control_.stop_after_steps > 0 && steps_this_run_ >= control_.stop_after_steps) || signalled;
     const bool periodic = config_.save_every_steps > 0 && step % config_.save_every_steps == 0;
     if (stop_requested) {
       st.stop_training = true;
