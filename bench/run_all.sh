@@ -15,7 +15,7 @@
 # GFLOP/s (analytic FLOPs: 2 x multiply-adds, x3 for a training step) and the fraction of this
 # machine's fp32 FMA peak (bench/fma_peak, best of 3, per core x the threads the run used).
 # Environment: REPEATS (2), EPOCHS (MLP, 3), STEPS_32 (10), STEPS_224 (4), BUILD_DIR (build),
-#   JSON (bench_results.json in the current directory). About 8 minutes on 2 cores.
+#   JSON (bench_results.json in the current directory). About 9 minutes on 2 cores.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JSON="$(realpath -m "${JSON:-bench_results.json}")"
