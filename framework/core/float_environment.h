@@ -9,7 +9,7 @@
 // The mode is a thread's (on x86 the MXCSR register's FTZ and DAZ bits, on AArch64 FPCR's FZ bit); a
 // fiber keeps its own (Boost.Context saves and restores MXCSR with the rest of a context), and a new
 // fiber or thread starts with its creator's. keel sets it where its arithmetic runs: each replica's
-// fiber, the compute pool's tasks (framework/core/thread_pool.h) whatever thread runs them, and
+// fiber, parallel_for's tasks (framework/core/thread_pool.h) whatever thread runs them, and
 // ReplicatedStrategy::reduce, so that every split of a step over threads, fibers and processes
 // computes under one mode and gives one result.
 #pragma once
@@ -24,8 +24,14 @@ namespace keel {
 // what was there. Nests. Where the CPU has no such mode (neither x86 nor AArch64), it does nothing.
 class FlushSubnormals {
  public:
-  FlushSubnormals() : saved_(read()) { write(saved_ | kBits); }
-  ~FlushSubnormals() { write(saved_); }
+  // Writes the register only where the mode changes: inside a replica's fiber, already flushing,
+  // a guard costs one read.
+  FlushSubnormals() : saved_(read()) {
+    if ((saved_ & kBits) != kBits) write(saved_ | kBits);
+  }
+  ~FlushSubnormals() {
+    if ((saved_ & kBits) != kBits) write(saved_);
+  }
   FlushSubnormals(const FlushSubnormals&) = delete;
   FlushSubnormals& operator=(const FlushSubnormals&) = delete;
 

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "framework/core/fiber_locals.h"
-#include "framework/core/float_environment.h"
 #include "framework/core/host_threads.h"
 #include "framework/core/spin_wait.h"
 

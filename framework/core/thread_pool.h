@@ -11,13 +11,16 @@
 // Kernels split their work into tasks whose bounds depend on the problem's shape alone, never on the
 // share, and each task's arithmetic does not depend on which thread runs it, nor on what the others
 // do: results are bit-identical whatever the number of threads (tests/core/thread_pool_test.cc, and
-// every kernel's own test). A thread out of work polls for more for 100 us (thread_pool.cc's kSpin),
-// then sleeps on a condition variable.
+// every kernel's own test). Every task computes with subnormal floats as zero
+// (framework/core/float_environment.h), the caller's share and a one-thread loop too. A thread out
+// of work polls for more for 100 us (thread_pool.cc's kSpin), then sleeps on a condition variable.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 #include <utility>
+
+#include "framework/core/float_environment.h"
 
 namespace keel {
 
@@ -53,6 +56,7 @@ void parallel_for(int64_t tasks, Body&& body, int max_threads = 1 << 30) {
   if (max_threads < threads) threads = max_threads;
   if (tasks < threads) threads = static_cast<int>(tasks);
   if (threads <= 1) {
+    const FlushSubnormals flush;  // as the pool's tasks: one mode whatever the thread count
     for (int64_t t = 0; t < tasks; ++t) body(t);
     return;
   }

@@ -193,16 +193,21 @@ TEST(HostThreadsOverrideTest, BadCountsAreRefusedWithTheirName) {
 
 #if defined(__SSE__) || defined(__x86_64__) || defined(__aarch64__)
 // Every task computes with subnormals flushed (framework/core/float_environment.h), the caller's
-// share too although its thread never asked: however the tasks fall on threads, one result.
+// share too although its thread never asked, and on one thread as on several: however the tasks
+// fall on threads, one result.
 TEST(ThreadPoolTest, TasksFlushSubnormalsOnEveryThreadAndTheCallersModeIsPutBack) {
   ASSERT_FALSE(FlushSubnormals::active());
-  const KernelThreadsScope two(2);
-  std::atomic<int> flushed{0};
-  parallel_for(64, [&](int64_t) {
-    if (FlushSubnormals::active()) ++flushed;
-  });
-  EXPECT_EQ(flushed.load(), 64);
-  EXPECT_FALSE(FlushSubnormals::active());
+  for (int threads : {1, 2}) {
+    const KernelThreadsScope share(threads);
+    for (int64_t tasks : {1, 64}) {
+      std::atomic<int> flushed{0};
+      parallel_for(tasks, [&](int64_t) {
+        if (FlushSubnormals::active()) ++flushed;
+      });
+      EXPECT_EQ(flushed.load(), tasks) << threads << " threads, " << tasks << " tasks";
+      EXPECT_FALSE(FlushSubnormals::active());
+    }
+  }
 }
 #endif
 
