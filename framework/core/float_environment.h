@@ -35,8 +35,10 @@ class FlushSubnormals {
   FlushSubnormals(const FlushSubnormals&) = delete;
   FlushSubnormals& operator=(const FlushSubnormals&) = delete;
 
-  // Whether this thread flushes subnormals now (tests; false where there is no such mode).
-  static bool active() { return kBits != 0 && (read() & kBits) == kBits; }
+  // Whether this CPU has such a mode (x86, AArch64), and whether this thread flushes subnormals now
+  // (tests; false where there is no such mode).
+  static constexpr bool available() { return kBits != 0; }
+  static bool active() { return available() && (read() & kBits) == kBits; }
 
  private:
 #if defined(__SSE__) || defined(__x86_64__)

@@ -185,10 +185,10 @@ void rows_simd(std::span<const ChainedOperands> parts, int64_t i, int64_t col_be
 #endif
 
 // Up to kRowBlock rows [i, i + rows) over columns [col_begin, col_end). AVX-512: 14 rows by blocks of
-// 32 columns (28 chains in 32 registers: each dy vector loaded feeds 14 multiply-adds; blocks of 8
-// rows, as before 2026-11-29, were 14-16% slower there: bench/gemm_bench's keel_chained_us), fewer
-// (the end of a range) as 8, 4, 2 and 1 rows by blocks with as many chains in flight. AVX2: blocks
-// of 4 rows by 16 columns, 2 by 32, 1 by 32.
+// 32 columns (28 chains in 32 registers: each dy vector loaded feeds 14 multiply-adds; with blocks
+// of 8 rows, as before 2026-11-29, bench/gemm_bench's keel_chained_us was 215-221 us against 197-210
+// on an Intel Xeon), fewer (the end of a range) as 8, 4, 2 and 1 rows by blocks with as many chains
+// in flight. AVX2: blocks of 4 rows by 16 columns, 2 by 32, 1 by 32.
 void rows_block(std::span<const ChainedOperands> parts, int64_t i, int rows, int64_t col_begin, int64_t col_end,
                 float* out, int64_t ldo, int divisor) {
   int a = 0;
