@@ -217,11 +217,21 @@ void forward_chunk(const ConvGeometry& g, const T* x, int64_t row0, int64_t n, c
   }
 }
 
-// Forward in float32: one GEMM for a pointwise convolution, else im2col chunk by chunk.
+// A pointwise or single-tap convolution (conv_geometry.h) is one GEMM on x viewed as (N*H*W, Cin),
+// against the (Cin, Cout) slice of the kernel this returns the offset of; -1 for the others.
+int64_t gemm_slice(const ConvGeometry& g) {
+  if (g.pointwise()) return 0;
+  const int64_t tap = g.single_tap();
+  return tap < 0 ? -1 : tap * g.in_channels * g.out_channels;
+}
+
+// Forward in float32: one GEMM for a pointwise or single-tap convolution, else im2col chunk by chunk.
 void forward_float32(const ConvGeometry& g, const float* x, const float* kernel, float* y) {
-  const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
-  if (g.pointwise()) {
-    if (x != nullptr) detail::gemm(MatrixMap(y, rows, cout), ConstMatrixMap(x, rows, patch), ConstMatrixMap(kernel, patch, cout));
+  const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels, cin = g.in_channels;
+  if (const int64_t slice = gemm_slice(g); slice >= 0) {
+    if (x != nullptr) {
+      detail::gemm(MatrixMap(y, rows, cout), ConstMatrixMap(x, rows, cin), ConstMatrixMap(kernel + slice, cin, cout));
+    }
     return;
   }
   Tensor cols = cols_workspace(g);
@@ -295,10 +305,25 @@ void backward_chunks(const ConvGeometry& g, const T* x, const float* kernel, con
 }
 
 // Whether backward needs the im2col workspace: for every gradient of a convolution that is not
-// pointwise, and for dkernel of a pointwise one on a bfloat16 input (widened chunk by chunk).
+// pointwise or single-tap, and for dkernel of one that is on a bfloat16 input (widened chunk by chunk).
 bool backward_needs_cols(const ConvGeometry& g, bool bf16, bool dx, bool dk) {
   if (g.rows() == 0 || g.out_channels == 0 || g.patch() == 0) return false;
-  return g.pointwise() ? bf16 && dk : dx || dk;
+  return gemm_slice(g) >= 0 ? bf16 && dk : dx || dk;
+}
+
+// Zero everywhere in `t` but [at, at + count), on the thread's share of the compute threads.
+void zero_outside(Tensor& t, int64_t at, int64_t count) {
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  const int64_t n = t.size();
+  float* d = t.data();
+  parallel_for(
+      (n + kBlock - 1) / kBlock,
+      [&](int64_t b) {
+        const int64_t begin = b * kBlock, end = std::min(n, begin + kBlock);
+        std::fill(d + begin, d + std::clamp(at, begin, end), 0.0f);
+        std::fill(d + std::clamp(at + count, begin, end), d + end, 0.0f);
+      },
+      threads_worth(static_cast<double>(n - count), kMinElementsPerThread));
 }
 
 // The gradients of conv2d given dy: dx (N, H, W, Cin) and dkernel, where `real_*` (planning charges
@@ -338,13 +363,15 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const detail::KernelV
       kv = detail::KernelValues::of(kernel.tensor(), DType::bfloat16);
     }
   }
-  if (g.pointwise() && dx != nullptr) {  // dx = dy · kernelᵀ
-    detail::gemm(MatrixMap(dx->data(), rows, patch), ConstMatrixMap(dyv.data(), rows, cout),
-                 ConstMatrixMap(kv.data(), patch, cout).transpose());
+  const int64_t slice = gemm_slice(g), cin = g.in_channels;
+  if (slice >= 0 && dx != nullptr) {  // dx = dy · kernelᵀ (the tap's slice; the others read padding)
+    detail::gemm(MatrixMap(dx->data(), rows, cin), ConstMatrixMap(dyv.data(), rows, cout),
+                 ConstMatrixMap(kv.data() + slice, cin, cout).transpose());
     dx = nullptr;
   }
-  if (g.pointwise() && !bf16 && dk != nullptr) {  // dkernel = xᵀ · dy with x viewed as (N*H*W, Cin)
-    detail::gemm(MatrixMap(dk->data(), patch, cout), ConstMatrixMap(x.data(), rows, patch).transpose(),
+  if (slice >= 0 && !bf16 && dk != nullptr) {  // dkernel = xᵀ · dy with x viewed as (N*H*W, Cin), at the slice
+    if (patch != cin) zero_outside(*dk, slice, cin * cout);  // taps that saw only padding
+    detail::gemm(MatrixMap(dk->data() + slice, cin, cout), ConstMatrixMap(x.data(), rows, cin).transpose(),
                  ConstMatrixMap(dyv.data(), rows, cout));
     dk = nullptr;
   }

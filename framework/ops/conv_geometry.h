@@ -23,6 +23,18 @@ struct ConvGeometry {
   int64_t patch() const { return h.kernel * w.kernel * in_channels; }  // im2col columns
   // A 1x1 stride-1 convolution is a GEMM on x viewed as (N*H*W, Cin): no padding, no im2col.
   bool pointwise() const { return h.kernel == 1 && w.kernel == 1 && h.stride == 1 && w.stride == 1; }
+  // A single-pixel input whose window is padding but for one tap (a 3x3 "same" convolution on the
+  // 1x1 maps deep in a ResNet on 32x32 images: 8 of its 9 taps multiply zeros): that tap's index
+  // among the KH*KW, else -1. Such a convolution is the pointwise one of that tap's (Cin, Cout) slice.
+  int64_t single_tap() const {
+    const auto tap = [](const WindowAxis& a) -> int64_t {
+      if (a.input != 1 || a.output != 1 || a.pad_before % a.dilation != 0) return -1;
+      const int64_t t = a.pad_before / a.dilation;
+      return t < a.kernel ? t : -1;
+    };
+    const int64_t th = tap(h), tw = tap(w);
+    return th < 0 || tw < 0 ? -1 : th * w.kernel + tw;
+  }
   int64_t chunk_rows() const {
     return std::clamp<int64_t>(kChunkFloats / std::max<int64_t>(patch(), 1), 1, std::max<int64_t>(rows(), 1));
   }

@@ -311,7 +311,7 @@ void kernel_pass(const ConvGeometry& g, Pass pass, const KernelRef& kernel, cons
 
 }  // namespace
 
-bool onednn_runs(const ConvGeometry& g) { return g.rows() >= 256; }
+bool onednn_runs(const ConvGeometry& g) { return g.rows() >= 256 && g.single_tap() < 0; }
 bool onednn_runs_dx(const ConvGeometry& g) { return g.in_channels >= 16; }
 
 void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y, const float* bias) {

@@ -263,6 +263,46 @@ TEST(Conv2dTest, OneDnnInTwoTasksAgreesWithIm2col) {
   }
 }
 
+// Single-pixel inputs whose window is padding but for one tap (conv_geometry.h's single_tap: the
+// 1x1 maps deep in a ResNet on 32x32 images): one GEMM on that tap's slice of the kernel. 3x3 and
+// 5x3 "same", dilated, an even kernel (the tap off-centre), strided, and a batch of 300 (oneDNN's
+// size otherwise).
+TEST(Conv2dTest, SingleTapConvolutionsMatchDirectLoops) {
+  const std::vector<ConvConfig> configs = {
+      {{5, 1, 1, 8}, {3, 3, 8, 6}, {1, 1}, Padding::same, {1, 1}},
+      {{3, 1, 1, 4}, {5, 3, 4, 5}, {2, 2}, Padding::same, {1, 1}},
+      {{2, 1, 1, 3}, {3, 3, 3, 2}, {1, 1}, Padding::same, {2, 3}},
+      {{4, 1, 1, 5}, {4, 2, 5, 3}, {1, 1}, Padding::same, {1, 1}},
+      {{300, 1, 1, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}},
+  };
+  for (size_t i = 0; i < configs.size(); ++i) check_against_direct(configs[i], 500 + 10 * i, "single tap " + std::to_string(i));
+}
+
+// ... bit for bit the pointwise convolution of the tap's (Cin, Cout) slice, and the kernel gradient is
+// exactly zero at every other tap.
+TEST(Conv2dTest, ASingleTapConvolutionIsThePointwiseOneOfItsTap) {
+  const Tensor x = random_host({6, 1, 1, 32}, -1, 1, 600), k = random_host({3, 3, 32, 24}, -1, 1, 601);
+  const Tensor dy = random_host({6, 1, 1, 24}, -1, 1, 602);
+  const std::vector<float> kv = k.to_vector();
+  const int64_t slice = 32 * 24, centre = 4 * slice;
+  const Tensor tap = Tensor::from_vector({1, 1, 32, 24}, std::vector<float>(kv.begin() + centre, kv.begin() + centre + slice));
+  for (ops::ConvBackend b : kBackends) {
+    SCOPED_TRACE(backend_name(b));
+    const BackendScope backend(b);
+    EXPECT_EQ(ops::conv2d(x, k, {1, 1}, Padding::same).to_vector(), ops::conv2d(x, tap, {1, 1}, Padding::same).to_vector());
+    const std::vector<Tensor> got = conv_grads(x, k, dy, {1, 1}, Padding::same, {1, 1});
+    const std::vector<Tensor> want = conv_grads(x, tap, dy, {1, 1}, Padding::same, {1, 1});
+    EXPECT_EQ(got[0].to_vector(), want[0].to_vector()) << "dx";
+    const std::vector<float> dk = got[1].to_vector(), dk_tap = want[1].to_vector();
+    EXPECT_EQ(std::vector<float>(dk.begin() + centre, dk.begin() + centre + slice), dk_tap) << "dkernel at the tap";
+    for (int64_t i = 0; i < static_cast<int64_t>(dk.size()); ++i) {
+      if (i >= centre && i < centre + slice) continue;
+      ASSERT_EQ(dk[static_cast<size_t>(i)], 0.0f) << "dkernel at " << i;
+      ASSERT_FALSE(std::signbit(dk[static_cast<size_t>(i)])) << "dkernel at " << i;
+    }
+  }
+}
+
 TEST(Conv2dTest, MatchesDirectLoopsAcrossIm2colChunks) {
   // 8 * 40 * 40 output pixels x 144-wide patches = 1.8M floats: several chunks, the last one partial.
   check_against_direct({{8, 40, 40, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}}, 200, "chunked");
@@ -286,6 +326,7 @@ TEST(Conv2dTest, GradientNonSquareStrides) { check_conv_gradients({{1, 6, 5, 2},
 TEST(Conv2dTest, GradientDilation2) { check_conv_gradients({{1, 6, 6, 2}, {3, 2, 2, 2}, {1, 1}, Padding::same, {2, 2}}, 9); }
 TEST(Conv2dTest, GradientDilationValid) { check_conv_gradients({{1, 7, 6, 2}, {2, 2, 2, 2}, {1, 1}, Padding::valid, {3, 2}}, 11); }
 TEST(Conv2dTest, GradientPointwise) { check_conv_gradients({{2, 3, 4, 3}, {1, 1, 3, 2}, {1, 1}, Padding::valid, {1, 1}}, 13); }
+TEST(Conv2dTest, GradientSingleTap) { check_conv_gradients({{3, 1, 1, 3}, {3, 3, 3, 2}, {1, 1}, Padding::same, {1, 1}}, 17); }
 TEST(Conv2dTest, GradientPointwiseStride2) { check_conv_gradients({{1, 5, 4, 3}, {1, 1, 3, 2}, {2, 2}, Padding::same, {1, 1}}, 15); }
 
 TEST(Conv2dTest, GradientOfEachInputAlone) {
@@ -343,6 +384,7 @@ TEST(Conv2dTest, AbstractRunChargesLikeRealRun) {
       {{2, 4, 4, 3}, {1, 1, 3, 2}, {1, 1}, Padding::valid, {1, 1}},
       {{8, 40, 40, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}},  // several chunks
       {{2, 40, 40, 3}, {7, 7, 3, 16}, {2, 2}, Padding::valid, {1, 1}},   // oneDNN's dkernel, im2col's dx
+      {{300, 1, 1, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}},   // single tap: no im2col workspace
   };
   for (const ConvConfig& c : configs) {
     for (ops::ConvBackend b : kBackends) {
@@ -499,8 +541,8 @@ TEST(ConvShapeRuleTest, ALayerRefusesAnInputTheOpRefuses) {
 
 // conv2d forward and both gradients on 1 to 4 threads, in float32 on both backends and under
 // bfloat16, for a 3x3 convolution spread over several im2col chunks and images, a strided one, a
-// pointwise one and one oneDNN cuts into two tasks: the same bits (ops/gemm.h, the pixel blocks and
-// oneDNN's tasks follow the shape alone).
+// pointwise one, one oneDNN cuts into two tasks and a single-tap one: the same bits (ops/gemm.h, the
+// pixel blocks and oneDNN's tasks follow the shape alone).
 TEST(Conv2dTest, TheSameBitsOnOneToFourThreads) {
   struct Case {
     Shape x, kernel;
@@ -510,7 +552,8 @@ TEST(Conv2dTest, TheSameBitsOnOneToFourThreads) {
                         {{3, 17, 17, 24}, {3, 3, 24, 40}, {2, 2}},
                         {{2, 32, 32, 64}, {1, 1, 64, 256}, {1, 1}},
                         {{2, 6, 6, 256}, {3, 3, 256, 384}, {1, 1}},  // few pixels: im2col, then tiled columns
-                        {{4, 16, 16, 128}, {3, 3, 128, 128}, {1, 1}}};  // oneDNN: two tasks, two partial kernels
+                        {{4, 16, 16, 128}, {3, 3, 128, 128}, {1, 1}},  // oneDNN: two tasks, two partial kernels
+                        {{64, 1, 1, 512}, {3, 3, 512, 256}, {1, 1}}};  // single tap: one tiled GEMM
   uint64_t seed = 100;
   for (const Case& c : cases) {
     const Tensor x = random_host(c.x, -1, 1, seed++), k = random_host(c.kernel, -1, 1, seed++);
