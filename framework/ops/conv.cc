@@ -242,11 +242,31 @@ void forward_float32(const ConvGeometry& g, const float* x, const float* kernel,
   }
 }
 
+// A single-tap convolution's bfloat16 input widened whole into a float32 workspace (N, Cin), for the
+// GEMM its float32 form computes: the same product on the same values, so the same bits. Charged on
+// planning runs too (x == nullptr).
+Tensor widened_input(const ConvGeometry& g, const uint16_t* x) {
+  CategoryScope workspace(Category::workspace);
+  Tensor wide = Tensor::empty({g.rows(), g.in_channels});
+  if (x != nullptr) from_bfloat16(x, wide.data(), wide.size());
+  return wide;
+}
+
 // Forward on a bfloat16 input into a bfloat16 output, chunk by chunk (pointwise convolutions too):
 // the chunk's patches widened into float32, one GEMM into a float32 chunk of y, rounded into y.
-// No x- or y-sized float32 buffer exists.
+// No x- or y-sized float32 buffer exists, but for a single-tap convolution, which computes its
+// float32 form on x widened (N x Cin and N x Cout floats: 1x1 maps) and rounds it.
 void forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, uint16_t* y) {
   const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
+  if (!g.pointwise() && g.single_tap() >= 0) {
+    const Tensor wide = widened_input(g, x);
+    CategoryScope workspace(Category::workspace);
+    Tensor out = Tensor::empty({rows, cout});
+    if (x == nullptr) return;
+    forward_float32(g, wide.data(), kernel, out.data());
+    to_bfloat16(out.data(), y, rows * cout);
+    return;
+  }
   Tensor cols = cols_workspace(g);
   Tensor out = [&] {
     CategoryScope workspace(Category::workspace);
@@ -304,12 +324,15 @@ void backward_chunks(const ConvGeometry& g, const T* x, const float* kernel, con
   }
 }
 
-// Whether backward needs the im2col workspace: for every gradient of a convolution that is not
-// pointwise or single-tap, and for dkernel of one that is on a bfloat16 input (widened chunk by chunk).
+// Whether backward needs the im2col workspace: for every gradient of a convolution that is neither
+// pointwise nor single-tap, and for dkernel of a pointwise one on a bfloat16 input (widened chunk by
+// chunk; a single-tap one's is widened whole: widened_input).
 bool backward_needs_cols(const ConvGeometry& g, bool bf16, bool dx, bool dk) {
   if (g.rows() == 0 || g.out_channels == 0 || g.patch() == 0) return false;
-  return gemm_slice(g) >= 0 ? bf16 && dk : dx || dk;
+  if (g.pointwise()) return bf16 && dk;
+  return g.single_tap() < 0 && (dx || dk);
 }
+bool widens_whole_input(const ConvGeometry& g, bool bf16, bool dk) { return bf16 && dk && !g.pointwise() && g.single_tap() >= 0; }
 
 // Zero everywhere in `t` but [at, at + count), on the thread's share of the compute threads.
 void zero_outside(Tensor& t, int64_t at, int64_t count) {
@@ -369,9 +392,11 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const detail::KernelV
                  ConstMatrixMap(kv.data() + slice, cin, cout).transpose());
     dx = nullptr;
   }
-  if (slice >= 0 && !bf16 && dk != nullptr) {  // dkernel = xᵀ · dy with x viewed as (N*H*W, Cin), at the slice
-    if (patch != cin) zero_outside(*dk, slice, cin * cout);  // taps that saw only padding
-    detail::gemm(MatrixMap(dk->data() + slice, cin, cout), ConstMatrixMap(x.data(), rows, cin).transpose(),
+  if (slice >= 0 && dk != nullptr && (!bf16 || widens_whole_input(g, bf16, true))) {
+    // dkernel = xᵀ · dy with x viewed as (N*H*W, Cin), at the slice; the other taps saw only padding
+    const Tensor wide = bf16 ? widened_input(g, x.bfloat16_data()) : Tensor();
+    if (patch != cin) zero_outside(*dk, slice, cin * cout);
+    detail::gemm(MatrixMap(dk->data() + slice, cin, cout), ConstMatrixMap(bf16 ? wide.data() : x.data(), rows, cin).transpose(),
                  ConstMatrixMap(dyv.data(), rows, cout));
     dk = nullptr;
   }
@@ -409,8 +434,9 @@ void plan_backward(const ConvGeometry& g, const Tensor& dy, const Tensor& kernel
       kv = detail::compute_values(kernel, DType::bfloat16);
     }
     if (backward_needs_cols(g, false, true, false)) const Tensor cols = cols_workspace(g);
-  } else if (backward_needs_cols(g, bf16, dx, dk)) {
-    const Tensor cols = cols_workspace(g);
+  } else {
+    if (widens_whole_input(g, bf16, dk)) const Tensor wide = widened_input(g, nullptr);
+    if (backward_needs_cols(g, bf16, dx, dk)) const Tensor cols = cols_workspace(g);
   }
 }
 

@@ -52,9 +52,9 @@ Shape conv2d_output_shape(const Shape& x, const Shape& kernel, std::array<int, 2
 // Computed as one GEMM against the kernel viewed as (KH*KW*Cin, Cout), over an im2col matrix built in
 // chunks of rows (a `workspace` buffer of at most 2^20 floats, or of one patch row if that is
 // larger, freed before the op returns); a 1x1 stride-1 convolution is a GEMM on the input itself, and
-// so is a float32 one whose single-pixel input every window sees through one tap only (a 3x3 "same"
+// so is one whose single-pixel input every window sees through one tap only (a 3x3 "same"
 // convolution on 1x1 maps), against that tap's (Cin, Cout) slice: its other taps would multiply
-// padding, and their kernel gradient is zero.
+// padding, and their kernel gradient is zero (a bfloat16 input is widened whole for it: N x Cin).
 // Saves x and kernel (no new tensors). Backward: d_kernel = colsᵀ · dy with the im2col matrix
 // recomputed chunk by chunk from x, and dx = col2im(dy · kernelᵀ), using one workspace buffer of the
 // same size. Throws std::invalid_argument on bad ranks, a Cin mismatch, kernel/stride/dilation < 1,

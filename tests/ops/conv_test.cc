@@ -406,6 +406,7 @@ TEST(Conv2dTest, AbstractRunChargesLikeRealRunUnderBfloat16) {
       {{8, 40, 40, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}},
       {{2, 40, 40, 3}, {7, 7, 3, 16}, {2, 2}, Padding::valid, {1, 1}},
       {{2, 20, 20, 64}, {1, 1, 64, 32}, {1, 1}, Padding::valid, {1, 1}},
+      {{4, 1, 1, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}},  // single tap: x widened whole
   };
   for (const ConvConfig& c : configs) {
     for (bool variable : {false, true}) {

@@ -80,6 +80,11 @@ TEST(PrecisionTest, EveryOpIsItsFloat32FormOnRoundedOperandsRounded) {
   const Tensor x = random_host({2, 5, 5, 3}, -1, 1, 3), k = random_host({3, 3, 3, 4}, -1, 1, 4);
   expect_bfloat16_semantics(
       [](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], {1, 1}, ops::Padding::same); }, {x, k}, "conv2d", true, /*round_dy=*/true);
+  // A single-tap convolution (1x1 maps under a 3x3 "same" kernel: one GEMM on the tap's slice).
+  expect_bfloat16_semantics(
+      [](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], {1, 1}, ops::Padding::same); },
+      {random_host({6, 1, 1, 512}, -1, 1, 11), random_host({3, 3, 512, 64}, -1, 1, 12)}, "single-tap conv2d", true,
+      /*round_dy=*/true);
   const Tensor k1 = random_host({1, 1, 3, 4}, -1, 1, 5);
   expect_bfloat16_semantics(
       [](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], {1, 1}, ops::Padding::valid); }, {x, k1},
