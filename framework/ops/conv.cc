@@ -242,9 +242,8 @@ void forward_float32(const ConvGeometry& g, const float* x, const float* kernel,
   }
 }
 
-// A single-tap convolution's bfloat16 input widened whole into a float32 workspace (N, Cin), for the
-// GEMM its float32 form computes: the same product on the same values, so the same bits. Charged on
-// planning runs too (x == nullptr).
+// A single-tap convolution's bfloat16 input widened whole into a float32 workspace (N, Cin) for its
+// float32 form's GEMM (the same bits); charged on planning runs too (x == nullptr).
 Tensor widened_input(const ConvGeometry& g, const uint16_t* x) {
   CategoryScope workspace(Category::workspace);
   Tensor wide = Tensor::empty({g.rows(), g.in_channels});
@@ -254,8 +253,7 @@ Tensor widened_input(const ConvGeometry& g, const uint16_t* x) {
 
 // Forward on a bfloat16 input into a bfloat16 output, chunk by chunk (pointwise convolutions too):
 // the chunk's patches widened into float32, one GEMM into a float32 chunk of y, rounded into y.
-// No x- or y-sized float32 buffer exists, but for a single-tap convolution, which computes its
-// float32 form on x widened (N x Cin and N x Cout floats: 1x1 maps) and rounds it.
+// No x- or y-sized float32 buffer exists but a single-tap convolution's (its float32 form, rounded).
 void forward_bfloat16(const ConvGeometry& g, const uint16_t* x, const float* kernel, uint16_t* y) {
   const int64_t rows = g.rows(), patch = g.patch(), cout = g.out_channels;
   if (!g.pointwise() && g.single_tap() >= 0) {
@@ -332,7 +330,10 @@ bool backward_needs_cols(const ConvGeometry& g, bool bf16, bool dx, bool dk) {
   if (g.pointwise()) return bf16 && dk;
   return g.single_tap() < 0 && (dx || dk);
 }
-bool widens_whole_input(const ConvGeometry& g, bool bf16, bool dk) { return bf16 && dk && !g.pointwise() && g.single_tap() >= 0; }
+// Whether backward widens a single-tap convolution's bfloat16 input whole, for its kernel gradient.
+bool widens_whole_input(const ConvGeometry& g, bool bf16, bool dk) {
+  return bf16 && dk && !g.pointwise() && g.single_tap() >= 0;
+}
 
 // Zero everywhere in `t` but [at, at + count), on the thread's share of the compute threads.
 void zero_outside(Tensor& t, int64_t at, int64_t count) {
