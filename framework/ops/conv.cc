@@ -335,21 +335,6 @@ bool widens_whole_input(const ConvGeometry& g, bool bf16, bool dk) {
   return bf16 && dk && !g.pointwise() && g.single_tap() >= 0;
 }
 
-// Zero everywhere in `t` but [at, at + count), on the thread's share of the compute threads.
-void zero_outside(Tensor& t, int64_t at, int64_t count) {
-  constexpr int64_t kBlock = int64_t{1} << 16;
-  const int64_t n = t.size();
-  float* d = t.data();
-  parallel_for(
-      (n + kBlock - 1) / kBlock,
-      [&](int64_t b) {
-        const int64_t begin = b * kBlock, end = std::min(n, begin + kBlock);
-        std::fill(d + begin, d + std::clamp(at, begin, end), 0.0f);
-        std::fill(d + std::clamp(at + count, begin, end), d + end, 0.0f);
-      },
-      threads_worth(static_cast<double>(n - count), kMinElementsPerThread));
-}
-
 // The gradients of conv2d given dy: dx (N, H, W, Cin) and dkernel, where `real_*` (planning charges
 // the same buffers and skips the arithmetic). x is the kept input, float32 or bfloat16; kernel the
 // float32 values forward computed with. Under bfloat16 (`bfloat16`: the op computed in it) the
@@ -393,10 +378,10 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const detail::KernelV
                  ConstMatrixMap(kv.data() + slice, cin, cout).transpose());
     dx = nullptr;
   }
-  if (slice >= 0 && dk != nullptr && (!bf16 || widens_whole_input(g, bf16, true))) {
+  if (slice >= 0 && dk != nullptr && !(bf16 && g.pointwise())) {  // a pointwise one's bfloat16 x: below
     // dkernel = xᵀ · dy with x viewed as (N*H*W, Cin), at the slice; the other taps saw only padding
     const Tensor wide = bf16 ? widened_input(g, x.bfloat16_data()) : Tensor();
-    if (patch != cin) zero_outside(*dk, slice, cin * cout);
+    if (patch != cin) dk->fill(0.0f);  // the GEMM then writes the tap's slice
     detail::gemm(MatrixMap(dk->data() + slice, cin, cout), ConstMatrixMap(bf16 ? wide.data() : x.data(), rows, cin).transpose(),
                  ConstMatrixMap(dyv.data(), rows, cout));
     dk = nullptr;
