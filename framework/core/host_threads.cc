@@ -6,9 +6,19 @@
 #include <stdexcept>
 #include <thread>
 
+#include <sched.h>
+
 namespace keel {
 namespace {
 std::atomic<int> override_threads{0};
+
+int hardware_threads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+// Processes mpirun started on this machine (1 outside mpirun).
+int local_processes() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return local != nullptr ? std::max(1, std::atoi(local)) : 1;
+}
 }  // namespace
 
 int parse_thread_count(const std::string& text, const std::string& what) {
@@ -31,10 +41,29 @@ int host_threads() {
 }
 
 int machine_threads() {
-  const int hardware = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int processes = local != nullptr ? std::atoi(local) : 1;
-  return processes > 1 ? std::max(1, hardware / processes) : hardware;
+  const int share = std::max(1, hardware_threads() / local_processes());
+  return std::min(share, allowed_cpus());
+}
+
+int allowed_cpus() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  // A machine with more CPUs than a cpu_set_t holds (1024) fails here: every hardware thread then.
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) return hardware_threads();
+  return std::max(1, CPU_COUNT(&mask));
+}
+
+std::string cpu_binding_note() {
+  if (std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") == nullptr) return "";
+  const int hardware = hardware_threads(), processes = local_processes();
+  const int share = std::max(1, hardware / processes), allowed = allowed_cpus();
+  if (allowed >= share) return "";
+  return "mpirun bound this process to " + std::to_string(allowed) + " of this machine's " + std::to_string(hardware) +
+         " CPUs, where its share is " + std::to_string(share) + " (" + std::to_string(processes) +
+         (processes == 1 ? " process" : " processes") + " here): it computes on " + std::to_string(allowed) +
+         (allowed == 1 ? " thread" : " threads") +
+         ", and its input pipeline's threads share those CPUs. `mpirun --bind-to none` gives each process its share "
+         "(Open MPI binds a process to one core when it starts two or fewer, to a socket when more).";
 }
 
 void set_host_threads(int threads) {

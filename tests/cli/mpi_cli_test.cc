@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -250,6 +251,21 @@ TEST_F(MpiCli, ProcessCountsThatDoNotSplitTheSliceExitTwo) {
                                            "--epochs 1 --quiet --stop-after-steps 1 --checkpoint-dir " + dir_ + "/odd");
   EXPECT_EQ(odd.exit_code, 2) << odd.err;
   EXPECT_THAT(odd.err, HasSubstr("power-of-two number of cores"));
+}
+
+// Open MPI binds a process it starts alone to one core: keel says what that costs and how to give the
+// process its share (every CPU here), and computes on the one CPU meanwhile, with the same bits.
+TEST_F(MpiCli, ABindingNarrowerThanTheProcessShareIsNamed) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one CPU: every binding is the whole machine";
+  const std::string run = kMpiMlp + "--stop-after-steps 2 --checkpoint-dir " + dir_;
+  const CommandResult bound = run_command(mpirun(1, "--bind-to core ") + run + "/bound");
+  ASSERT_EQ(bound.exit_code, 0) << bound.err;
+  EXPECT_THAT(bound.err, HasSubstr("keel: note: mpirun bound this process to 1 of this machine's"));
+  EXPECT_THAT(bound.err, HasSubstr("`mpirun --bind-to none` gives each process its share"));
+  const CommandResult free = run_command(mpirun(1, "--bind-to none ") + run + "/free");
+  ASSERT_EQ(free.exit_code, 0) << free.err;
+  EXPECT_THAT(free.err, Not(HasSubstr("bound this process")));
+  expect_same_run(dir_ + "/bound/ckpt-2.h5", dir_ + "/free/ckpt-2.h5");
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/run_directory.h"
 #include "framework/checkpoint/run_lock.h"
+#include "framework/core/host_threads.h"
 #include "framework/core/limits.h"
 #include "framework/device/process_group.h"
 #include "framework/layers/initializers.h"
@@ -388,6 +389,13 @@ ProcessGroup* slice_processes(const RunConfig& config) {
   return &world;
 }
 
+// Under mpirun, rank 0 says so when the launcher bound it to fewer CPUs than its share of the machine
+// (framework/core/host_threads.h): the other ranks are bound alike, and their output is discarded.
+void note_cpu_binding(const ProcessGroup* processes) {
+  if (processes != nullptr && !processes->is_chief()) return;
+  if (const std::string note = cpu_binding_note(); !note.empty()) std::fprintf(stderr, "keel: note: %s\n", note.c_str());
+}
+
 // Rank 0 holds the run directory's lock for the whole job; the other processes only read it.
 std::optional<RunLock> lock_unless_helper(const RunDirectory& dir, const ProcessGroup* processes) {
   if (processes != nullptr && !processes->is_chief()) return std::nullopt;
@@ -407,6 +415,7 @@ int start_run(const po::variables_map& vm, JsonlLogger* log) {
   if (!vm.count("checkpoint-dir")) throw UsageError("--checkpoint-dir is required (e.g. --checkpoint-dir checkpoints/mlp)");
   RunDirectory dir(vm["checkpoint-dir"].as<std::string>());
   ProcessGroup* processes = slice_processes(config);
+  note_cpu_binding(processes);
   const std::optional<RunLock> lock = lock_unless_helper(dir, processes);
   const bool previous_run = dir.holds_a_run();
   if (previous_run && !vm["overwrite"].as<bool>()) {
@@ -426,6 +435,7 @@ int resume_run(const po::variables_map& vm, JsonlLogger* log) {
   RunDirectory dir(vm["run-dir"].as<std::string>());
   if (!std::filesystem::is_directory(dir.dir())) throw UsageError("run directory " + dir.dir() + " does not exist");
   ProcessGroup* group = ProcessGroup::launched_by_mpirun() ? &ProcessGroup::world() : nullptr;
+  note_cpu_binding(group);
   const std::optional<RunLock> lock = lock_unless_helper(dir, group);
   // Rank 0 picks the checkpoint (moving aside any that fail to verify); the others read the same one.
   std::string path;
