@@ -52,7 +52,8 @@ using Element = std::vector<Tensor>;
 // AUTOTUNE (tf.data.AUTOTUNE) picks, in every op that takes it (constants in dataset_node.h):
 //   prefetch(AUTOTUNE)                       a buffer of 2 elements
 //   map(fn, AUTOTUNE)                        host_threads() threads: hardware_concurrency(), divided
-//                                            under mpirun among the processes on this machine (and,
+//                                            under mpirun among the processes on this machine, at
+//                                            most the CPUs the process may run on (and,
 //                                            as for any thread count, 4 elements in flight per thread)
 //   interleave(fn, cycle_length = AUTOTUNE)  hardware_concurrency() open inner iterators; this changes
 //                                            the element order, so it is part of describe() and a

@@ -358,7 +358,7 @@ void add_host_options(po::options_description& d) {
   d.add_options()("threads", po::value<std::string>(),
                   "threads this process computes with: replicas, and the kernels of each replica when there are fewer "
                   "replicas than threads (default: KEEL_NUM_THREADS, else every hardware thread; under mpirun each "
-                  "process's share). Results are bit-identical with any number");
+                  "process's share; at most the CPUs the process may run on). Results are bit-identical with any number");
 }
 
 void apply_host_options(const po::variables_map& vm) {
