@@ -2,7 +2,8 @@
 # The cost of crossing processes (issue 12): one slice of 2 hosts x 1 core, trained by one process
 # running both cores and by `mpirun -np 2` (one core each), which give the same bits. Per-step time is
 # the difference between a long and a short run over their difference in steps (start-up, data
-# loading and the final save cancel out), best of REPEATS interleaved pairs; then the bytes each
+# loading and the final save cancel out), best of REPEATS interleaved pairs, and the median (and range)
+# of the pairs' own ratios, which one lucky run on either side moves less; then the bytes each
 # process sent and received per step over MPI, against the all-reduce's minimum 2 (P-1)/P x the
 # gradients' bytes (keel prints both at the end of an mpirun run).
 #
@@ -20,8 +21,9 @@ REPEATS="${REPEATS:-3}"
 NP="${NP:-2}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # MPIRUN_OPTIONS replaces the defaults below (oversubscribed, as on 2 cores; shared memory without
-# the single-copy mechanism containers forbid; loopback).
-read -r -a mpirun_options <<< "${MPIRUN_OPTIONS:---oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none --mca oob_tcp_if_include lo}"
+# the single-copy mechanism containers forbid; loopback; no binding, as README advises for a cluster:
+# the one process's threads are not bound either).
+read -r -a mpirun_options <<< "${MPIRUN_OPTIONS:---oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none --mca oob_tcp_if_include lo --bind-to none}"
 # Each side gets one thread per core of the slice: KEEL_NUM_THREADS=NP for the one process, 1 in each
 # rank (on a machine with more cores than NP both would otherwise take more).
 MPIRUN=("$MPIRUN_BIN" -np "$NP" "${mpirun_options[@]}" -x KEEL_NUM_THREADS=1)
@@ -43,8 +45,13 @@ records() {  # Fashion-MNIST's training split as JPEG TFRecords, exported once
   echo "$work/records"
 }
 
-printf '| model | global batch | 1 process x %d cores, ms/step | %d processes x 1 core, ms/step | ratio | MPI bytes per process and step (sent / received) | all-reduce minimum |\n' "$NP" "$NP"
-printf '|---|---|---|---|---|---|---|\n'
+median() {  # median of its arguments, then (min-max)
+  printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2;
+    printf "%.2f (%.2f-%.2f)", m, v[1], v[NR] }'
+}
+
+printf '| model | global batch | 1 process x %d cores, ms/step | %d processes x 1 core, ms/step | ratio | ratio per pair: median (range) | MPI bytes per process and step (sent / received) | all-reduce minimum |\n' "$NP" "$NP"
+printf '|---|---|---|---|---|---|---|---|\n'
 for model in $MODELS; do
   variants=("")
   case "$model" in
@@ -66,18 +73,19 @@ for model in $MODELS; do
   for variant in "${variants[@]}"; do
     mpi_launcher=("${MPIRUN[@]}")
     [ -n "$variant" ] && mpi_launcher+=(-x "$variant")  # set in every rank's environment
-    best_one=1e9; best_mpi=1e9
+    best_one=1e9; best_mpi=1e9; ratios=()
     for _ in $(seq "$REPEATS"); do
       one=$(calc "($(seconds "$long" env KEEL_NUM_THREADS="$NP") - $(seconds "$short" env KEEL_NUM_THREADS="$NP")) / ($long - $short) * 1000")
       mpi=$(calc "($(seconds "$long" "${mpi_launcher[@]}") - $(seconds "$short" "${mpi_launcher[@]}")) / ($long - $short) * 1000")
       best_one=$(calc "($one < $best_one) ? $one : $best_one")
       best_mpi=$(calc "($mpi < $best_mpi) ? $mpi : $best_mpi")
+      ratios+=("$(calc "$mpi / $one")")
     done
     # The long run's bytes: the first step's exchange, before the parameters move into shared
     # memory, weighs little there.
     traffic=$(grep -m1 "process 0:" "$work/steps-$long.out" | sed 's/^ *process 0: //')
     minimum=$(grep -m1 "all-reduce minimum" "$work/steps-$long.out" | sed 's/.*all-reduce minimum \(.*\)):/\1/')
-    printf '| %s | %d | %.2f | %.2f | %.2f | %s | %s |\n' "$model${variant:+ ($variant)}" $((batch * NP)) "$best_one" \
-      "$best_mpi" "$(calc "$best_mpi / $best_one")" "$traffic" "$minimum"
+    printf '| %s | %d | %.2f | %.2f | %.2f | %s | %s | %s |\n' "$model${variant:+ ($variant)}" $((batch * NP)) "$best_one" \
+      "$best_mpi" "$(calc "$best_mpi / $best_one")" "$(median "${ratios[@]}")" "$traffic" "$minimum"
   done
 done
