@@ -87,7 +87,8 @@ class Collectives {
   // processes of a slice share memory, in that memory — or, across processes without it,
   // values[i].data() where it was copied; valid until a replica of this process calls another
   // collective that moves tensors (barrier and all_reduce_min move none; the optimizer's replicas
-  // meet at a barrier after their update): the leader may then sum elsewhere or grow the buffer.
+  // meet at a barrier after their update, or in one process end the run there: the step's local-state
+  // sync starts with a barrier): the leader may then sum elsewhere or grow the buffer.
   // `deferred` (empty, or one per value): values whose contents are a DeferredProduct's, unwritten;
   // the reduction computes them (in one process, tile by tile into the sum; else first, whole).
   virtual size_t all_reduce_for_update(int replica, ReduceOp op, std::span<Tensor> values, bool slice_shards,

@@ -15,10 +15,17 @@ thread_local ReplicaContext* tls_replica_context = nullptr;
 ReplicaContext*& replica_context_of_thread() { return tls_replica_context; }
 const FiberLocal<ReplicaContext*, replica_context_of_thread> kReplicaContextFollowsTheReplica;
 std::atomic<uint64_t> g_replica_local_states{0};
+std::atomic<int64_t> g_live_states{0};
 
 }  // namespace
 
-ReplicaLocalState::ReplicaLocalState() : creation_order_(g_replica_local_states.fetch_add(1)) {}
+ReplicaLocalState::ReplicaLocalState() : creation_order_(g_replica_local_states.fetch_add(1)) { g_live_states.fetch_add(1); }
+
+ReplicaLocalState::ReplicaLocalState(const ReplicaLocalState&) : ReplicaLocalState() {}
+
+ReplicaLocalState::~ReplicaLocalState() { g_live_states.fetch_sub(1); }
+
+int64_t ReplicaLocalState::live() { return g_live_states.load(); }
 
 ReplicaContext::ReplicaContext(ReplicatedStrategy& strategy, Collectives* collectives, int replica_id,
                                int num_replicas, int64_t step)
@@ -51,6 +58,10 @@ void ReplicaContext::mark_for_sync(ReplicaLocalState* state) {
   if (collectives_ == nullptr) {
     throw std::logic_error("replica-local state was updated where replicas cannot combine it "
                            "(ReplicatedStrategy::for_each_replica); train inside strategy.run");
+  }
+  if (!strategy_.syncs_local_state()) {
+    throw std::logic_error("replica-local state (a BatchNormalization layer) created inside strategy.run was updated in "
+                           "the same run, which cannot combine it: create the layer before running it");
   }
   if (std::find(marked_.begin(), marked_.end(), state) == marked_.end()) marked_.push_back(state);
 }

@@ -32,7 +32,14 @@ class ReplicaContext;
 class ReplicaLocalState {
  public:
   ReplicaLocalState();
-  virtual ~ReplicaLocalState() = default;
+  ReplicaLocalState(const ReplicaLocalState& other);
+  ReplicaLocalState& operator=(const ReplicaLocalState&) = default;  // keeps its own creation order
+  virtual ~ReplicaLocalState();
+  // How many exist in this process. A strategy.run that starts while none exists skips the meeting at
+  // its end where replicas hand in their marks (nothing can be marked): the seed MLP's step on v3-8
+  // then has one barrier fewer. One created inside such a run cannot be marked in it
+  // (ReplicaContext::mark_for_sync throws): create them before running, as a model's layers are.
+  static int64_t live();
   // This replica's contributions of this step: tensors charged to its core, as many and of the same
   // shapes on every replica.
   virtual std::vector<Tensor> replica_contributions(ReplicaContext& ctx) = 0;
@@ -98,6 +105,13 @@ class ReplicaContext {
   // (Model::train_step_on_cores); an op whose result is such a gradient may then defer() it, leaving
   // the tensor's contents unwritten, and whatever must read it first (the tape adding two gradients
   // of one variable) materialize()s it.
+  // The step's body ends with its optimizer update (Model::train_step_on_cores): nothing in this run
+  // reads what the update writes, and the next run starts only after every replica of the process has
+  // returned. In one process the update then skips the barrier that would end it (across processes,
+  // whose next run nobody joins, it keeps it).
+  void set_update_ends_run(bool ends) { update_ends_run_ = ends; }
+  bool update_ends_run() const { return update_ends_run_; }
+
   void allow_deferred_products(bool allow) { deferral_allowed_ = allow; }
   bool allows_deferred_products() const { return deferral_allowed_; }
   void defer(const Tensor& value, std::shared_ptr<const DeferredProduct> product);
@@ -120,6 +134,7 @@ class ReplicaContext {
   int64_t step_;
   std::vector<ReplicaLocalState*> marked_;
   bool deferral_allowed_ = false;
+  bool update_ends_run_ = false;
   std::vector<std::pair<uint64_t, std::shared_ptr<const DeferredProduct>>> deferred_;  // by storage id
 };
 

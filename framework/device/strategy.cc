@@ -197,6 +197,7 @@ void ReplicatedStrategy::run_replicas(const std::function<void(ReplicaContext&)>
   }
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   std::atomic<bool> failed{false};
+  syncs_local_state_ = ReplicaLocalState::live() > 0;  // decided once, before any replica runs
   // Each replica on its fiber, on the thread of its slot (ReplicaScheduler).
   const std::function<void(int)> replica = [&](int l) {
     const int r = first_local_ + l;
@@ -243,6 +244,7 @@ void ReplicatedStrategy::run_replicas(const std::function<void(ReplicaContext&)>
 }
 
 void ReplicatedStrategy::sync_replica_local_state(ReplicaContext& ctx) {
+  if (!syncs_local_state_) return;  // none existed when the run started: nothing can be marked
   if (local_replicas_ > 1) barrier_wait(ctx.replica_id());  // every local replica's marks are in
   std::vector<ReplicaLocalState*> marked;
   for (const auto& c : contexts_) marked.insert(marked.end(), c->marked_for_sync().begin(), c->marked_for_sync().end());

@@ -194,6 +194,9 @@ class ReplicatedStrategy {
   // ReplicaContext; then the replica-local states marked during the step are synced; then step()
   // advances. Rethrows the first replica's error (the others are cancelled at their next barrier).
   void run_replicas(const std::function<void(ReplicaContext&)>& body);
+  // Whether the running run_replicas combines replica-local state when it ends: whether any
+  // ReplicaLocalState existed when it started (ReplicaLocalState::live).
+  bool syncs_local_state() const { return syncs_local_state_; }
 
   // Runs body(replica) for every replica of this process, each with its core's context, spread over at most
   // hardware_concurrency threads with no more threads than cores busy at once. Bodies must not wait
@@ -227,6 +230,7 @@ class ReplicatedStrategy {
   int first_local_ = 0;
   int local_replicas_ = 0;
   int64_t step_ = 0;
+  bool syncs_local_state_ = true;
   std::unique_ptr<ReplicaScheduler> scheduler_;
   std::unique_ptr<InProcessCollectives> collectives_;
   std::vector<std::unique_ptr<ReplicaContext>> contexts_;  // the running step's, one per local replica

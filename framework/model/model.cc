@@ -227,6 +227,7 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
       ledger.record_core_to_host(2 * sizeof(float));
     }  // the shard and the forward pass's tensors are released before the update, as on a device
     ledger.mark("apply_gradients");
+    ctx.set_update_ends_run(true);  // what it writes is read in the next step
     GradientUpdate u = optimizer_->apply_gradients(std::move(grads), vars,
                                                    reduce ? GradientForm::reduced_shards : GradientForm::local);
     if (ctx.leads_process()) update = std::move(u);

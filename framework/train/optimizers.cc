@@ -205,9 +205,10 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
     ctx->all_gather_shards(updated);  // every core's parameters get every shard (ends with a barrier)
   } else if (shard == ShardingMode::none && ctx->strategy().updates_slice_shards()) {
     ctx->share_process_shards(updated);  // each process's copy gets the others' shards (a barrier)
-  } else {
+  } else if (!ctx->update_ends_run() || ctx->strategy().local_replicas() != replicas) {
     // none: every core updates its whole copy; full: parameters stay sharded until a layer gathers
-    // them. Either way every shard is written before any replica reads one.
+    // them. Either way every shard is written before any replica reads one: here, or in one process
+    // when the update ends the run, by the run's end (ReplicaContext::set_update_ends_run).
     ctx->barrier();
   }
   return GradientUpdate{};

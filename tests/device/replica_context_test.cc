@@ -236,6 +236,48 @@ TEST(ReplicaLocalStateTest, RunSyncsEveryMarkedStateOnEveryReplicaInCreationOrde
   EXPECT_TRUE(log.empty());
 }
 
+// A run that starts while no replica-local state exists (the seed MLP's step) skips the meeting where
+// replicas hand in their marks; one that starts with any syncs them as before. A state created inside
+// such a run cannot be marked in it: the run ends with a logic_error (no replica waits for ever at a
+// meeting the others skipped), and the strategy runs again.
+TEST(ReplicaLocalStateTest, ARunStartedWithoutStatesSkipsTheirMeetingAndRefusesOnesCreatedInIt) {
+  ASSERT_EQ(ReplicaLocalState::live(), 0) << "a state outlived its test";
+  ReplicatedStrategy s(DeviceSpec::custom(4, 0));
+  const std::vector<Batch> shards(4);
+  const auto syncs = [&](const Batch&) { return s.syncs_local_state() ? 1 : 0; };
+  EXPECT_EQ(s.run(syncs, shards), std::vector<int>(4, 0));
+  std::vector<std::pair<int, uint64_t>> log;
+  std::mutex mu;
+  {
+    CountingState before(&log, &mu);
+    const CountingState copy(before);  // a copy is a state of its own
+    EXPECT_EQ(ReplicaLocalState::live(), 2);
+    EXPECT_GT(copy.creation_order(), before.creation_order());
+    const std::vector<int> marked = s.run(
+        [&](const Batch& b) {
+          current_replica_context()->mark_for_sync(&before);
+          return syncs(b);
+        },
+        shards);
+    EXPECT_EQ(marked, std::vector<int>(4, 1));
+    EXPECT_EQ(log.size(), 4u) << "synced on every replica";
+  }
+  EXPECT_EQ(ReplicaLocalState::live(), 0);
+  try {
+    s.run(
+        [&](const Batch&) {
+          CountingState inside(&log, &mu);
+          current_replica_context()->mark_for_sync(&inside);
+          return 0;
+        },
+        shards);
+    ADD_FAILURE() << "a state created inside a run that does not sync was marked";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("create the layer before running it"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s.run(syncs, shards), std::vector<int>(4, 0));
+}
+
 // Contributes `sizes.size()` tensors whose values depend on the replica (sums that rounding makes
 // order-sensitive), logs when it is asked and when it is given its means, and keeps the means.
 class AveragedState : public ReplicaLocalState {

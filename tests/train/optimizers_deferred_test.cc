@@ -2,9 +2,11 @@
 // framework/device/deferred_product.h) change who computes them and when, never the numbers nor
 // what each core is charged: the seed MLP on v3-8, trained with and without, on one host thread and
 // on two, ends with the same weights and Adam slots bit for bit and the same ledger per core; and a
-// matrix product's backward does defer the kernel's gradient where a step allows it.
+// matrix product's backward does defer the kernel's gradient where a step allows it. Likewise an
+// update that ends its run without a closing barrier (ReplicaContext::set_update_ends_run).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -169,6 +171,52 @@ TEST(DeferredKernelGradients, OneReplicaComputesADeferredGradientWhole) {
   });
   ASSERT_EQ(reduced[0].size(), reduced[1].size());
   EXPECT_EQ(std::memcmp(reduced[0].data(), reduced[1].data(), reduced[0].size() * sizeof(float)), 0);
+}
+
+// In one process an update that ends the run skips its closing barrier: every replica of the next
+// run reads it whole, the bits of the same update closed by its barrier, which every replica reads
+// whole as soon as that barrier is passed.
+TEST(UpdateEndsRun, TheNextRunReadsTheWholeUpdateBitIdentical) {
+  ReplicatedStrategy s(DeviceSpec::custom(8, 0), ReplicatedStrategy::Options{.host_threads = 2});
+  constexpr int64_t kSize = 1 << 17;  // each replica updates its slice
+  std::vector<std::unique_ptr<Variable>> vars;  // [0] updated ending the run, [1] closed by a barrier
+  {
+    auto scope = s.scope();
+    for (const char* name : {"ends", "closes"}) vars.push_back(std::make_unique<Variable>(name, Tensor::zeros({kSize}), true));
+  }
+  Adam ends_run, closes;
+  const std::vector<Batch> shards(8);
+  const auto gradient = [](int replica, int step) {
+    std::vector<float> g(static_cast<size_t>(kSize));
+    for (int64_t i = 0; i < kSize; ++i) g[static_cast<size_t>(i)] = std::sin(0.001f * static_cast<float>(i * (replica + 1) + step));
+    return Tensor::from_vector({kSize}, g);
+  };
+  std::vector<float> closed_last(static_cast<size_t>(kSize), 0.0f);
+  for (int step = 0; step < 3; ++step) {
+    struct Seen {
+      std::vector<float> at_start, closed;
+    };
+    const std::vector<Seen> seen = s.run(
+        [&](const Batch&) {
+          ReplicaContext& ctx = *current_replica_context();
+          Seen out;
+          out.at_start = vars[0]->value().to_vector();  // before this replica's first meeting of the run
+          ctx.set_update_ends_run(false);
+          closes.apply_gradients({gradient(ctx.replica_id(), step)}, {vars[1].get()});
+          out.closed = vars[1]->value().to_vector();
+          ctx.set_update_ends_run(true);
+          ends_run.apply_gradients({gradient(ctx.replica_id(), step)}, {vars[0].get()});
+          return out;
+        },
+        shards);
+    for (int r = 0; r < 8; ++r) {
+      EXPECT_EQ(seen[r].at_start, closed_last) << "replica " << r << " at step " << step;
+      EXPECT_EQ(seen[r].closed, vars[1]->value().to_vector()) << "replica " << r << " at step " << step;
+    }
+    closed_last = vars[1]->value().to_vector();
+    EXPECT_EQ(vars[0]->value().to_vector(), closed_last) << "step " << step;
+  }
+  EXPECT_NE(closed_last, std::vector<float>(static_cast<size_t>(kSize), 0.0f));
 }
 
 }  // namespace
