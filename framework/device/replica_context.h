@@ -100,11 +100,6 @@ class ReplicaContext {
   // mirrored), waits again.
   void merge_call(const std::function<void()>& fn) const;
 
-  // Kernel gradients left to the optimizer's all-reduce (framework/device/deferred_product.h). A
-  // training step allows them where that all-reduce is the only reader of its gradients
-  // (Model::train_step_on_cores); an op whose result is such a gradient may then defer() it, leaving
-  // the tensor's contents unwritten, and whatever must read it first (the tape adding two gradients
-  // of one variable) materialize()s it.
   // The step's body ends with its optimizer update (Model::train_step_on_cores): nothing in this run
   // reads what the update writes, and the next run starts only after every replica of the process has
   // returned. In one process the update then skips the barrier that would end it (across processes,
@@ -112,6 +107,11 @@ class ReplicaContext {
   void set_update_ends_run(bool ends) { update_ends_run_ = ends; }
   bool update_ends_run() const { return update_ends_run_; }
 
+  // Kernel gradients left to the optimizer's all-reduce (framework/device/deferred_product.h). A
+  // training step allows them where that all-reduce is the only reader of its gradients
+  // (Model::train_step_on_cores); an op whose result is such a gradient may then defer() it, leaving
+  // the tensor's contents unwritten, and whatever must read it first (the tape adding two gradients
+  // of one variable) materialize()s it.
   void allow_deferred_products(bool allow) { deferral_allowed_ = allow; }
   bool allows_deferred_products() const { return deferral_allowed_; }
   void defer(const Tensor& value, std::shared_ptr<const DeferredProduct> product);
