@@ -19,6 +19,9 @@ int local_processes() {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   return local != nullptr ? std::max(1, std::atoi(local)) : 1;
 }
+
+// This process's share of the machine's hardware threads, whatever its affinity mask.
+int share_of_machine() { return std::max(1, hardware_threads() / local_processes()); }
 }  // namespace
 
 int parse_thread_count(const std::string& text, const std::string& what) {
@@ -41,8 +44,7 @@ int host_threads() {
 }
 
 int machine_threads() {
-  const int share = std::max(1, hardware_threads() / local_processes());
-  return std::min(share, allowed_cpus());
+  return std::min(share_of_machine(), allowed_cpus());
 }
 
 int allowed_cpus() {
@@ -56,7 +58,7 @@ int allowed_cpus() {
 std::string cpu_binding_note() {
   if (std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") == nullptr) return "";
   const int hardware = hardware_threads(), processes = local_processes();
-  const int share = std::max(1, hardware / processes), allowed = allowed_cpus();
+  const int share = share_of_machine(), allowed = allowed_cpus();
   if (allowed >= share) return "";
   return "mpirun bound this process to " + std::to_string(allowed) + " of this machine's " + std::to_string(hardware) +
          " CPUs, where its share is " + std::to_string(share) + " (" + std::to_string(processes) +
