@@ -66,9 +66,12 @@ void parallel_for(int64_t tasks, Body&& body, int max_threads = 1 << 30) {
 }
 
 // A helper is worth at least this much work: floating-point operations of a product (~0.1-0.2 ms on
-// one core), elements of memory-bound elementwise work (1 MiB of float32).
+// one core), elements of memory-bound elementwise work (256 KiB of float32, ~20 us on one core: a
+// helper still polling from the last op joins in a microsecond or two; at 1 MiB, until 2026-11-29,
+// ResNet50's BatchNormalization, bias and ReLU passes deep in the network at 32x32 ran on one of two
+// threads).
 inline constexpr double kMinFlopsPerThread = 1.6e7;
-inline constexpr double kMinElementsPerThread = 1 << 18;
+inline constexpr double kMinElementsPerThread = 1 << 16;
 
 // How many threads a parallel_for over `work` (arithmetic operations, or elements touched) is worth:
 // one per `grain` of it, at least 1. What keeps small work on its own thread, where waking a helper

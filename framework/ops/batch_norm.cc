@@ -93,16 +93,28 @@ std::vector<double> inv_std_of(const float* variance, int64_t channels, float ep
   return inv;
 }
 
-// K per-channel sums over rows: add(r0, r1, partial) adds rows [r0, r1)'s terms into partial[k * C + c]
-// (zeroed); blocks of rows (one below 1024 rows, so small batches sum in plain row order) sum on their
-// own, then the partial sums add up in block order into sums[k].
+// K per-channel sums over rows: add(r0, r1, c0, c1, partial) adds rows [r0, r1)'s terms of channels
+// [c0, c1) into partial[k * C + c] (zeroed); blocks of rows (one below 1024 rows, so small batches
+// sum in plain row order) sum on their own, then the partial sums add up in block order into
+// sums[k]. A channel's sums do not depend on the others', so the channels are cut into groups as
+// well where there are few blocks (the small images deep in a network: 32 rows of 2048 channels are
+// 16 tasks, not one), by the shape alone; neither cut changes a bit.
 template <size_t K, class Add>
 void channel_sums_in_blocks(int64_t rows, int64_t channels, const std::array<std::vector<double>*, K>& sums, Add add) {
+  constexpr int64_t kMaxTasks = 16, kMinGroupChannels = 64, kChannelAlign = 16;
   const size_t cs = static_cast<size_t>(channels);
-  const int64_t blocks = std::clamp<int64_t>(rows / 512, 1, 16), block = (rows + blocks - 1) / blocks;
+  const int64_t blocks = std::clamp<int64_t>(rows / 512, 1, kMaxTasks), block = (rows + blocks - 1) / blocks;
+  const int64_t groups = std::clamp<int64_t>(channels / kMinGroupChannels, 1, kMaxTasks / blocks);
+  const int64_t group = (channels + groups - 1) / groups;
+  const int64_t width = std::max<int64_t>(kChannelAlign, (group + kChannelAlign - 1) / kChannelAlign * kChannelAlign);
+  const int64_t tasks = blocks * ((channels + width - 1) / width);
   std::vector<double> partial(static_cast<size_t>(blocks) * K * cs, 0.0);
   parallel_for(
-      blocks, [&](int64_t b) { add(b * block, std::min(rows, (b + 1) * block), partial.data() + b * K * cs); },
+      tasks,
+      [&](int64_t t) {
+        const int64_t b = t % blocks, c0 = t / blocks * width;
+        add(b * block, std::min(rows, (b + 1) * block), c0, std::min(channels, c0 + width), partial.data() + b * K * cs);
+      },
       threads_worth(static_cast<double>(rows) * static_cast<double>(channels) * K, kMinElementsPerThread));
   for (size_t k = 0; k < K; ++k) sums[k]->assign(cs, 0.0);
   for (int64_t b = 0; b < blocks; ++b) {
@@ -119,17 +131,17 @@ template <typename T>
 void moments(const T* x, int64_t rows, int64_t channels, float* mean, float* variance) {
   const size_t cs = static_cast<size_t>(channels);
   std::vector<double> sum(cs, 0.0), mean_d(cs, 0.0);
-  channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, double* s) {
+  channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, double* s) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* row = x + r * channels;
-      for (int64_t c = 0; c < channels; ++c) s[c] += static_cast<double>(detail::load(row, c));
+      for (int64_t c = c0; c < c1; ++c) s[c] += static_cast<double>(detail::load(row, c));
     }
   });
   for (int64_t c = 0; c < channels; ++c) mean_d[c] = rows > 0 ? sum[c] / static_cast<double>(rows) : 0.0;
-  channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, double* s) {
+  channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, double* s) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* row = x + r * channels;
-      for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t c = c0; c < c1; ++c) {
         const double d = static_cast<double>(detail::load(row, c)) - mean_d[c];
         s[c] += d * d;
       }
@@ -179,13 +191,13 @@ struct ReluMask {
   float gate(const T* xr, int64_t c, float g) const {
     return through(normalized(detail::load(xr, c), mean[c], scale[c], beta[c]), g);
   }
-  // out[c] = gate(xr, c, dy[c]) for a row: a loop of its own, which vectorises.
+  // out[c] = gate(xr, c, dy[c]) for channels [c0, c1) of a row: a loop of its own, which vectorises.
   template <typename T>
-  void gate_row(const T* __restrict xr, const float* __restrict dy, float* __restrict out, int64_t channels) const {
+  void gate_row(const T* __restrict xr, const float* __restrict dy, float* __restrict out, int64_t c0, int64_t c1) const {
     const float* __restrict m = mean;
     const float* __restrict k = scale;
     const float* __restrict b = beta;
-    for (int64_t c = 0; c < channels; ++c) out[c] = through(normalized(detail::load(xr, c), m[c], k[c], b[c]), dy[c]);
+    for (int64_t c = c0; c < c1; ++c) out[c] = through(normalized(detail::load(xr, c), m[c], k[c], b[c]), dy[c]);
   }
 };
 
@@ -248,7 +260,7 @@ template <typename T, typename Mask>
 void channel_sums(const float* dy, const T* x, const float* mean, int64_t rows, int64_t channels, const Mask& mask,
                   std::vector<double>& sum_dy, std::vector<double>& sum_dy_xc) {
   const size_t cs = static_cast<size_t>(channels);
-  channel_sums_in_blocks<2>(rows, channels, {&sum_dy, &sum_dy_xc}, [&](int64_t r0, int64_t r1, double* s) {
+  channel_sums_in_blocks<2>(rows, channels, {&sum_dy, &sum_dy_xc}, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, double* s) {
     double* s_dy = s;
     double* s_dy_xc = s + cs;
     std::vector<float> gated(Mask::kActive ? cs : 0);
@@ -256,10 +268,10 @@ void channel_sums(const float* dy, const T* x, const float* mean, int64_t rows, 
       const float* dyr = dy + r * channels;
       const T* xr = x + r * channels;
       if constexpr (Mask::kActive) {
-        mask.gate_row(xr, dyr, gated.data(), channels);
+        mask.gate_row(xr, dyr, gated.data(), c0, c1);
         dyr = gated.data();
       }
-      for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t c = c0; c < c1; ++c) {
         s_dy[c] += static_cast<double>(dyr[c]);
         s_dy_xc[c] += static_cast<double>(dyr[c] * (detail::load(xr, c) - mean[c]));
       }
@@ -269,10 +281,10 @@ void channel_sums(const float* dy, const T* x, const float* mean, int64_t rows, 
 
 void sum_rows(const float* dy, int64_t rows, int64_t channels, float* out) {
   std::vector<double> sum;
-  channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, double* s) {
+  channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, double* s) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* dyr = dy + r * channels;
-      for (int64_t c = 0; c < channels; ++c) s[c] += static_cast<double>(dyr[c]);
+      for (int64_t c = c0; c < c1; ++c) s[c] += static_cast<double>(dyr[c]);
     }
   });
   for (int64_t c = 0; c < channels; ++c) out[c] = static_cast<float>(sum[static_cast<size_t>(c)]);

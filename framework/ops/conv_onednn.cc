@@ -189,25 +189,26 @@ int64_t largest_divisor_up_to(int64_t n, int64_t limit) {
 // (at least min_flops_per_task each: each task is a call with its own overheads, and fewer images
 // per call run slower), at most kMaxTasks. The shape alone decides.
 constexpr int64_t kMaxTasks = 16;
-int64_t image_tasks(const ConvGeometry& g, double min_flops_per_task = 8 * kMinFlopsPerThread) {
+int64_t image_tasks(const ConvGeometry& g, double min_flops_per_task) {
   const double flops = 2.0 * static_cast<double>(g.rows()) * static_cast<double>(g.patch()) * static_cast<double>(g.out_channels);
   const int64_t want = std::clamp<int64_t>(static_cast<int64_t>(flops / min_flops_per_task), 1, kMaxTasks);
   return largest_divisor_up_to(g.batch, want);
 }
 // Forward and backward_data tasks: 2 x kMinFlopsPerThread each (at 32x32, ResNet50's first-stage
-// convolutions, 67 MFLOP, were one task under the kernel gradient's 8x, and the second thread
+// convolutions, 67 MFLOP, were one task under 8x, the kernel gradient's until 2026-11-29, and the second thread
 // waited: 12% of a training step, 4 interleaved pairs; 1x ran no faster than 2x). Their images are
-// independent, so the task count never changes a bit; the kernel gradient's partial sums keep
-// image_tasks' count, which decides their order.
+// independent, so the task count never changes a bit.
 int64_t data_tasks(const ConvGeometry& g) { return image_tasks(g, 2 * kMinFlopsPerThread); }
 
-// The kernel gradient's tasks: image_tasks, fewer where their partial kernels would exceed twice
-// the kernel or 4 MiB, whichever is larger.
+// The kernel gradient's tasks: as many as data_tasks, fewer where their partial kernels would exceed
+// twice the kernel or 4 MiB, whichever is larger. The count decides the order the partial sums add
+// in, so the shape alone decides it. (At 8 x kMinFlopsPerThread a task, ResNet50's 151-MFLOP 3x3
+// kernel gradients at 32x32 were one task, and a second thread waited 18 ms of a 135 ms step.)
 int64_t kernel_gradient_tasks(const ConvGeometry& g) {
   const size_t kernel_bytes = static_cast<size_t>(g.patch() * g.out_channels) * sizeof(float);
   const size_t cap = std::max(2 * kernel_bytes, size_t{4} << 20);
   const int64_t by_memory = std::max<int64_t>(1, static_cast<int64_t>(cap / std::max<size_t>(kernel_bytes, 1)));
-  return largest_divisor_up_to(g.batch, std::min(image_tasks(g), by_memory));
+  return largest_divisor_up_to(g.batch, std::min(data_tasks(g), by_memory));
 }
 
 memory wrap(const memory::desc& d, const void* p) { return memory(d, cpu_engine(), const_cast<void*>(p)); }

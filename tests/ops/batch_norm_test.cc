@@ -518,5 +518,49 @@ TEST(BatchNormTrainingTest, TheSameBitsOnOneToFourThreads) {
   });
 }
 
+// Few rows of many channels (a ResNet's last stage at 32x32: the channel sums cut into groups of
+// channels, not of rows), with and without the fused ReLU, and beta alone: the same bits on 1 to 4
+// threads, and the statistics and dbeta those of plain row-order sums in double, channel by channel.
+TEST(BatchNormTrainingTest, ChannelGroupsOfFewRowsGiveTheBitsOfRowOrderSums) {
+  const int64_t rows = 2 * 4 * 4, channels = 300;  // one block of rows; channel groups of 80, the last 60
+  const Tensor x = random_host({2, 4, 4, channels}, -2, 3, 31), gamma = random_host({channels}, 0.5, 1.5, 32);
+  const Tensor beta = random_host({channels}, -1, 1, 33), dy = random_host({2, 4, 4, channels}, -1, 1, 34);
+  std::vector<Tensor> first;  // per case: y, mean, variance, dbeta
+  testing::expect_same_bits_on_threads([&] {
+    std::vector<Tensor> got;
+    for (int which = 0; which < 3; ++which) {  // plain, fused ReLU, beta alone
+      GradientTape tape;
+      if (which < 2) tape.watch(x), tape.watch(gamma);
+      tape.watch(beta);
+      const ops::BatchNormResult r = ops::batch_norm_training(x, gamma, beta, 1e-3f, which == 1);
+      const Tensor target = ops::matmul(ops::reshape(r.y, {1, r.y.size()}), ops::reshape(dy, {dy.size(), 1}));
+      const std::vector<Tensor> g = which < 2 ? tape.gradient(target, {x, gamma, beta}) : tape.gradient(target, {beta});
+      got.insert(got.end(), {r.y, r.mean, r.variance, g.back()});
+      if (which < 2) got.insert(got.end(), {g[0], g[1]});
+    }
+    if (first.empty()) first = got;
+    return got;
+  });
+  ASSERT_EQ(first.size(), 16u);
+  const std::vector<float> xv = x.to_vector(), dyv = dy.to_vector();
+  for (const size_t at : {size_t{0}, size_t{6}, size_t{12}}) {
+    const std::vector<float> y = first[at].to_vector(), mean = first[at + 1].to_vector();
+    const std::vector<float> variance = first[at + 2].to_vector(), dbeta = first[at + 3].to_vector();
+    for (int64_t c = 0; c < channels; ++c) {
+      double sum = 0, squares = 0, gated = 0;
+      for (int64_t r = 0; r < rows; ++r) sum += static_cast<double>(xv[r * channels + c]);
+      const double m = sum / static_cast<double>(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const double d = static_cast<double>(xv[r * channels + c]) - m;
+        squares += d * d;
+        const bool passes = at != 6 || y[r * channels + c] > 0.0f;  // the fused ReLU's gate
+        gated += passes ? static_cast<double>(dyv[r * channels + c]) : 0.0;
+      }
+      ASSERT_EQ(mean[c], static_cast<float>(m)) << "case " << at << ", channel " << c;
+      ASSERT_EQ(variance[c], static_cast<float>(squares / static_cast<double>(rows))) << "case " << at << ", channel " << c;
+      ASSERT_EQ(dbeta[c], static_cast<float>(gated)) << "case " << at << ", channel " << c;
+    }
+  }
+}
 }  // namespace
 }  // namespace keel
