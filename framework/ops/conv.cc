@@ -300,8 +300,9 @@ void col2im_by_image(const ConvGeometry& g, const float* cols, int64_t row0, int
       threads_worth(bytes / sizeof(float), kMinElementsPerThread));
 }
 
-// dkernel (+=) and dx (+=, through col2im) chunk by chunk; either may be null. One workspace buffer
-// per chunk: first the im2col of x (for dkernel), then dy · kernelᵀ (for dx).
+// dkernel (written by the first chunk's product, added to by the others') and dx (+=, through
+// col2im) chunk by chunk; either may be null. One workspace buffer per chunk: first the im2col of x
+// (for dkernel), then dy · kernelᵀ (for dx).
 template <typename T>
 void backward_chunks(const ConvGeometry& g, const T* x, const float* kernel, const float* dy, float* cols, float* dx,
                      float* dkernel) {
@@ -313,7 +314,7 @@ void backward_chunks(const ConvGeometry& g, const T* x, const float* kernel, con
     MatrixMap c(cols, n, patch);
     if (dkernel != nullptr) {
       for_each_pixel_block(g, n, [&](int64_t r0, int64_t rn) { im2col(x, g, row0 + r0, rn, cols + r0 * patch); });
-      detail::gemm(MatrixMap(dkernel, patch, cout), c.transpose(), dym, /*accumulate=*/true);
+      detail::gemm(MatrixMap(dkernel, patch, cout), c.transpose(), dym, /*accumulate=*/row0 > 0);
     }
     if (dx != nullptr) {
       detail::gemm(c, dym, k.transpose());
@@ -389,7 +390,6 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const detail::KernelV
   if (!backward_needs_cols(g, bf16, dx != nullptr, dk != nullptr)) return;
   Tensor cols = cols_workspace(g);
   if (dx != nullptr) dx->fill(0.0f);  // col2im adds
-  if (dk != nullptr) dk->fill(0.0f);  // chunks add
   float* dxd = dx != nullptr ? dx->data() : nullptr;
   float* dkd = dk != nullptr ? dk->data() : nullptr;
   if (bf16) {
