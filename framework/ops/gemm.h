@@ -29,12 +29,21 @@ inline constexpr double kGemmMinFlopsPerThread = 8e6;
 inline constexpr double kGemmGrainFlops = 2e6;
 
 // [begin, end) of tile `i` of an axis of `n` cut at multiples of `block` (the last tile takes the
-// remainder).
+// remainder), or, balanced, into `tiles` tiles of nearly equal size with bounds at multiples of
+// `block` (Balanced below).
 struct TileAxis {
   int64_t n = 0, block = 1, tiles = 1;
+  bool balanced = false;
   TileAxis(int64_t size, int64_t blk) : n(size), block(std::max<int64_t>(blk, 1)), tiles(std::max<int64_t>(1, size / block)) {}
-  int64_t begin(int64_t i) const { return i * block; }
-  int64_t end(int64_t i) const { return i + 1 == tiles ? n : (i + 1) * block; }
+  int64_t begin(int64_t i) const { return balanced ? i * n / tiles / block * block : i * block; }
+  int64_t end(int64_t i) const { return i + 1 == tiles ? n : begin(i + 1); }
+  // `count` tiles (fewer where a tile would be under `unit`), bounds at multiples of `unit`.
+  static TileAxis Balanced(int64_t size, int64_t count, int64_t unit) {
+    TileAxis a(size, unit);
+    a.tiles = std::clamp<int64_t>(count, 1, std::max<int64_t>(1, size / a.block));
+    a.balanced = true;
+    return a;
+  }
 };
 
 // Rows per tile: kGemmRowBlock, or a multiple of it when a tile of that many rows is little work.
@@ -45,11 +54,17 @@ inline int64_t gemm_row_block(int64_t cols, int64_t inner) {
   return kGemmRowBlock * std::min<int64_t>(f, int64_t{1} << 20);
 }
 
-// The tiles of an (m x n) output over an inner dimension k: rows first; columns cut too (at multiples
-// of kGemmColBlock) when there are fewer than kGemmTargetTiles row tiles and the work allows it, as
-// for a kernel's gradient, a few hundred rows long and reduced over thousands of pixels.
+// The tiles of an (m x n) output over an inner dimension k: rows first; columns cut too when there
+// are fewer than kGemmTargetTiles row tiles and the work allows it, as for a kernel's gradient, a few
+// hundred rows long and reduced over thousands of pixels. The tiles of an axis are of nearly equal
+// size, bounds at multiples of kGemmTileUnit, and a product of several tiles has an even count of them:
+// on two threads the last tile never runs alone. (Until 2026-11-29 rows were cut at multiples of
+// kGemmRowBlock and columns of kGemmColBlock, remainders joining the last tile: ResNet50's 1x1
+// convolutions at 32x32 came in 2, 5, 7 or 21 tiles of unequal size, a model of which lost 14% of
+// their time on two threads to the thread left waiting.)
 inline constexpr int64_t kGemmColBlock = 96;
 inline constexpr int64_t kGemmTargetTiles = 16;
+inline constexpr int64_t kGemmTileUnit = 16;
 struct GemmTiles {
   TileAxis rows, cols;
   int64_t count() const { return rows.tiles * cols.tiles; }
@@ -60,18 +75,26 @@ struct GemmTiles {
 // finds tiles left; +5% over 2 tiles, 5 interleaved pairs of bench/mlp_throughput).
 inline constexpr int64_t kGemmFineRowBlock = 32;
 inline GemmTiles gemm_tiles(int64_t m, int64_t n, int64_t k) {
-  TileAxis rows(m, gemm_row_block(n, k));
-  int64_t col_block = n;
+  const int64_t row_tiles = std::max<int64_t>(1, m / gemm_row_block(n, k));
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  if (rows.tiles < kGemmTargetTiles && n >= 2 * kGemmColBlock) {
-    const int64_t by_work = static_cast<int64_t>(flops / kGemmGrainFlops) / rows.tiles;
-    const int64_t want = std::min((kGemmTargetTiles + rows.tiles - 1) / rows.tiles, by_work);
-    if (want > 1) col_block = std::max(kGemmColBlock, (n / want + kGemmColBlock - 1) / kGemmColBlock * kGemmColBlock);
-  } else if (rows.tiles == 1) {
+  int64_t col_tiles = 1;
+  if (row_tiles < kGemmTargetTiles && n >= 2 * kGemmColBlock) {
+    const int64_t by_work = static_cast<int64_t>(flops / kGemmGrainFlops) / row_tiles;
+    col_tiles = std::clamp<int64_t>(std::min((kGemmTargetTiles + row_tiles - 1) / row_tiles, by_work), 1, n / kGemmColBlock);
+  } else if (row_tiles == 1) {
     const int64_t want = std::min({m / kGemmFineRowBlock, static_cast<int64_t>(flops / (2 * kGemmGrainFlops)), kGemmTargetTiles});
-    if (want > 1) rows = TileAxis(m, (m / want + kGemmFineRowBlock - 1) / kGemmFineRowBlock * kGemmFineRowBlock);
+    if (want > 1) return {TileAxis(m, (m / want + kGemmFineRowBlock - 1) / kGemmFineRowBlock * kGemmFineRowBlock), TileAxis(n, n)};
   }
-  return {rows, TileAxis(n, col_block)};
+  TileAxis rows = TileAxis::Balanced(m, row_tiles, kGemmTileUnit), cols = TileAxis::Balanced(n, col_tiles, kGemmTileUnit);
+  if (const int64_t count = rows.tiles * cols.tiles; count > 1 && count % 2 == 1) {
+    // One more tile on the column axis where it can take one, else on the row axis.
+    if (cols.tiles > 1 && n / (cols.tiles + 1) >= kGemmTileUnit) {
+      cols = TileAxis::Balanced(n, cols.tiles + 1, kGemmTileUnit);
+    } else if (m / (rows.tiles + 1) >= kGemmTileUnit) {
+      rows = TileAxis::Balanced(m, rows.tiles + 1, kGemmTileUnit);
+    }
+  }
+  return {rows, cols};
 }
 
 // Long reductions with few tiles (a kernel's gradient, (patch x channels) summed over thousands of

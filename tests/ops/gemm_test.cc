@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -119,16 +120,33 @@ TEST(GemmTest, TheSameBitsOnOneToFourThreads) {
 }
 
 TEST(GemmTest, TilesFollowTheShapeAlone) {
-  // Rows at multiples of the row block, the remainder joining the last tile.
+  using ops::detail::kGemmTileUnit;
+  // Tiles of an axis within a unit of each other, bounds at multiples of it, covering the axis.
+  const auto expect_balanced = [](const ops::detail::TileAxis& a, int64_t size, const char* what) {
+    EXPECT_EQ(a.begin(0), 0) << what;
+    EXPECT_EQ(a.end(a.tiles - 1), size) << what;
+    for (int64_t i = 0; i < a.tiles; ++i) {
+      EXPECT_EQ(a.begin(i) % kGemmTileUnit, 0) << what << " tile " << i;
+      EXPECT_LE(std::abs((a.end(i) - a.begin(i)) - size / a.tiles), kGemmTileUnit) << what << " tile " << i;
+    }
+  };
+  // Rows in as many tiles as row blocks fit; under kGemmTargetTiles of them, columns in as many
+  // as make up the target.
   const ops::detail::GemmTiles t = ops::detail::gemm_tiles(1000, 512, 300);
   EXPECT_EQ(t.rows.tiles, 1000 / ops::detail::kGemmRowBlock);
-  EXPECT_EQ(t.rows.end(t.rows.tiles - 1), 1000);
-  EXPECT_EQ(t.cols.tiles, 1);
-  // Few row tiles: columns are cut too, at multiples of the column block.
+  expect_balanced(t.rows, 1000, "1000 rows");
+  EXPECT_EQ(t.cols.tiles, 2);
+  expect_balanced(t.cols, 512, "512 columns");
+  EXPECT_EQ(ops::detail::gemm_tiles(2000, 512, 300).cols.tiles, 1);
+  // Few row tiles: columns are cut too, into nearly equal tiles.
   const ops::detail::GemmTiles k = ops::detail::gemm_tiles(64, 256, 6272);
   EXPECT_EQ(k.rows.tiles, 1);
   EXPECT_GT(k.cols.tiles, 1);
-  EXPECT_EQ(k.cols.block % ops::detail::kGemmColBlock, 0);
+  expect_balanced(k.cols, 256, "256 columns");
+  // An even count of tiles where there are several: 5 row blocks of 96 in 512 rows become 6 tiles.
+  const ops::detail::GemmTiles five = ops::detail::gemm_tiles(512, 128, 512);
+  EXPECT_EQ(five.count() % 2, 0);
+  expect_balanced(five.rows, 512, "512 rows");
   // One row tile of much work and too few columns to cut: rows at multiples of the fine row block
   // (the seed MLP's first layer).
   const ops::detail::GemmTiles mlp = ops::detail::gemm_tiles(128, 128, 784);
