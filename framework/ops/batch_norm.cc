@@ -20,6 +20,7 @@
 #include "framework/autodiff/tape.h"
 #include "framework/core/thread_pool.h"
 #include "framework/ops/batch_norm_internal.h"
+#include "framework/ops/batch_norm_sums.h"
 #include "framework/ops/op_util.h"
 
 namespace keel::ops {
@@ -263,6 +264,17 @@ void channel_sums(const float* dy, const T* x, const float* mean, int64_t rows, 
   channel_sums_in_blocks<2>(rows, channels, {&sum_dy, &sum_dy_xc}, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, double* s) {
     double* s_dy = s;
     double* s_dy_xc = s + cs;
+    constexpr bool kVector = detail::kChannelGroupSumsVectorized && std::is_same_v<T, float> &&
+                             (std::is_same_v<Mask, NoMask> || std::is_same_v<Mask, ReluMask<float>>);
+    if constexpr (kVector) {  // whole groups of channels in vector instructions, the rest below
+      const float* scale = nullptr;
+      const float* beta = nullptr;
+      if constexpr (Mask::kActive) scale = mask.scale, beta = mask.beta;
+      for (; c0 + detail::kChannelGroup <= c1; c0 += detail::kChannelGroup) {
+        detail::channel_group_sums(dy, x, mean, scale, beta, channels, r0, r1, c0, s_dy, s_dy_xc);
+      }
+      if (c0 == c1) return;
+    }
     std::vector<float> gated(Mask::kActive ? cs : 0);
     for (int64_t r = r0; r < r1; ++r) {
       const float* dyr = dy + r * channels;

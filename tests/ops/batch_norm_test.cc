@@ -519,8 +519,9 @@ TEST(BatchNormTrainingTest, TheSameBitsOnOneToFourThreads) {
 }
 
 // Few rows of many channels (a ResNet's last stage at 32x32: the channel sums cut into groups of
-// channels, not of rows), with and without the fused ReLU, and beta alone: the same bits on 1 to 4
-// threads, and the statistics and dbeta those of plain row-order sums in double, channel by channel.
+// channels, not of rows; in vector instructions 16 channels at a time where built with them), with
+// and without the fused ReLU, and beta alone: the same bits on 1 to 4 threads, and the statistics,
+// dbeta and dgamma those of plain row-order sums in double, channel by channel.
 TEST(BatchNormTrainingTest, ChannelGroupsOfFewRowsGiveTheBitsOfRowOrderSums) {
   const int64_t rows = 2 * 4 * 4, channels = 300;  // one block of rows; channel groups of 80, the last 60
   const Tensor x = random_host({2, 4, 4, channels}, -2, 3, 31), gamma = random_host({channels}, 0.5, 1.5, 32);
@@ -547,18 +548,23 @@ TEST(BatchNormTrainingTest, ChannelGroupsOfFewRowsGiveTheBitsOfRowOrderSums) {
     const std::vector<float> y = first[at].to_vector(), mean = first[at + 1].to_vector();
     const std::vector<float> variance = first[at + 2].to_vector(), dbeta = first[at + 3].to_vector();
     for (int64_t c = 0; c < channels; ++c) {
-      double sum = 0, squares = 0, gated = 0;
+      double sum = 0, squares = 0, gated = 0, gated_xc = 0;
       for (int64_t r = 0; r < rows; ++r) sum += static_cast<double>(xv[r * channels + c]);
       const double m = sum / static_cast<double>(rows);
       for (int64_t r = 0; r < rows; ++r) {
         const double d = static_cast<double>(xv[r * channels + c]) - m;
         squares += d * d;
         const bool passes = at != 6 || y[r * channels + c] > 0.0f;  // the fused ReLU's gate
-        gated += passes ? static_cast<double>(dyv[r * channels + c]) : 0.0;
+        const float g = passes ? dyv[r * channels + c] : 0.0f;
+        gated += static_cast<double>(g);
+        gated_xc += static_cast<double>(g * (xv[r * channels + c] - mean[c]));
       }
       ASSERT_EQ(mean[c], static_cast<float>(m)) << "case " << at << ", channel " << c;
       ASSERT_EQ(variance[c], static_cast<float>(squares / static_cast<double>(rows))) << "case " << at << ", channel " << c;
       ASSERT_EQ(dbeta[c], static_cast<float>(gated)) << "case " << at << ", channel " << c;
+      if (at == 12) continue;  // beta alone: no dgamma
+      const double inv_std = 1.0 / std::sqrt(static_cast<double>(variance[c]) + 1e-3f);
+      ASSERT_EQ(first[at + 5].to_vector()[c], static_cast<float>(gated_xc * inv_std)) << "dgamma, case " << at << ", channel " << c;
     }
   }
 }
