@@ -132,7 +132,16 @@ template <typename T>
 void moments(const T* x, int64_t rows, int64_t channels, float* mean, float* variance) {
   const size_t cs = static_cast<size_t>(channels);
   std::vector<double> sum(cs, 0.0), mean_d(cs, 0.0);
+  // Whole groups of channels in vector instructions where built with them, the rest row by row.
+  const auto vector_groups = [&](int64_t r0, int64_t r1, int64_t& c0, int64_t c1, double* s, const double* around) {
+    if constexpr (detail::kChannelGroupSumsVectorized && std::is_same_v<T, float>) {
+      for (; c0 + detail::kChannelGroup <= c1; c0 += detail::kChannelGroup) {
+        detail::channel_group_moment_sums(x, around, channels, r0, r1, c0, s);
+      }
+    }
+  };
   channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, double* s) {
+    vector_groups(r0, r1, c0, c1, s, nullptr);
     for (int64_t r = r0; r < r1; ++r) {
       const T* row = x + r * channels;
       for (int64_t c = c0; c < c1; ++c) s[c] += static_cast<double>(detail::load(row, c));
@@ -140,11 +149,12 @@ void moments(const T* x, int64_t rows, int64_t channels, float* mean, float* var
   });
   for (int64_t c = 0; c < channels; ++c) mean_d[c] = rows > 0 ? sum[c] / static_cast<double>(rows) : 0.0;
   channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, double* s) {
+    vector_groups(r0, r1, c0, c1, s, mean_d.data());
     for (int64_t r = r0; r < r1; ++r) {
       const T* row = x + r * channels;
       for (int64_t c = c0; c < c1; ++c) {
         const double d = static_cast<double>(detail::load(row, c)) - mean_d[c];
-        s[c] += d * d;
+        s[c] = std::fma(d, d, s[c]);  // explicit: the bits do not depend on the compiler contracting
       }
     }
   });

@@ -8,6 +8,8 @@ namespace keel::ops::detail {
 
 #if defined(__AVX512F__)
 __m256 upper_half(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+// Rows prefetched ahead: each row's 64 bytes of a group are a stride of `channels` floats apart.
+constexpr int64_t kAhead = 16;
 
 void channel_group_sums(const float* dy, const float* x, const float* mean, const float* scale, const float* beta,
                         int64_t channels, int64_t r0, int64_t r1, int64_t c, double* s_dy, double* s_dy_xc) {
@@ -17,7 +19,6 @@ void channel_group_sums(const float* dy, const float* x, const float* mean, cons
   const __m512 b = relu ? _mm512_loadu_ps(beta + c) : _mm512_setzero_ps();
   __m512d dy_lo = _mm512_loadu_pd(s_dy + c), dy_hi = _mm512_loadu_pd(s_dy + c + 8);
   __m512d xc_lo = _mm512_loadu_pd(s_dy_xc + c), xc_hi = _mm512_loadu_pd(s_dy_xc + c + 8);
-  constexpr int64_t kAhead = 16;  // rows: each row's 64 bytes are a stride of `channels` floats apart
   for (int64_t r = r0; r < r1; ++r) {
     if (r + kAhead < r1) {
       _mm_prefetch(reinterpret_cast<const char*>(dy + (r + kAhead) * channels + c), _MM_HINT_T0);
@@ -40,7 +41,30 @@ void channel_group_sums(const float* dy, const float* x, const float* mean, cons
   _mm512_storeu_pd(s_dy_xc + c, xc_lo);
   _mm512_storeu_pd(s_dy_xc + c + 8, xc_hi);
 }
+
+void channel_group_moment_sums(const float* x, const double* mean, int64_t channels, int64_t r0, int64_t r1, int64_t c,
+                               double* s) {
+  const __m512d m_lo = mean != nullptr ? _mm512_loadu_pd(mean + c) : _mm512_setzero_pd();
+  const __m512d m_hi = mean != nullptr ? _mm512_loadu_pd(mean + c + 8) : _mm512_setzero_pd();
+  __m512d lo = _mm512_loadu_pd(s + c), hi = _mm512_loadu_pd(s + c + 8);
+  for (int64_t r = r0; r < r1; ++r) {
+    if (r + kAhead < r1) _mm_prefetch(reinterpret_cast<const char*>(x + (r + kAhead) * channels + c), _MM_HINT_T0);
+    const __m512 v = _mm512_loadu_ps(x + r * channels + c);
+    const __m512d v_lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v)), v_hi = _mm512_cvtps_pd(upper_half(v));
+    if (mean == nullptr) {
+      lo = _mm512_add_pd(lo, v_lo);
+      hi = _mm512_add_pd(hi, v_hi);
+    } else {
+      const __m512d d_lo = _mm512_sub_pd(v_lo, m_lo), d_hi = _mm512_sub_pd(v_hi, m_hi);
+      lo = _mm512_fmadd_pd(d_lo, d_lo, lo);
+      hi = _mm512_fmadd_pd(d_hi, d_hi, hi);
+    }
+  }
+  _mm512_storeu_pd(s + c, lo);
+  _mm512_storeu_pd(s + c + 8, hi);
+}
 #else
+void channel_group_moment_sums(const float*, const double*, int64_t, int64_t, int64_t, int64_t, double*) {}
 void channel_group_sums(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
                         int64_t, double*, double*) {}
 #endif

@@ -1,7 +1,8 @@
-// BatchNormalization's backward sums over a group of channels in vector instructions: what
-// batch_norm.cc's row loop computes for float32 x and dy, with the group's double sums held in
-// registers down the rows instead of loaded and stored at every row (that loop spent most of its time
-// on them: 6% of a ResNet50 training step at 32x32 on two threads).
+// BatchNormalization's per-channel sums over a group of channels in vector instructions: what
+// batch_norm.cc's row loops compute for float32 x and dy (the backward pass's sums, the forward pass's
+// moments), with the group's double sums held in registers down the rows instead of loaded and stored
+// at every row (the backward loop spent most of its time on them: 6% of a ResNet50 training step at
+// 32x32 on two threads).
 #pragma once
 
 #include <cstdint>
@@ -23,5 +24,11 @@ inline constexpr int64_t kChannelGroup = 16;
 // row loop, element by element: the same bits. A no-op in a build without the kernel.
 void channel_group_sums(const float* dy, const float* x, const float* mean, const float* scale, const float* beta,
                         int64_t channels, int64_t r0, int64_t r1, int64_t c, double* s_dy, double* s_dy_xc);
+
+// For channels [c, c + kChannelGroup) of rows [r0, r1) of x: s[c'] += x, or, with `mean` given,
+// s[c'] = fma(x - mean[c'], x - mean[c'], s[c']) with x widened to double; row by row, as
+// batch_norm.cc's moments loop does (the same bits). A no-op in a build without the kernel.
+void channel_group_moment_sums(const float* x, const double* mean, int64_t channels, int64_t r0, int64_t r1, int64_t c,
+                               double* s);
 
 }  // namespace keel::ops::detail

@@ -553,7 +553,7 @@ TEST(BatchNormTrainingTest, ChannelGroupsOfFewRowsGiveTheBitsOfRowOrderSums) {
       const double m = sum / static_cast<double>(rows);
       for (int64_t r = 0; r < rows; ++r) {
         const double d = static_cast<double>(xv[r * channels + c]) - m;
-        squares += d * d;
+        squares = std::fma(d, d, squares);  // as batch_norm.cc's moments
         const bool passes = at != 6 || y[r * channels + c] > 0.0f;  // the fused ReLU's gate
         const float g = passes ? dyv[r * channels + c] : 0.0f;
         gated += static_cast<double>(g);
