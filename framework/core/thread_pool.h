@@ -66,10 +66,10 @@ void parallel_for(int64_t tasks, Body&& body, int max_threads = 1 << 30) {
 }
 
 // A helper is worth at least this much work: floating-point operations of a product (~0.1-0.2 ms on
-// one core), elements of memory-bound elementwise work (256 KiB of float32, ~20 us on one core: a
-// helper still polling from the last op joins in a microsecond or two; at 1 MiB, until 2026-11-29,
-// ResNet50's BatchNormalization, bias and ReLU passes deep in the network at 32x32 ran on one of two
-// threads).
+// one core), elements of memory-bound elementwise work (256 KiB of float32; at 1 MiB, until
+// 2026-11-29, ResNet50's BatchNormalization, bias and ReLU passes deep in the network at 32x32 ran on
+// one of two threads, and a step took its second thread's help where the helper, polling from the
+// last op, was at hand).
 inline constexpr double kMinFlopsPerThread = 1.6e7;
 inline constexpr double kMinElementsPerThread = 1 << 16;
 

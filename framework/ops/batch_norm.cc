@@ -126,41 +126,44 @@ void channel_sums_in_blocks(int64_t rows, int64_t channels, const std::array<std
   }
 }
 
-// mean (C,) and biased variance (C,) of x (rows, C), two-pass (the squares are taken around the
-// mean, not as E[x²] - E[x]², which cancels badly when |mean| >> std).
+// Per channel of x (rows, C), in double, row by row: sum(x), or with `around`, sum((x - around)²)
+// (the square an explicit fma, so the bits do not depend on the compiler contracting). Whole groups
+// of channels in vector instructions where built with them (batch_norm_sums.h), the rest in this loop.
 template <typename T>
-void moments(const T* x, int64_t rows, int64_t channels, float* mean, float* variance) {
-  const size_t cs = static_cast<size_t>(channels);
-  std::vector<double> sum(cs, 0.0), mean_d(cs, 0.0);
-  // Whole groups of channels in vector instructions where built with them, the rest row by row.
-  const auto vector_groups = [&](int64_t r0, int64_t r1, int64_t& c0, int64_t c1, double* s, const double* around) {
+std::vector<double> row_sums(const T* x, int64_t rows, int64_t channels, const double* around) {
+  std::vector<double> sum;
+  channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, double* s) {
     if constexpr (detail::kChannelGroupSumsVectorized && std::is_same_v<T, float>) {
       for (; c0 + detail::kChannelGroup <= c1; c0 += detail::kChannelGroup) {
         detail::channel_group_moment_sums(x, around, channels, r0, r1, c0, s);
       }
     }
-  };
-  channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, double* s) {
-    vector_groups(r0, r1, c0, c1, s, nullptr);
     for (int64_t r = r0; r < r1; ++r) {
       const T* row = x + r * channels;
-      for (int64_t c = c0; c < c1; ++c) s[c] += static_cast<double>(detail::load(row, c));
-    }
-  });
-  for (int64_t c = 0; c < channels; ++c) mean_d[c] = rows > 0 ? sum[c] / static_cast<double>(rows) : 0.0;
-  channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, double* s) {
-    vector_groups(r0, r1, c0, c1, s, mean_d.data());
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* row = x + r * channels;
+      if (around == nullptr) {
+        for (int64_t c = c0; c < c1; ++c) s[c] += static_cast<double>(detail::load(row, c));
+        continue;
+      }
       for (int64_t c = c0; c < c1; ++c) {
-        const double d = static_cast<double>(detail::load(row, c)) - mean_d[c];
-        s[c] = std::fma(d, d, s[c]);  // explicit: the bits do not depend on the compiler contracting
+        const double d = static_cast<double>(detail::load(row, c)) - around[c];
+        s[c] = std::fma(d, d, s[c]);
       }
     }
   });
+  return sum;
+}
+
+// mean (C,) and biased variance (C,) of x (rows, C), two-pass (the squares are taken around the
+// mean, not as E[x²] - E[x]², which cancels badly when |mean| >> std).
+template <typename T>
+void moments(const T* x, int64_t rows, int64_t channels, float* mean, float* variance) {
+  const std::vector<double> sum = row_sums(x, rows, channels, nullptr);
+  std::vector<double> mean_d(static_cast<size_t>(channels), 0.0);
+  for (int64_t c = 0; c < channels; ++c) mean_d[c] = rows > 0 ? sum[c] / static_cast<double>(rows) : 0.0;
+  const std::vector<double> squares = row_sums(x, rows, channels, mean_d.data());
   for (int64_t c = 0; c < channels; ++c) {
     mean[c] = static_cast<float>(mean_d[c]);
-    variance[c] = rows > 0 ? static_cast<float>(sum[c] / static_cast<double>(rows)) : 0.0f;
+    variance[c] = rows > 0 ? static_cast<float>(squares[c] / static_cast<double>(rows)) : 0.0f;
   }
 }
 
@@ -302,13 +305,7 @@ void channel_sums(const float* dy, const T* x, const float* mean, int64_t rows, 
 }
 
 void sum_rows(const float* dy, int64_t rows, int64_t channels, float* out) {
-  std::vector<double> sum;
-  channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, double* s) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* dyr = dy + r * channels;
-      for (int64_t c = c0; c < c1; ++c) s[c] += static_cast<double>(dyr[c]);
-    }
-  });
+  const std::vector<double> sum = row_sums(dy, rows, channels, nullptr);
   for (int64_t c = 0; c < channels; ++c) out[c] = static_cast<float>(sum[static_cast<size_t>(c)]);
 }
 

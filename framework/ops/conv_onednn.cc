@@ -120,9 +120,9 @@ int64_t first_dim_block(const memory::desc& d) {
 
 // The reorder from -> to in slices of at least kMinReorderPartBytes, at most kMaxReorderParts of them
 // (the shape decides), where neither layout pads a dimension and each slice is whole blocks; none
-// (one call) where oneDNN would need a scratchpad for a slice or has no reorder for it. A reorder of
-// ResNet50's 3x3x512x512 kernel into a blocked layout takes 1-3 ms on one core, and a training
-// step at 224x224 had 158 of them, about a tenth of the step, on one of the threads.
+// (one call) where oneDNN would need a scratchpad for a slice or has no reorder for it. A training
+// step of ResNet50 at 224x224 had 158 reorders, about a tenth of the step, on one of the threads
+// (ONEDNN_VERBOSE=1 build/bench/resnet_bench train --image 224 --batch 8 --steps 1).
 ReorderParts reorder_parts(const memory::desc& from, const memory::desc& to) {
   constexpr size_t kMinReorderPartBytes = size_t{256} << 10;
   constexpr int64_t kMaxReorderParts = 8;
@@ -252,15 +252,15 @@ int64_t image_tasks(const ConvGeometry& g, double min_flops_per_task) {
   return largest_divisor_up_to(g.batch, want);
 }
 // Forward and backward_data tasks: 2 x kMinFlopsPerThread each (at 32x32, ResNet50's first-stage
-// convolutions, 67 MFLOP, were one task under 8x, the kernel gradient's until 2026-11-29, and the second thread
-// waited: 12% of a training step, 4 interleaved pairs; 1x ran no faster than 2x). Their images are
-// independent, so the task count never changes a bit.
+// convolutions, 67 MFLOP, were one task under 8x, the kernel gradient's until 2026-11-29, and the
+// second thread waited: 12% of a training step, 4 interleaved pairs; 1x ran no faster than 2x).
+// Their images are independent, so the task count never changes a bit.
 int64_t data_tasks(const ConvGeometry& g) { return image_tasks(g, 2 * kMinFlopsPerThread); }
 
 // The kernel gradient's tasks: as many as data_tasks, fewer where their partial kernels would exceed
 // twice the kernel or 4 MiB, whichever is larger. The count decides the order the partial sums add
 // in, so the shape alone decides it. (At 8 x kMinFlopsPerThread a task, ResNet50's 151-MFLOP 3x3
-// kernel gradients at 32x32 were one task, and a second thread waited 18 ms of a 135 ms step.)
+// kernel gradients at 32x32 were one task each while the second thread waited.)
 int64_t kernel_gradient_tasks(const ConvGeometry& g) {
   const size_t kernel_bytes = static_cast<size_t>(g.patch() * g.out_channels) * sizeof(float);
   const size_t cap = std::max(2 * kernel_bytes, size_t{4} << 20);

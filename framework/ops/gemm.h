@@ -30,7 +30,7 @@ inline constexpr double kGemmGrainFlops = 2e6;
 
 // [begin, end) of tile `i` of an axis of `n` cut at multiples of `block` (the last tile takes the
 // remainder), or, balanced, into `tiles` tiles of nearly equal size with bounds at multiples of
-// `block` (Balanced below).
+// `block` (evenly, below).
 struct TileAxis {
   int64_t n = 0, block = 1, tiles = 1;
   bool balanced = false;
@@ -38,7 +38,7 @@ struct TileAxis {
   int64_t begin(int64_t i) const { return balanced ? i * n / tiles / block * block : i * block; }
   int64_t end(int64_t i) const { return i + 1 == tiles ? n : begin(i + 1); }
   // `count` tiles (fewer where a tile would be under `unit`), bounds at multiples of `unit`.
-  static TileAxis Balanced(int64_t size, int64_t count, int64_t unit) {
+  static TileAxis evenly(int64_t size, int64_t count, int64_t unit) {
     TileAxis a(size, unit);
     a.tiles = std::clamp<int64_t>(count, 1, std::max<int64_t>(1, size / a.block));
     a.balanced = true;
@@ -60,8 +60,8 @@ inline int64_t gemm_row_block(int64_t cols, int64_t inner) {
 // size, bounds at multiples of kGemmTileUnit, and a product of several tiles has an even count of them:
 // on two threads the last tile never runs alone. (Until 2026-11-29 rows were cut at multiples of
 // kGemmRowBlock and columns of kGemmColBlock, remainders joining the last tile: ResNet50's 1x1
-// convolutions at 32x32 came in 2, 5, 7 or 21 tiles of unequal size, a model of which lost 14% of
-// their time on two threads to the thread left waiting.)
+// convolutions at 32x32 came in 2, 5, 7 or 21 tiles of unequal size, and one thread waited for the
+// other's last tile.)
 inline constexpr int64_t kGemmColBlock = 96;
 inline constexpr int64_t kGemmTargetTiles = 16;
 inline constexpr int64_t kGemmTileUnit = 16;
@@ -85,13 +85,13 @@ inline GemmTiles gemm_tiles(int64_t m, int64_t n, int64_t k) {
     const int64_t want = std::min({m / kGemmFineRowBlock, static_cast<int64_t>(flops / (2 * kGemmGrainFlops)), kGemmTargetTiles});
     if (want > 1) return {TileAxis(m, (m / want + kGemmFineRowBlock - 1) / kGemmFineRowBlock * kGemmFineRowBlock), TileAxis(n, n)};
   }
-  TileAxis rows = TileAxis::Balanced(m, row_tiles, kGemmTileUnit), cols = TileAxis::Balanced(n, col_tiles, kGemmTileUnit);
+  TileAxis rows = TileAxis::evenly(m, row_tiles, kGemmTileUnit), cols = TileAxis::evenly(n, col_tiles, kGemmTileUnit);
   if (const int64_t count = rows.tiles * cols.tiles; count > 1 && count % 2 == 1) {
     // One more tile on the column axis where it can take one, else on the row axis.
     if (cols.tiles > 1 && n / (cols.tiles + 1) >= kGemmTileUnit) {
-      cols = TileAxis::Balanced(n, cols.tiles + 1, kGemmTileUnit);
+      cols = TileAxis::evenly(n, cols.tiles + 1, kGemmTileUnit);
     } else if (m / (rows.tiles + 1) >= kGemmTileUnit) {
-      rows = TileAxis::Balanced(m, rows.tiles + 1, kGemmTileUnit);
+      rows = TileAxis::evenly(m, rows.tiles + 1, kGemmTileUnit);
     }
   }
   return {rows, cols};
