@@ -12,7 +12,8 @@ namespace keel {
 // thread, to which it yields the core while it polls. Measured on 2 cores (bench/mlp_throughput,
 // cpu, 2 threads, interleaved pairs): 100 us 11% faster than sleeping at once (6 pairs), 200 us
 // slower; yielding while polling 5% faster than not (10 pairs), and `keel train`'s wait for input
-// 6-14% of the step time instead of 17-23%. The kernels' pool and the replicas' hand-offs use it.
+// 6-14% of the step time instead of 17-23%. The kernels' pool, the replicas' hand-offs and their
+// barriers (framework/device/replica_scheduler.cc) use it.
 inline constexpr std::chrono::microseconds kSpinBeforeSleep{100};
 
 // Polls done() until it holds or `budget` has passed; returns done(). Yields the core every 64 polls,
