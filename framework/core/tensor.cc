@@ -40,6 +40,24 @@ std::shared_ptr<Storage> Storage::allocate_host(int64_t elements, DType dtype) {
   return s;
 }
 
+std::shared_ptr<Storage> Storage::adopt(std::shared_ptr<Storage> source, int64_t elements, const Shape& shape,
+                                        Category category, const std::string& owner, DType dtype) {
+  const int64_t bytes = checked_mul(elements, dtype_size(dtype), "tensor bytes");
+  if (source == nullptr || source->abstract() || bytes != source->bytes_) {
+    throw std::logic_error("Storage::adopt: a concrete buffer of " + std::to_string(bytes) + " bytes expected");
+  }
+  std::shared_ptr<Storage> s(new Storage());
+  s->elements_ = elements;
+  const bool abstract = device_hooks::charge_new_storage(bytes, category, owner, shape, s->charges_);
+  if (!abstract && elements > 0) {
+    s->data_ = source->data_;
+    s->bytes_ = bytes;
+    s->owned_ = false;
+    s->adopted_ = std::move(source);
+  }
+  return s;
+}
+
 Storage::~Storage() {
   for (const Charge& c : charges_) device_hooks::release(c);
   if (owned_) host_free(data_, static_cast<size_t>(bytes_));
@@ -231,6 +249,24 @@ Tensor Tensor::clone(Category category, const std::string& owner) const {
     std::memcpy(t.raw(dtype()), raw(dtype()), static_cast<size_t>(bytes()));
   }
   return t;
+}
+
+Tensor Tensor::moved_to_context(Category category, const std::string& owner) && {
+  const std::shared_ptr<Impl> impl = std::move(impl_);
+  const Tensor source(impl);
+  const std::shared_ptr<Storage>& storage = impl->storage;
+  // Only this call's handles (impl, source) reach the buffer, and it is host memory holding exactly
+  // this tensor: handing it on is invisible to everyone else.
+  const bool sole = impl.use_count() == 2 && storage != nullptr && storage.use_count() == 1 && !storage->abstract() &&
+                    storage->charges().empty() && impl->offset == 0 && storage->elements() == source.size() &&
+                    storage->bytes() == source.bytes() && !impl->keras_logits;
+  if (!sole) return source.clone(category, owner);
+  auto moved = std::make_shared<Impl>();
+  moved->shape = impl->shape;
+  moved->dtype = impl->dtype;
+  moved->storage = Storage::adopt(storage, source.size(), impl->shape, category, owner, impl->dtype);
+  moved->id = next_id();
+  return Tensor(std::move(moved));  // in a plan's context, abstract with the charges, as a clone
 }
 
 void Tensor::copy_from(const Tensor& other) {

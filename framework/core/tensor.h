@@ -39,6 +39,11 @@ class Storage {
                                            const std::string& owner, DType dtype = DType::float32);
   // Host memory whatever the thread's context: never charged, never abstract.
   static std::shared_ptr<Storage> allocate_host(int64_t elements, DType dtype = DType::float32);
+  // Charged as allocate() charges, but holding `source`'s memory instead of memory of its own (kept
+  // alive as long as this buffer is). For a host buffer nobody else can read any more, handed to a
+  // core without a copy (Tensor::moved_to_context); `source` must be concrete and `elements` long.
+  static std::shared_ptr<Storage> adopt(std::shared_ptr<Storage> source, int64_t elements, const Shape& shape,
+                                        Category category, const std::string& owner, DType dtype);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -78,8 +83,9 @@ class Storage {
   std::atomic<uint64_t> version_{0};
   int64_t elements_ = 0;
   int64_t bytes_ = 0;
-  bool owned_ = true;  // false while relocated to memory someone else owns
+  bool owned_ = true;  // false while relocated to memory someone else owns, or adopted
   std::vector<Charge> charges_;
+  std::shared_ptr<Storage> adopted_;  // the buffer whose memory this one holds (adopt)
 };
 
 class Tensor {
@@ -138,6 +144,11 @@ class Tensor {
   // Deep copy into new storage charged per the current context.
   Tensor clone() const;
   Tensor clone(Category category, const std::string& owner) const;
+  // clone(category, owner) without the copy where nothing else can read this tensor's memory: a
+  // concrete host tensor (never charged) that is its buffer's only view and that no other handle
+  // shares (a batch fresh from an input pipeline) gives its memory to the new tensor, charged as the
+  // clone would be. Otherwise a clone. This tensor is left undefined either way.
+  Tensor moved_to_context(Category category, const std::string& owner) &&;
   void copy_from(const Tensor& other);  // same element count
   void fill(float value);
 

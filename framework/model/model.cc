@@ -293,9 +293,9 @@ int64_t collective_bytes(const Ledger& ledger) {
   return total;
 }
 
-Batch to_batch(const Element& e) {
+Batch to_batch(Element&& e) {
   if (e.size() < 2) throw std::invalid_argument("fit/evaluate: dataset elements must be (x, y) pairs");
-  return Batch{e[0], e[1]};
+  return Batch{std::move(e[0]), std::move(e[1])};
 }
 
 }  // namespace
@@ -374,7 +374,7 @@ bool Model::train_epoch(Iterator& it, TrainingState& st, const std::vector<Callb
     st.input_wait_seconds += std::chrono::duration<double>(Clock::now() - start).count();
     if (!element) return std::nullopt;
     const int64_t before = infeed_bytes(strategy_->ledger());
-    Pulled p{strategy_->distribute(to_batch(*element)), it.snapshot()};
+    Pulled p{strategy_->distribute(to_batch(std::move(*element))), it.snapshot()};
     st.infeed_bytes += infeed_bytes(strategy_->ledger()) - before;
     return p;
   };
@@ -408,7 +408,7 @@ Logs Model::evaluate(const Dataset& dataset, int64_t steps) {
   for (int64_t done = 0; steps < 0 || done < steps; ++done) {
     std::optional<Element> element = it.next();
     if (!element) break;
-    total += test_step(to_batch(*element));
+    total += test_step(to_batch(std::move(*element)));
   }
   Logs logs = logs_of(total);
   logs["samples"] = static_cast<double>(total.samples);
@@ -440,7 +440,7 @@ int64_t Model::recompute_batch_statistics(const Dataset& dataset, int64_t batche
     for (auto* bn : norms) bn->set_update_momentum(1.0 - 1.0 / static_cast<double>(used));
     // Training-mode forward without a tape: batch statistics, no gradients, weights untouched.
     strategy_->run_distributed([&](const Batch& b) { return call(b.images, /*training=*/true).defined(); },
-                               to_batch(*element));
+                               to_batch(std::move(*element)));
   }
   return used;
 }

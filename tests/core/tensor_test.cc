@@ -1,12 +1,16 @@
-// Tensor: string scalars (tf.string) beside float tensors; a buffer moved to memory its owner lends.
+// Tensor: string scalars (tf.string) beside float tensors; a buffer moved to memory its owner lends;
+// a host buffer handed to a core without a copy.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/core/tensor.h"
 #include "framework/device/context.h"
+#include "framework/device/ledger.h"
 
 namespace keel {
 namespace {
@@ -58,6 +62,52 @@ TEST(TensorTest, ABufferMovesToLentMemoryAndBackWithItsValues) {
   EXPECT_NE(static_cast<const Tensor&>(t).data(), other.data());
   other.assign(5, 0.0f);
   EXPECT_EQ(view.to_vector(), (std::vector<float>{6, 7, 8, 9, 10}));
+}
+
+// moved_to_context: a host tensor nobody else holds gives its memory to the core's tensor, charged as
+// a clone is; one that another handle or a view still reads is cloned. The source is left undefined.
+TEST(TensorTest, MovedToContextTakesMemoryOnlyWhereNothingElseReadsIt) {
+  Ledger ledger(DeviceSpec::custom(1, 0));
+  const DeviceContext core{.ledger = &ledger, .core = 0};
+  Tensor alone;
+  {
+    HostScope host;
+    alone = Tensor::from_vector({2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6});
+  }
+  const float* memory = std::as_const(alone).data();
+  std::weak_ptr<Storage> source = alone.weak_storage();
+  {
+    ContextScope on_core(core);
+    const Tensor moved = std::move(alone).moved_to_context(Category::inputs, "x");
+    EXPECT_FALSE(alone.defined());
+    EXPECT_EQ(std::as_const(moved).data(), memory);
+    EXPECT_EQ(moved.to_vector(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+    EXPECT_EQ(ledger.core(0).stat(Category::inputs).current, 24);
+    EXPECT_FALSE(source.expired());
+  }
+  EXPECT_TRUE(source.expired());
+  EXPECT_EQ(ledger.core(0).stat(Category::inputs).current, 0);
+
+  Tensor shared, viewed, charged;
+  Tensor handle, view;
+  {
+    HostScope host;
+    shared = Tensor::from_vector({2}, std::vector<float>{7, 8});
+    viewed = Tensor::from_vector({2}, std::vector<float>{9, 10});
+    handle = shared;
+    view = viewed.slice_rows(1, 2);
+  }
+  ContextScope on_core(core);
+  charged = Tensor::from_vector({1}, std::vector<float>{11}).clone(Category::activations, "c");
+  const float* charged_memory = std::as_const(charged).data();
+  const Tensor a = std::move(shared).moved_to_context(Category::inputs, "a");
+  const Tensor b = std::move(viewed).moved_to_context(Category::inputs, "b");
+  const Tensor c = std::move(charged).moved_to_context(Category::inputs, "c");
+  EXPECT_NE(std::as_const(a).data(), std::as_const(handle).data());
+  EXPECT_EQ(a.to_vector(), (std::vector<float>{7, 8}));
+  EXPECT_EQ(b.to_vector(), (std::vector<float>{9, 10}));
+  EXPECT_NE(std::as_const(c).data(), charged_memory);  // already charged: a copy
+  EXPECT_EQ(ledger.core(0).stat(Category::inputs).current, 8 + 8 + 4);
 }
 
 }  // namespace

@@ -6,10 +6,12 @@
 #include <cstdlib>
 #include <future>
 #include <limits>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -91,6 +93,52 @@ TEST(StrategyDistributeTest, ShardsAreChargedAsInputsOnTheirOwnCoreAndCountedAsI
     }
   }
   for (int c = 0; c < 4; ++c) EXPECT_EQ(s.ledger().core(c).stat(Category::inputs).current, 0) << c;
+}
+
+// One core: a batch handed over whole becomes its shard without a copy (its memory, charged as the
+// copy would be, freed when the shard is); a batch someone else still holds is copied.
+TEST(StrategyDistributeTest, OneCoreTakesAHandedOverBatchInPlace) {
+  ReplicatedStrategy s(DeviceSpec::custom(1, 0));
+  Batch handed{iota({6, 4}), iota({6}, 100)};
+  const float* images = std::as_const(handed.images).data();
+  const std::vector<float> values = handed.images.to_vector();
+  std::weak_ptr<Storage> batch_memory = handed.images.weak_storage();
+  {
+    std::vector<Batch> shards = s.distribute(std::move(handed));
+    const Batch& b = shards[0];
+    EXPECT_EQ(std::as_const(b.images).data(), images);  // no copy
+    EXPECT_EQ(b.images.to_vector(), values);
+    EXPECT_FALSE(handed.images.defined());
+    const CoreLedger& core = s.ledger().core(0);
+    EXPECT_EQ(core.stat(Category::inputs).current, b.images.bytes() + b.labels.bytes());
+    EXPECT_EQ(core.transfers().host_to_core_count, 2);
+    ASSERT_EQ(b.images.storage().charges().size(), 1u);
+    EXPECT_EQ(b.images.storage().charges()[0].ledger.lock().get(), &s.ledger().core(0));
+    EXPECT_FALSE(batch_memory.expired());  // the shard keeps the batch's memory
+  }
+  EXPECT_TRUE(batch_memory.expired());
+  EXPECT_EQ(s.ledger().core(0).stat(Category::inputs).current, 0);
+
+  Batch kept{iota({6, 4}), iota({6}, 100)};
+  const Tensor other_handle = kept.images;  // still read by someone else: copied
+  const Tensor view = kept.labels.slice_rows(0, 3);  // a view of the labels: copied too
+  std::vector<Batch> shards = s.distribute(Batch(kept));
+  EXPECT_NE(std::as_const(shards[0].images).data(), std::as_const(other_handle).data());
+  EXPECT_NE(std::as_const(shards[0].labels).data(), std::as_const(kept.labels).data());
+  EXPECT_EQ(shards[0].images.to_vector(), other_handle.to_vector());
+  EXPECT_EQ(shards[0].labels.to_vector(), kept.labels.to_vector());
+}
+
+// Several cores: each gets a copy of its rows, even from a batch handed over.
+TEST(StrategyDistributeTest, SeveralCoresCopyTheirRowsOfAHandedOverBatch) {
+  ReplicatedStrategy s(DeviceSpec::custom(2, 0));
+  Batch handed{iota({4, 2}), Tensor()};
+  const Tensor global = handed.images.clone();
+  std::vector<Batch> shards = s.distribute(std::move(handed));
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_EQ(shards[static_cast<size_t>(c)].images.to_vector(), global.slice_rows(2 * c, 2 * c + 2).to_vector());
+    EXPECT_EQ(s.ledger().core(c).stat(Category::inputs).current, 2 * 2 * 4);
+  }
 }
 
 TEST(StrategyDistributeTest, ImagesWithoutLabels) {
