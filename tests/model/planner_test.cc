@@ -230,47 +230,54 @@ TEST(Planner, MixedPrecisionResnet50PlanEqualsARealStep) {
 
 // The plan against fit() itself: several steps from a real dataset, with the next batch in each
 // core's prefetch slot while a step runs; the peaks over the whole run equal the steady-state plan.
+// On `cpu` fit's batches become the core's shards without a copy (distribute(Batch&&)), charged as
+// the plan's copies are.
 TEST(Planner, PlanEqualsThePeaksOfFit) {
-  const DeviceSpec device = DeviceSpec::preset("v3-8");
-  const int64_t per_core = 16, global = per_core * device.cores, n = 4 * global + 7;
-  clear_session();
-  set_random_seed(3);
-  ReplicatedStrategy strategy(device);
-  std::unique_ptr<Model> model;
-  {
-    auto scope = strategy.scope();
-    model = build_compiled("mlp");
+  for (const DeviceSpec& device : {DeviceSpec::preset("v3-8"), DeviceSpec::preset("cpu")}) {
+    SCOPED_TRACE(device.name);
+    const int64_t per_core = device.cores == 1 ? 128 : 16, global = per_core * device.cores, n = 4 * global + 7;
+    clear_session();
+    set_random_seed(3);
+    ReplicatedStrategy strategy(device);
+    std::unique_ptr<Model> model;
+    {
+      auto scope = strategy.scope();
+      model = build_compiled("mlp");
+    }
+    Tensor x, y;
+    {
+      HostScope host;
+      x = Tensor::empty({n, 784});
+      y = Tensor::zeros({n, 10});
+      Rng rng(5);
+      for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = rng.next_float();
+      for (int64_t i = 0; i < n; ++i) y.data()[i * 10 + static_cast<int64_t>(rng.next_below(10))] = 1.0f;
+    }
+    const Dataset data = Dataset::from_tensor_slices({x, y}).shuffle(n, 1).batch(global, true).prefetch(AUTOTUNE);
+    FitOptions options;
+    options.epochs = 2;
+    model->fit(data, options);
+    const std::vector<CoreMemory> measured = core_memory(strategy.ledger());
+    ASSERT_EQ(model->optimizer().iterations(), 8);
+    clear_session();
+    const MemoryPlan plan = plan_training_step([] { return build_compiled("mlp"); }, device, per_core, {10});
+    expect_equal(plan.per_core, measured);
+    // The collectives' traffic of one planned step is that of each of fit's 8 steps.
+    for (int c = 0; c < device.cores; ++c) {
+      const TransferStat t = strategy.ledger().core(c).transfers();
+      EXPECT_EQ(t.sent_bytes, 8 * plan.per_core[static_cast<size_t>(c)].sent_bytes) << c;
+      EXPECT_EQ(t.received_bytes, 8 * plan.per_core[static_cast<size_t>(c)].received_bytes) << c;
+      // Every batch moved to the cores is counted, copied or not: the 8 steps'.
+      EXPECT_EQ(t.host_to_core_bytes, 8 * per_core * (784 + 10) * 4) << c;
+    }
+    // Two batches of inputs: the step's and the slot's.
+    EXPECT_EQ(plan.per_core[0].category_peak[static_cast<size_t>(Category::inputs)], 2 * per_core * (784 + 10) * 4);
+    if (device.cores == 1) continue;
+    // Core 0 of v3-8's tree has children 1, 2 and 4: the gradients (407,080 bytes) go up and down
+    // each link once; core 7 is a leaf.
+    EXPECT_EQ(plan.per_core[0].sent_bytes, 3 * 407080);
+    EXPECT_EQ(plan.per_core[7].sent_bytes, 407080);
   }
-  Tensor x, y;
-  {
-    HostScope host;
-    x = Tensor::empty({n, 784});
-    y = Tensor::zeros({n, 10});
-    Rng rng(5);
-    for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = rng.next_float();
-    for (int64_t i = 0; i < n; ++i) y.data()[i * 10 + static_cast<int64_t>(rng.next_below(10))] = 1.0f;
-  }
-  const Dataset data = Dataset::from_tensor_slices({x, y}).shuffle(n, 1).batch(global, true).prefetch(AUTOTUNE);
-  FitOptions options;
-  options.epochs = 2;
-  model->fit(data, options);
-  const std::vector<CoreMemory> measured = core_memory(strategy.ledger());
-  ASSERT_EQ(model->optimizer().iterations(), 8);
-  clear_session();
-  const MemoryPlan plan = plan_training_step([] { return build_compiled("mlp"); }, device, per_core, {10});
-  expect_equal(plan.per_core, measured);
-  // The collectives' traffic of one planned step is that of each of fit's 8 steps.
-  for (int c = 0; c < device.cores; ++c) {
-    const TransferStat t = strategy.ledger().core(c).transfers();
-    EXPECT_EQ(t.sent_bytes, 8 * plan.per_core[static_cast<size_t>(c)].sent_bytes) << c;
-    EXPECT_EQ(t.received_bytes, 8 * plan.per_core[static_cast<size_t>(c)].received_bytes) << c;
-  }
-  // Core 0 of v3-8's tree has children 1, 2 and 4: the gradients (407,080 bytes) go up and down
-  // each link once; core 7 is a leaf.
-  EXPECT_EQ(plan.per_core[0].sent_bytes, 3 * 407080);
-  EXPECT_EQ(plan.per_core[7].sent_bytes, 407080);
-  // Two batches of inputs: the step's and the slot's.
-  EXPECT_EQ(plan.per_core[0].category_peak[static_cast<size_t>(Category::inputs)], 2 * per_core * (784 + 10) * 4);
 }
 
 }  // namespace
