@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <utility>
 #include <functional>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "framework/core/float_environment.h"
 #include "framework/core/host_threads.h"
@@ -197,10 +197,11 @@ std::vector<Batch> ReplicatedStrategy::distribute(const Batch& global) {
   return shards;
 }
 
-// One core here: its shard is the whole batch, and the copy was pure cost (a tenth of the seed MLP's
-// step on `cpu`, which the batch's own memory saves: 11% more samples/s, 6 interleaved pairs of
-// bench/mlp_throughput on 2 threads). With several, each core's rows still get memory of their own:
-// reading them in place from the batch measured 5% slower on v3-8 (8 pairs), though it saves the copy.
+// One core here: its shard is the whole batch, and the copy was pure cost (the seed MLP on `cpu`
+// gains 12% samples/s from the batch's own memory: 5 interleaved pairs of bench/mlp_throughput
+// --epochs 6 on 2 threads, best epochs). With several, each core's rows still get memory of their
+// own: reading them in place from the batch measured 5% slower on v3-8 (8 pairs), though it saves
+// the copy.
 std::vector<Batch> ReplicatedStrategy::distribute(Batch&& global) {
   if (local_replicas_ != 1) return distribute(std::as_const(global));
   std::vector<Batch> shards(static_cast<size_t>(num_replicas()));

@@ -150,7 +150,7 @@ class ReplicatedStrategy {
   std::vector<Batch> distribute(const Batch& global);
   // The same, for a batch the caller hands over: where this process runs one core, whose shard is
   // the whole batch, the shard takes the batch's memory instead of a copy when nothing else holds
-  // it (Tensor::moved_to_context), charged as the copy would be. `global` is left undefined.
+  // it (Tensor::moved_to_context), charged as the copy would be. `global`'s tensors may be taken.
   std::vector<Batch> distribute(Batch&& global);
 
   // Copies replica `replica`'s rows of a host batch to its core (`inputs`, counted as infeed). Must
