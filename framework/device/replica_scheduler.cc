@@ -218,9 +218,10 @@ void ReplicaScheduler::barrier(int replica) {
 // Every replica of this slot is parked at the barrier `generation`: poll (the others are usually
 // microseconds away), then sleep until the barrier completes or the run is aborted. The poll yields
 // the core every 64 rounds (spin_until), so the input pipeline's thread still gets it: polling
-// kSpinBeforeSleep so measured 8% faster than a 10 us spin without yields (7 interleaved pairs of
-// bench/mlp_throughput --device v3-8 --batch-per-core 16 on 2 cores, 6 faster); a 50 us spin without
-// yields had been 8% slower than 10 us, the spinning thread taking the core from the pipeline's.
+// kSpinBeforeSleep so measured faster than a 10 us spin without yields (bench/mlp_throughput
+// --device v3-8 --batch-per-core 16 on 2 cores: 7 interleaved pairs, 8% on steady epochs; 10 pairs,
+// 17% on best epochs, every pair faster); a 50 us spin without yields had been 8% slower than 10 us,
+// the spinning thread taking the core from the pipeline's.
 void ReplicaScheduler::wait_for_generation_after(uint64_t generation) {
   auto passed = [&] {
     return generation_.load(std::memory_order_acquire) != generation || aborted_.load(std::memory_order_acquire);
