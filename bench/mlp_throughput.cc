@@ -68,20 +68,21 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   keel::History history = model->fit(ds, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int64_t samples = (60000 / global) * global * epochs;
+  const int64_t epoch_samples = (60000 / global) * global;  // whole batches only
+  const int64_t samples = epoch_samples * epochs;
   double steady_seconds = 0;  // the epochs after the first (all of one epoch's when there is one)
   double best_seconds = 0;  // the fastest of them
   for (size_t e = epoch_times.seconds.size() > 1 ? 1 : 0; e < epoch_times.seconds.size(); ++e) {
     steady_seconds += epoch_times.seconds[e];
     if (best_seconds == 0 || epoch_times.seconds[e] < best_seconds) best_seconds = epoch_times.seconds[e];
   }
-  const int64_t steady_samples = (60000 / global) * global * (epochs > 1 ? epochs - 1 : 1);
+  const int64_t steady_samples = epoch_samples * (epochs > 1 ? epochs - 1 : 1);
   keel::Logs eval = model->evaluate(keel::Dataset::from_tensor_slices({x_test, test.labels}).batch(global));
   std::printf("{\"framework\": \"keel\", \"device\": \"%s\", \"batch_per_core\": %lld, \"samples_per_sec\": %.1f, "
               "\"steady_samples_per_sec\": %.1f, \"best_epoch_samples_per_sec\": %.1f, \"epoch_seconds\": %.4f, \"final_loss\": %.6f, \"test_accuracy\": %.4f}\n",
               device.c_str(), static_cast<long long>(batch_per_core), static_cast<double>(samples) / seconds,
               static_cast<double>(steady_samples) / steady_seconds,
-              static_cast<double>((60000 / global) * global) / best_seconds, seconds / epochs, history.epochs.back().at("loss"),
+              static_cast<double>(epoch_samples) / best_seconds, seconds / epochs, history.epochs.back().at("loss"),
               eval.at("accuracy"));
   return 0;
 }

@@ -188,25 +188,21 @@ InputContext ReplicatedStrategy::input_context(int64_t global_batch) const {
   return keel::input_context(spec(), processes_->size(), processes_->rank(), global_batch);
 }
 
-std::vector<Batch> ReplicatedStrategy::distribute(const Batch& global) {
+std::vector<Batch> ReplicatedStrategy::distribute(const Batch& global) { return distribute(Batch(global)); }
+
+// With one core here its shard is the whole batch, and the copy was pure cost: the seed MLP on `cpu`
+// gains 12% samples/s from the batch's own memory (5 interleaved pairs of bench/mlp_throughput
+// --epochs 6 on 2 threads, best epochs, the builds before and after). A batch the caller still
+// holds (distribute(const Batch&)) is copied all the same (Tensor::moved_to_context). With several
+// cores each core's rows still get memory of their own: reading them in place from the batch was
+// slower on v3-8 in a scratch build, though it saves the copy.
+std::vector<Batch> ReplicatedStrategy::distribute(Batch&& global) {
+  const bool may_move = local_replicas_ == 1;
   std::vector<Batch> shards(static_cast<size_t>(num_replicas()));
   for (int c = first_local_; c < first_local_ + local_replicas_; ++c) {
     ContextScope on_core(core_context(c, Category::inputs));
-    shards[static_cast<size_t>(c)] = infeed(global, c);
+    shards[static_cast<size_t>(c)] = infeed_batch(may_move ? std::move(global) : Batch(global), c, may_move);
   }
-  return shards;
-}
-
-// One core here: its shard is the whole batch, and the copy was pure cost (the seed MLP on `cpu`
-// gains 12% samples/s from the batch's own memory: 5 interleaved pairs of bench/mlp_throughput
-// --epochs 6 on 2 threads, best epochs). With several, each core's rows still get memory of their
-// own: reading them in place from the batch measured 5% slower on v3-8 (8 pairs), though it saves
-// the copy.
-std::vector<Batch> ReplicatedStrategy::distribute(Batch&& global) {
-  if (local_replicas_ != 1) return distribute(std::as_const(global));
-  std::vector<Batch> shards(static_cast<size_t>(num_replicas()));
-  ContextScope on_core(core_context(first_local_, Category::inputs));
-  shards[static_cast<size_t>(first_local_)] = infeed_batch(std::move(global), first_local_, /*may_move=*/true);
   return shards;
 }
 
