@@ -15,7 +15,12 @@
 # GFLOP/s (analytic FLOPs: 2 x multiply-adds, x3 for a training step) and the fraction of this
 # machine's fp32 FMA peak (bench/fma_peak, best of 3, per core x the threads the run used).
 # Environment: REPEATS (2), EPOCHS (MLP, 3), STEPS_32 (10), STEPS_224 (4), BUILD_DIR (build),
-#   JSON (bench_results.json in the current directory). About 9 minutes on 2 cores.
+#   JSON (bench_results.json in the current directory), RUNS_DIR (keep each run's JSON lines there
+#   rather than in a temporary folder). About 9 minutes on 2 cores.
+# On a machine without Debian's packages (the lent device machine): BIN names a folder holding
+#   mlp_throughput, resnet_bench and fma_peak (bench/pack_for_device.sh here, `source
+#   bench/device_env.sh` there: BIN=/tmp/keel-carry) and TORCH_PYTHON the interpreter that has
+#   PyTorch; nothing is installed or built then.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JSON="$(realpath -m "${JSON:-bench_results.json}")"
@@ -38,32 +43,44 @@ done
 [[ $THREADS =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "run_all: --threads takes counts such as 1,2,4" >&2; exit 2; }
 IFS=',' read -r -a THREAD_COUNTS <<<"$THREADS"
 
-# shellcheck source=bench/torch_deps.sh
-source bench/torch_deps.sh
-if [[ ! -f "$BUILD/build.ninja" ]]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+if [[ -n "${BIN:-}" ]]; then
+  BENCH="$BIN"
+  torch_at_its_best() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "${TORCH_PYTHON:-python3}" "$@"; }
+else
+  # shellcheck source=bench/torch_deps.sh
+  source bench/torch_deps.sh
+  if [[ ! -f "$BUILD/build.ninja" ]]; then
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  fi
+  cmake --build "$BUILD" -j"$CORES" --target mlp_throughput resnet_bench fma_peak >/dev/null
+  BENCH="$BUILD/bench"
 fi
-cmake --build "$BUILD" -j"$CORES" --target mlp_throughput resnet_bench fma_peak >/dev/null
 
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+if [[ -n "${RUNS_DIR:-}" ]]; then
+  OUT="$RUNS_DIR"
+  mkdir -p "$OUT" && rm -f "$OUT"/*.jsonl
+else
+  OUT="$(mktemp -d)"
+  trap 'rm -rf "$OUT"' EXIT
+fi
 LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
-for _ in 1 2 3; do "$BUILD"/bench/fma_peak >>"$OUT/peak.jsonl"; done
+for _ in 1 2 3; do "$BENCH"/fma_peak >>"$OUT/peak.jsonl"; done
 
 # One line per run: workload side config threads, then the command; its JSON line goes to a file
 # named after the first four fields.
 runs=()
 for t in "${THREAD_COUNTS[@]}"; do
-  runs+=("mlp keel cpu $t|KEEL_NUM_THREADS=$t $BUILD/bench/mlp_throughput --device cpu --batch-per-core 128 --epochs $EPOCHS")
-  runs+=("mlp keel v3-8 $t|KEEL_NUM_THREADS=$t $BUILD/bench/mlp_throughput --device v3-8 --batch-per-core 16 --epochs $EPOCHS")
+  runs+=("mlp keel cpu $t|KEEL_NUM_THREADS=$t $BENCH/mlp_throughput --device cpu --batch-per-core 128 --epochs $EPOCHS")
+  runs+=("mlp keel v3-8 $t|KEEL_NUM_THREADS=$t $BENCH/mlp_throughput --device v3-8 --batch-per-core 16 --epochs $EPOCHS")
   runs+=("mlp pytorch - $t|torch_at_its_best bench/torch_mlp_bench.py --batch 128 --epochs $EPOCHS --threads $t")
   runs+=("mlp pytorch flush $t|torch_at_its_best bench/torch_mlp_bench.py --batch 128 --epochs $EPOCHS --threads $t --flush-denormal")
   for w in "train32 train 32 32 $STEPS_32" "train224 train 224 8 $STEPS_224" "infer224 infer 224 8 $STEPS_224"; do
     read -r name mode image batch steps <<<"$w"
     common="--image $image --batch $batch --steps $steps"
     [[ $mode == train ]] && common+=" --optimizer adam"
-    runs+=("$name keel cpu $t|$BUILD/bench/resnet_bench $mode --device cpu --threads $t $common")
-    [[ $t -gt 1 ]] && runs+=("$name keel custom:$t $t|$BUILD/bench/resnet_bench $mode --device custom:$t --threads $t $common")
+    runs+=("$name keel cpu $t|$BENCH/resnet_bench $mode --device cpu --threads $t $common")
+    # T replicas where each gets at least one image of the global batch.
+    [[ $t -gt 1 && $t -le $batch ]] && runs+=("$name keel custom:$t $t|$BENCH/resnet_bench $mode --device custom:$t --threads $t $common")
     runs+=("$name pytorch - $t|torch_at_its_best bench/torch_resnet_bench.py $mode --threads $t $common")
   done
 done
@@ -71,10 +88,11 @@ for rep in $(seq "$REPEATS"); do
   for run in "${runs[@]}"; do
     key="${run%%|*}"
     echo "run_all: $key (repeat $rep of $REPEATS)" >&2
-    (eval "${run#*|}") >>"$OUT/${key// /_}.jsonl"
+    # A run that fails is reported and left out; the others go on.
+    (eval "${run#*|}") >>"$OUT/${key// /_}.jsonl" || echo "run_all: $key failed (exit $?)" >&2
   done
 done
 LOAD_AFTER="$(cut -d' ' -f1-3 /proc/loadavg)"
 
-/usr/bin/python3 bench/run_all_report.py "$OUT" "$JSON" "$CORES" "$REPEATS" "$EPOCHS" "$LOAD_BEFORE" "$LOAD_AFTER"
+python3 bench/run_all_report.py "$OUT" "$JSON" "$CORES" "$REPEATS" "$EPOCHS" "$LOAD_BEFORE" "$LOAD_AFTER"
 echo "run_all: numbers in $JSON" >&2

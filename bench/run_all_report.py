@@ -47,7 +47,8 @@ def load_runs(out, peak_per_core, cores):
         workload, side, config, threads = name.split("_")
         lines = [json.loads(l) for l in open(path) if l.strip()]
         if not lines:
-            raise SystemExit(f"run_all: {name} produced no result")
+            print(f"run_all: {name} produced no result; left out of the report", file=sys.stderr)
+            continue
         field = WORKLOADS[workload][2]
         best = max(lines, key=lambda d: d[field])
         value = best[field]
@@ -57,6 +58,7 @@ def load_runs(out, peak_per_core, cores):
             "workload": workload, "side": side, "config": None if config == "-" else config,
             "threads": int(threads), "value": value, "unit": WORKLOADS[workload][1],
             "all_values": [d[field] for d in lines], "gflops": round(gflops, 2),
+            "version": best.get("torch_version"),
             "fraction_of_peak": round(gflops / (peak_per_core * used), 4),
         })
     return runs
@@ -106,9 +108,10 @@ def main():
     runs = load_runs(out, peak, cores)
     summary = summary_rows(runs)
 
+    torch_versions = sorted({r["version"] for r in runs if r.get("version")})
     print(f"{cpu_model()}, {cores} hardware threads; fp32 FMA peak {peak:.1f} GFLOP/s per core (bench/fma_peak, "
-          f"best of {len(peaks)}). Best of {repeats} interleaved repeats; MLP: {epochs} epochs, the first left out. "
-          f"Load average before: {load_before}; after: {load_after}.\n")
+          f"best of {len(peaks)}). PyTorch {', '.join(torch_versions) or '(not run)'}. Best of {repeats} interleaved "
+          f"repeats; MLP: {epochs} epochs, the first left out. Load average before: {load_before}; after: {load_after}.\n")
     print("| comparison | keel | reference | ratio | target |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for s in summary:
