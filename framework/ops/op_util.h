@@ -129,22 +129,39 @@ void for_row_blocks(int64_t rows, int64_t channels, F&& f) {
 
 // out[c] = x[0][c] + x[1][c] + ... in row order, for c < cols (rows `ld` floats apart): a bias's
 // gradient. A column's sum does not depend on the columns beside it, so a column-parallel layer's
-// share of it (framework/ops/column_parallel.cc) has the bits of the whole one's.
+// share of it (framework/ops/column_parallel.cc) has the bits of the whole one's. Up to 128 columns
+// at a time in local accumulators (8 vectors added side by side, each row's span read in one run):
+// one column per cache line at a time was bound by each add waiting for the last, at about a third
+// of this speed on ResNet50's shapes.
 inline void column_sums(const float* x, int64_t rows, int64_t ld, int64_t cols, float* out) {
-  std::fill(out, out + cols, 0.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * ld;
-    for (int64_t c = 0; c < cols; ++c) out[c] += row[c];
+  constexpr int64_t kWidth = 128;
+  for (int64_t c0 = 0; c0 < cols; c0 += kWidth) {
+    const int64_t n = std::min(kWidth, cols - c0);
+    float acc[kWidth] = {};
+    if (n == kWidth) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = x + r * ld + c0;
+        for (int64_t c = 0; c < kWidth; ++c) acc[c] += row[c];
+      }
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = x + r * ld + c0;
+        for (int64_t c = 0; c < n; ++c) acc[c] += row[c];
+      }
+    }
+    std::copy_n(acc, n, out + c0);
   }
 }
 
-// column_sums of a (rows, cols) matrix on the replica's threads, in blocks of 16 columns (a cache
-// line): each column's sum in row order, so the bits do not depend on the threads.
+// column_sums of a (rows, cols) matrix on the replica's threads, in blocks of columns (at least two
+// blocks, of 16 to 128 columns, by the shape): each column's sum in row order, so the bits depend
+// neither on the threads nor on the blocks.
 inline void parallel_column_sums(const float* x, int64_t rows, int64_t cols, float* out) {
+  const int64_t width = std::clamp<int64_t>(cols / 2 / 16 * 16, 16, 128);
   parallel_for(
-      (cols + 15) / 16,
+      (cols + width - 1) / width,
       [=](int64_t b) {
-        const int64_t c0 = b * 16, c1 = std::min(cols, c0 + 16);
+        const int64_t c0 = b * width, c1 = std::min(cols, c0 + width);
         column_sums(x + c0, rows, cols, c1 - c0, out + c0);
       },
       threads_worth(static_cast<double>(rows) * static_cast<double>(cols), kMinElementsPerThread));

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "framework/autodiff/tape.h"
+#include "framework/core/thread_pool.h"
 #include "framework/ops/ops.h"
 #include "tests/support/grad_check.h"
 
@@ -51,6 +52,28 @@ TEST(BiasAddTest, BiasGradientIsColumnSumByHand) {
   std::vector<Tensor> g = tape.gradient(loss, {b, x});
   EXPECT_EQ(g[0].to_vector(), (std::vector<float>{3, 6}));
   EXPECT_EQ(g[1].to_vector(), (std::vector<float>{1, 2, 1, 2, 1, 2}));
+}
+
+// The bias's gradient is each column's float sum in row order, whatever the width (whole and partial
+// blocks of accumulated columns) and the threads.
+TEST(BiasAddTest, BiasGradientIsEachColumnsSumInRowOrderOnAnyThreads) {
+  for (int64_t cols : {1, 15, 64, 200, 257, 1030}) {
+    const int64_t rows = 300;
+    Tensor x = random_host({rows, cols}, -1, 1, 20);
+    Tensor b = random_host({cols}, -1, 1, 21);
+    Tensor dy = random_host({rows, cols}, -1, 1, 22);
+    std::vector<float> want(static_cast<size_t>(cols), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) want[static_cast<size_t>(c)] += dy.data()[r * cols + c];
+    }
+    for (int threads : {1, 2, 3}) {
+      KernelThreadsScope scope(threads);
+      GradientTape tape;
+      tape.watch(b);
+      Tensor y = ops::bias_add(x, b);
+      EXPECT_EQ(tape.gradient(y, {b}, nullptr, dy)[0].to_vector(), want) << cols << " columns on " << threads << " threads";
+    }
+  }
 }
 
 TEST(BiasAddTest, ShapeErrorsThrowInvalidArgument) {
