@@ -276,18 +276,22 @@ size_t scratch_stride(const ConvPrimitive& p) { return (p.scratch.get_size() + k
 
 // The workspace of one pass: the kernel in the primitive's layout (when it is not HWIO), the
 // reorder's scratchpad, and one scratchpad per task.
+// `stride`: each task's scratchpad (scratch_stride of the largest of the pass's primitives).
 struct PassWorkspace {
   Tensor layout, reorder_scratch, scratch;
-  PassWorkspace(const ConvPrimitive& p, int64_t tasks)
+  size_t stride;
+  PassWorkspace(const ConvPrimitive& p, int64_t tasks) : PassWorkspace(p, tasks, scratch_stride(p)) {}
+  PassWorkspace(const ConvPrimitive& p, int64_t tasks, size_t stride)
       : layout(p.reorder_needed ? workspace_bytes(p.kernel_layout.get_size()) : Tensor()),
         reorder_scratch(p.reorder_needed ? workspace_bytes(p.reorder_scratch.get_size()) : Tensor()),
-        scratch(workspace_bytes(scratch_stride(p) * static_cast<size_t>(tasks) + (p.scratch.get_size() > 0 ? kScratchAlign : 0))) {}
+        scratch(workspace_bytes(stride * static_cast<size_t>(tasks) + (stride > 0 ? kScratchAlign : 0))),
+        stride(stride) {}
   // Task t's scratchpad, aligned.
   void* task_scratch(const ConvPrimitive& p, int64_t t) {
     if (p.scratch.get_size() == 0) return nullptr;
     const auto base = reinterpret_cast<uintptr_t>(address(scratch));
     const uintptr_t aligned = (base + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
-    return reinterpret_cast<void*>(aligned + scratch_stride(p) * static_cast<size_t>(t));
+    return reinterpret_cast<void*>(aligned + stride * static_cast<size_t>(t));
   }
 };
 
@@ -347,6 +351,87 @@ struct TaskImages {
         y_bytes(y_step * static_cast<int64_t>(element_bytes(y_dt))) {}
 };
 
+// Bands of output rows that each image's forward pass is cut into where the batch makes fewer tasks
+// than the work is worth (a batch of 8 at 224x224 is 8 tasks; 16 threads want 16): the tasks
+// image_tasks wanted over the images, at most one per kMinBandRows output rows; 1 where whole
+// images are enough. The shape alone decides. (float32; bfloat16 passes take whole images.)
+constexpr int64_t kMinBandRows = 4;
+int64_t forward_bands(const ConvGeometry& g) {
+  const double flops = 2.0 * static_cast<double>(g.rows()) * static_cast<double>(g.patch()) * static_cast<double>(g.out_channels);
+  const int64_t want = std::clamp<int64_t>(static_cast<int64_t>(flops / (2 * kMinFlopsPerThread)), 1, kMaxTasks);
+  if (g.batch < 1 || want < 2 * g.batch) return 1;
+  const int64_t bands = std::min(want / g.batch, g.h.output / kMinBandRows);
+  if (bands < 2) return 1;
+  const int64_t rows = (g.h.output + bands - 1) / bands;
+  return (g.h.output + rows - 1) / rows;  // none empty
+}
+
+// Band b of `bands` of one image: output rows [out_row, out_row + g.h.output) computed as a
+// convolution of the input rows they read, from in_row, with the image's own padding where the band
+// reaches its top or bottom. oneDNN computes each output of a band as it does in the whole image (the
+// same kernel, the same taps in the same order): the same bits (tests/ops/conv_onednn_test.cc).
+struct Band {
+  int64_t in_row = 0, out_row = 0;
+  ConvGeometry g;
+};
+Band band_of(const ConvGeometry& whole, int64_t b, int64_t bands) {
+  const WindowAxis& a = whole.h;
+  const int64_t rows = (a.output + bands - 1) / bands;
+  const int64_t oh0 = b * rows, oh1 = std::min(a.output, oh0 + rows);
+  const int64_t first = oh0 * a.stride - a.pad_before, end = (oh1 - 1) * a.stride - a.pad_before + a.effective_kernel();
+  Band band;
+  band.in_row = std::max<int64_t>(0, first);
+  band.out_row = oh0;
+  band.g = whole;
+  band.g.batch = 1;
+  const int64_t in_end = std::min(a.input, end);
+  band.g.h.input = in_end - band.in_row;
+  band.g.h.output = oh1 - oh0;
+  band.g.h.pad_before = band.in_row - first;
+  band.g.h.pad_after = end - in_end;
+  return band;
+}
+
+// The forward pass in bands of output rows (forward_bands > 1): one task per band of each image.
+// False, having done nothing, where a band's primitive reads the kernel in another layout than the
+// first band's (then whole images).
+bool forward_in_bands(const ConvGeometry& g, Pass pass, const KernelRef& kernel, const void* x, void* y, bool real,
+                      DataType dt, const float* bias) {
+  const int64_t bands = forward_bands(g);
+  if (bands < 2) return false;
+  std::vector<Band> parts;
+  std::vector<const ConvPrimitive*> prims;
+  size_t stride = 0;
+  for (int64_t b = 0; b < bands; ++b) {
+    parts.push_back(band_of(g, b, bands));
+    prims.push_back(&primitive(parts.back().g, 1, pass, dt));
+    if (!(prims.back()->kernel_layout == prims.front()->kernel_layout)) return false;
+    stride = std::max(stride, scratch_stride(*prims.back()));
+  }
+  const int64_t tasks = g.batch * bands;
+  PassWorkspace w(*prims.front(), tasks, stride);
+  if (!real) return true;
+  std::shared_ptr<SharedBuffer> shared;
+  const void* k = kernel_for(*prims.front(), g, kernel, w, shared);
+  const int64_t x_row = g.w.input * g.in_channels * static_cast<int64_t>(element_bytes(dt));
+  const int64_t y_row = g.w.output * g.out_channels * static_cast<int64_t>(element_bytes(dt));
+  parallel_for(tasks, [&](int64_t t) {
+    const int64_t image = t / bands;
+    const Band& band = parts[static_cast<size_t>(t % bands)];
+    const ConvPrimitive& p = *prims[static_cast<size_t>(t % bands)];
+    const memory::desc xd = images_desc(1, band.g.h.input, g.w.input, g.in_channels, dt);
+    const memory::desc yd = images_desc(1, band.g.h.output, g.w.output, g.out_channels, dt);
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, wrap(xd, static_cast<const char*>(x) + (image * g.h.input + band.in_row) * x_row)},
+        {DNNL_ARG_WEIGHTS, wrap(p.kernel_layout, k)},
+        {DNNL_ARG_DST, wrap(yd, static_cast<char*>(y) + (image * g.h.output + band.out_row) * y_row)},
+        {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}};
+    if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, wrap(p.bias, bias));
+    execute(p, args);
+  });
+  return true;
+}
+
 // Forward (x -> y, both in `dt`) or backward_data (dy in `dt` -> dx in float32): the kernel
 // (float32 HWIO) into the primitive's layout and dtype, then one call per task. real == false
 // charges the workspace only.
@@ -354,6 +439,7 @@ void kernel_pass(const ConvGeometry& g, Pass pass, const KernelRef& kernel, cons
                  DataType dt = DataType::f32, const float* bias = nullptr) {
   if (pass == Pass::forward && bias != nullptr) pass = Pass::forward_bias;
   const bool fwd = pass != Pass::backward_data;
+  if (fwd && dt == DataType::f32 && forward_in_bands(g, pass, kernel, in, out, real, dt, bias)) return;
   const int64_t tasks = data_tasks(g);
   const TaskImages ti(g, g.batch / tasks, fwd ? dt : DataType::f32, dt);
   const ConvPrimitive& p = primitive(g, ti.images, pass, dt);
@@ -379,6 +465,7 @@ void kernel_pass(const ConvGeometry& g, Pass pass, const KernelRef& kernel, cons
 
 }  // namespace
 
+int64_t onednn_forward_bands(const ConvGeometry& g) { return forward_bands(g); }
 bool onednn_runs(const ConvGeometry& g) { return g.rows() >= 256 && g.single_tap() < 0; }
 bool onednn_runs_dx(const ConvGeometry& g) { return g.in_channels >= 16; }
 

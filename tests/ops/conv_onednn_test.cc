@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,46 @@ float relative_difference(const std::vector<float>& a, const std::vector<float>&
     worst = std::max(worst, std::fabs(a[i] - b[i]));
   }
   return scale > 0 ? worst / scale : worst;
+}
+
+// An image convolved alone, which oneDNN's float32 forward pass cuts into bands of output rows
+// (onednn_forward_bands), gets the bits it gets as one of a batch of 16 (whole images): 3x3 "same",
+// the 7x7 stride-2 stem, 1x1 stride 2, odd sizes, dilation, with and without a bias.
+TEST(Conv2dTest, AnImageInBandsOfRowsGetsTheBitsOfTheWholeImage) {
+  struct Case {
+    Shape x, kernel;
+    int stride, dilation;
+    Padding padding;
+    bool bias;
+  };
+  const std::vector<Case> cases = {{{16, 56, 56, 64}, {3, 3, 64, 64}, 1, 1, Padding::same, false},
+                                   {{16, 224, 224, 3}, {7, 7, 3, 64}, 2, 1, Padding::same, true},
+                                   {{16, 56, 56, 256}, {1, 1, 256, 512}, 2, 1, Padding::valid, true},
+                                   {{16, 57, 57, 32}, {3, 3, 32, 256}, 2, 1, Padding::same, false},
+                                   {{16, 40, 40, 64}, {3, 3, 64, 128}, 1, 2, Padding::same, true}};
+  const testing::ConvBackendScope scope(ops::ConvBackend::onednn);
+  uint64_t seed = 500;
+  for (const Case& c : cases) {
+    ops::detail::ConvGeometry g;
+    g.batch = 1, g.in_channels = c.x[3], g.out_channels = c.kernel[3];
+    g.h = ops::window_axis("conv2d", c.x[1], c.kernel[0], c.stride, c.dilation, c.padding);
+    g.w = ops::window_axis("conv2d", c.x[2], c.kernel[1], c.stride, c.dilation, c.padding);
+    ASSERT_GT(ops::detail::onednn_forward_bands(g), 1) << shape_string(c.x);
+    g.batch = c.x[0];
+    ASSERT_EQ(ops::detail::onednn_forward_bands(g), 1) << shape_string(c.x);
+    const Tensor x = random_host(c.x, -1, 1, seed++), k = random_host(c.kernel, -1, 1, seed++);
+    const Tensor b = c.bias ? random_host({c.kernel[3]}, -1, 1, seed++) : Tensor();
+    const std::array<int, 2> strides = {c.stride, c.stride}, dilation = {c.dilation, c.dilation};
+    const std::vector<float> batch = ops::conv2d(x, k, strides, c.padding, dilation, b).to_vector();
+    const int64_t in_image = x.size() / c.x[0], out_image = static_cast<int64_t>(batch.size()) / c.x[0];
+    for (int64_t i : {int64_t{0}, c.x[0] - 1}) {
+      const Tensor image = Tensor::from_vector({1, c.x[1], c.x[2], c.x[3]},
+                                               std::span<const float>(x.data() + i * in_image, static_cast<size_t>(in_image)));
+      const std::vector<float> alone = ops::conv2d(image, k, strides, c.padding, dilation, b).to_vector();
+      ASSERT_EQ(static_cast<int64_t>(alone.size()), out_image);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + i * out_image)) << shape_string(c.x) << " image " << i;
+    }
+  }
 }
 
 // A bias given to conv2d goes into oneDNN's float32 forward kernel: the bits of conv2d then
