@@ -246,10 +246,12 @@ int64_t largest_divisor_up_to(int64_t n, int64_t limit) {
 // (at least min_flops_per_task each: each task is a call with its own overheads, and fewer images
 // per call run slower), at most kMaxTasks. The shape alone decides.
 constexpr int64_t kMaxTasks = 16;
-int64_t image_tasks(const ConvGeometry& g, double min_flops_per_task) {
+int64_t wanted_tasks(const ConvGeometry& g, double min_flops_per_task) {
   const double flops = 2.0 * static_cast<double>(g.rows()) * static_cast<double>(g.patch()) * static_cast<double>(g.out_channels);
-  const int64_t want = std::clamp<int64_t>(static_cast<int64_t>(flops / min_flops_per_task), 1, kMaxTasks);
-  return largest_divisor_up_to(g.batch, want);
+  return std::clamp<int64_t>(static_cast<int64_t>(flops / min_flops_per_task), 1, kMaxTasks);
+}
+int64_t image_tasks(const ConvGeometry& g, double min_flops_per_task) {
+  return largest_divisor_up_to(g.batch, wanted_tasks(g, min_flops_per_task));
 }
 // Forward and backward_data tasks: 2 x kMinFlopsPerThread each (at 32x32, ResNet50's first-stage
 // convolutions, 67 MFLOP, were one task under 8x, the kernel gradient's until 2026-11-29, and the
@@ -351,60 +353,29 @@ struct TaskImages {
         y_bytes(y_step * static_cast<int64_t>(element_bytes(y_dt))) {}
 };
 
-// Bands of output rows that each image's forward pass is cut into where the batch makes fewer tasks
-// than the work is worth (a batch of 8 at 224x224 is 8 tasks; 16 threads want 16): the tasks
-// image_tasks wanted over the images, at most one per kMinBandRows output rows; 1 where whole
-// images are enough. The shape alone decides. (float32; bfloat16 passes take whole images.)
+// Bands of rows per image (forward: output rows; input gradient, stride 1: input rows) where the
+// batch makes fewer tasks than the work is worth (a batch of 8 at 224x224 is 8 tasks; 16 threads
+// want 16): the tasks data_tasks wanted, over the images, at most one per kMinBandRows rows; 1 where
+// whole images are enough. The shape alone decides.
 constexpr int64_t kMinBandRows = 4;
-int64_t forward_bands(const ConvGeometry& g) {
-  const double flops = 2.0 * static_cast<double>(g.rows()) * static_cast<double>(g.patch()) * static_cast<double>(g.out_channels);
-  const int64_t want = std::clamp<int64_t>(static_cast<int64_t>(flops / (2 * kMinFlopsPerThread)), 1, kMaxTasks);
-  if (g.batch < 1 || want < 2 * g.batch) return 1;
-  const int64_t bands = std::min(want / g.batch, g.h.output / kMinBandRows);
-  if (bands < 2) return 1;
-  const int64_t rows = (g.h.output + bands - 1) / bands;
-  return (g.h.output + rows - 1) / rows;  // none empty
+int64_t wanted_bands(const ConvGeometry& g) {
+  const int64_t want = wanted_tasks(g, 2 * kMinFlopsPerThread);
+  return g.batch < 1 || want < 2 * g.batch ? 1 : std::min(want / g.batch, g.h.output / kMinBandRows);
 }
-
-// Band b of `bands` of one image: output rows [out_row, out_row + g.h.output) computed as a
-// convolution of the input rows they read, from in_row, with the image's own padding where the band
-// reaches its top or bottom. oneDNN computes each output of a band as it does in the whole image (the
-// same kernel, the same taps in the same order): the same bits (tests/ops/conv_onednn_test.cc).
-struct Band {
-  int64_t in_row = 0, out_row = 0;
-  ConvGeometry g;
-};
-Band band_of(const ConvGeometry& whole, int64_t b, int64_t bands) {
-  const WindowAxis& a = whole.h;
-  const int64_t rows = (a.output + bands - 1) / bands;
-  const int64_t oh0 = b * rows, oh1 = std::min(a.output, oh0 + rows);
-  const int64_t first = oh0 * a.stride - a.pad_before, end = (oh1 - 1) * a.stride - a.pad_before + a.effective_kernel();
-  Band band;
-  band.in_row = std::max<int64_t>(0, first);
-  band.out_row = oh0;
-  band.g = whole;
-  band.g.batch = 1;
-  const int64_t in_end = std::min(a.input, end);
-  band.g.h.input = in_end - band.in_row;
-  band.g.h.output = oh1 - oh0;
-  band.g.h.pad_before = band.in_row - first;
-  band.g.h.pad_after = end - in_end;
-  return band;
-}
-
-// The forward pass in bands of output rows (forward_bands > 1): one task per band of each image.
-// False, having done nothing, where a band's primitive reads the kernel in another layout than the
-// first band's (then whole images).
-bool forward_in_bands(const ConvGeometry& g, Pass pass, const KernelRef& kernel, const void* x, void* y, bool real,
-                      DataType dt, const float* bias) {
-  const int64_t bands = forward_bands(g);
+// A float32 forward or backward_data pass in bands of rows: one task per band of each image. False,
+// having done nothing, where there is one band, or a band's primitive reads the kernel in another
+// layout than the first band's (then whole images). `in` is x or dy, `out` y or dx.
+bool pass_in_bands(const ConvGeometry& g, Pass pass, const KernelRef& kernel, const void* in, void* out, bool real,
+                   const float* bias) {
+  const bool fwd = pass != Pass::backward_data;
+  const int64_t bands = band_count(fwd ? g.h.output : g.h.input, wanted_bands(g));
   if (bands < 2) return false;
-  std::vector<Band> parts;
+  std::vector<Band> parts(static_cast<size_t>(bands));
   std::vector<const ConvPrimitive*> prims;
   size_t stride = 0;
   for (int64_t b = 0; b < bands; ++b) {
-    parts.push_back(band_of(g, b, bands));
-    prims.push_back(&primitive(parts.back().g, 1, pass, dt));
+    if (!band_of(g, !fwd, b, bands, parts[static_cast<size_t>(b)])) return false;
+    prims.push_back(&primitive(parts[static_cast<size_t>(b)].g, 1, pass));
     if (!(prims.back()->kernel_layout == prims.front()->kernel_layout)) return false;
     stride = std::max(stride, scratch_stride(*prims.back()));
   }
@@ -413,19 +384,20 @@ bool forward_in_bands(const ConvGeometry& g, Pass pass, const KernelRef& kernel,
   if (!real) return true;
   std::shared_ptr<SharedBuffer> shared;
   const void* k = kernel_for(*prims.front(), g, kernel, w, shared);
-  const int64_t x_row = g.w.input * g.in_channels * static_cast<int64_t>(element_bytes(dt));
-  const int64_t y_row = g.w.output * g.out_channels * static_cast<int64_t>(element_bytes(dt));
+  const int64_t x_row = g.w.input * g.in_channels * static_cast<int64_t>(sizeof(float));
+  const int64_t y_row = g.w.output * g.out_channels * static_cast<int64_t>(sizeof(float));
   parallel_for(tasks, [&](int64_t t) {
     const int64_t image = t / bands;
     const Band& band = parts[static_cast<size_t>(t % bands)];
     const ConvPrimitive& p = *prims[static_cast<size_t>(t % bands)];
-    const memory::desc xd = images_desc(1, band.g.h.input, g.w.input, g.in_channels, dt);
-    const memory::desc yd = images_desc(1, band.g.h.output, g.w.output, g.out_channels, dt);
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, wrap(xd, static_cast<const char*>(x) + (image * g.h.input + band.in_row) * x_row)},
-        {DNNL_ARG_WEIGHTS, wrap(p.kernel_layout, k)},
-        {DNNL_ARG_DST, wrap(yd, static_cast<char*>(y) + (image * g.h.output + band.out_row) * y_row)},
-        {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}};
+    const memory x = wrap(images_desc(1, band.g.h.input, g.w.input, g.in_channels),
+                          (fwd ? static_cast<const char*>(in) : static_cast<char*>(out)) + (image * g.h.input + band.in_row) * x_row);
+    const memory y = wrap(images_desc(1, band.g.h.output, g.w.output, g.out_channels),
+                          (fwd ? static_cast<char*>(out) : static_cast<const char*>(in)) + (image * g.h.output + band.out_row) * y_row);
+    std::unordered_map<int, memory> args = {{fwd ? DNNL_ARG_SRC : DNNL_ARG_DIFF_SRC, x},
+                                            {DNNL_ARG_WEIGHTS, wrap(p.kernel_layout, k)},
+                                            {fwd ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST, y},
+                                            {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, t))}};
     if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, wrap(p.bias, bias));
     execute(p, args);
   });
@@ -439,7 +411,7 @@ void kernel_pass(const ConvGeometry& g, Pass pass, const KernelRef& kernel, cons
                  DataType dt = DataType::f32, const float* bias = nullptr) {
   if (pass == Pass::forward && bias != nullptr) pass = Pass::forward_bias;
   const bool fwd = pass != Pass::backward_data;
-  if (fwd && dt == DataType::f32 && forward_in_bands(g, pass, kernel, in, out, real, dt, bias)) return;
+  if (dt == DataType::f32 && pass_in_bands(g, pass, kernel, in, out, real, bias)) return;
   const int64_t tasks = data_tasks(g);
   const TaskImages ti(g, g.batch / tasks, fwd ? dt : DataType::f32, dt);
   const ConvPrimitive& p = primitive(g, ti.images, pass, dt);
@@ -465,7 +437,14 @@ void kernel_pass(const ConvGeometry& g, Pass pass, const KernelRef& kernel, cons
 
 }  // namespace
 
-int64_t onednn_forward_bands(const ConvGeometry& g) { return forward_bands(g); }
+int64_t onednn_row_bands(const ConvGeometry& g, bool input_gradient) {
+  Band band;
+  const int64_t bands = band_count(input_gradient ? g.h.input : g.h.output, wanted_bands(g));
+  for (int64_t b = 0; b < bands; ++b) {
+    if (!band_of(g, input_gradient, b, bands, band)) return 1;
+  }
+  return bands;
+}
 bool onednn_runs(const ConvGeometry& g) { return g.rows() >= 256 && g.single_tap() < 0; }
 bool onednn_runs_dx(const ConvGeometry& g) { return g.in_channels >= 16; }
 

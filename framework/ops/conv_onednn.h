@@ -42,9 +42,10 @@ bool onednn_runs_dx(const ConvGeometry& g);
 // workspace only).
 void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y,
                          const float* bias = nullptr);
-// How many bands of output rows each image's float32 forward pass is cut into (1: whole images),
-// where the batch gives fewer tasks than the work is worth; the bits are the whole image's.
-int64_t onednn_forward_bands(const ConvGeometry& g);
+// How many bands of rows each image's float32 forward pass (of output rows) or input gradient (of
+// input rows) is cut into (1: whole images), where the batch gives fewer tasks than the work is
+// worth; the bits are the whole image's.
+int64_t onednn_row_bands(const ConvGeometry& g, bool input_gradient);
 
 // Whether oneDNN computes the forward pass of a bfloat16 convolution of this geometry: where it
 // computes float32 ones (onednn_runs) and this CPU has its bfloat16 kernels (AVX512_BF16 or AMX).

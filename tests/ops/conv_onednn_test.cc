@@ -45,9 +45,27 @@ float relative_difference(const std::vector<float>& a, const std::vector<float>&
   return scale > 0 ? worst / scale : worst;
 }
 
-// An image convolved alone, which oneDNN's float32 forward pass cuts into bands of output rows
-// (onednn_forward_bands), gets the bits it gets as one of a batch of 16 (whole images): 3x3 "same",
-// the 7x7 stride-2 stem, 1x1 stride 2, odd sizes, dilation, with and without a bias.
+// Per image: y, and with stride 1 dx.
+std::vector<std::vector<float>> conv_and_input_gradient(const Tensor& x, const Tensor& k, int stride, int dilation,
+                                                        Padding padding, const Tensor& b, const Tensor& dy) {
+  GradientTape tape;
+  tape.watch(x);
+  const Tensor y = ops::conv2d(x, k, {stride, stride}, padding, {dilation, dilation}, b);
+  if (stride != 1) return {y.to_vector()};
+  return {y.to_vector(), tape.gradient(y, {x}, nullptr, dy)[0].to_vector()};
+}
+
+Tensor image_of(const Tensor& batch, int64_t i) {
+  const int64_t n = batch.size() / batch.dim(0);
+  Shape shape = batch.shape();
+  shape[0] = 1;
+  return Tensor::from_vector(shape, std::span<const float>(batch.data() + i * n, static_cast<size_t>(n)));
+}
+
+// An image convolved alone, which oneDNN's float32 passes cut into bands of rows (onednn_row_bands:
+// forward's output rows; with stride 1 the input gradient's input rows), gets the bits it gets as
+// one of a batch of 16 (whole images): 3x3 and 1x1, "same" and "valid", the 7x7 stride-2 stem,
+// stride 2, odd sizes, dilation, with and without a bias.
 TEST(Conv2dTest, AnImageInBandsOfRowsGetsTheBitsOfTheWholeImage) {
   struct Case {
     Shape x, kernel;
@@ -56,10 +74,12 @@ TEST(Conv2dTest, AnImageInBandsOfRowsGetsTheBitsOfTheWholeImage) {
     bool bias;
   };
   const std::vector<Case> cases = {{{16, 56, 56, 64}, {3, 3, 64, 64}, 1, 1, Padding::same, false},
+                                   {{16, 56, 56, 64}, {1, 1, 64, 256}, 1, 1, Padding::valid, true},
+                                   {{16, 30, 30, 128}, {3, 3, 128, 128}, 1, 1, Padding::valid, false},
+                                   {{16, 40, 40, 64}, {3, 3, 64, 128}, 1, 2, Padding::same, true},
                                    {{16, 224, 224, 3}, {7, 7, 3, 64}, 2, 1, Padding::same, true},
                                    {{16, 56, 56, 256}, {1, 1, 256, 512}, 2, 1, Padding::valid, true},
-                                   {{16, 57, 57, 32}, {3, 3, 32, 256}, 2, 1, Padding::same, false},
-                                   {{16, 40, 40, 64}, {3, 3, 64, 128}, 1, 2, Padding::same, true}};
+                                   {{16, 57, 57, 32}, {3, 3, 32, 256}, 2, 1, Padding::same, false}};
   const testing::ConvBackendScope scope(ops::ConvBackend::onednn);
   uint64_t seed = 500;
   for (const Case& c : cases) {
@@ -67,20 +87,25 @@ TEST(Conv2dTest, AnImageInBandsOfRowsGetsTheBitsOfTheWholeImage) {
     g.batch = 1, g.in_channels = c.x[3], g.out_channels = c.kernel[3];
     g.h = ops::window_axis("conv2d", c.x[1], c.kernel[0], c.stride, c.dilation, c.padding);
     g.w = ops::window_axis("conv2d", c.x[2], c.kernel[1], c.stride, c.dilation, c.padding);
-    ASSERT_GT(ops::detail::onednn_forward_bands(g), 1) << shape_string(c.x);
+    ASSERT_GT(ops::detail::onednn_row_bands(g, false), 1) << shape_string(c.x);
+    if (c.stride == 1) ASSERT_GT(ops::detail::onednn_row_bands(g, true), 1) << shape_string(c.x);
     g.batch = c.x[0];
-    ASSERT_EQ(ops::detail::onednn_forward_bands(g), 1) << shape_string(c.x);
+    ASSERT_EQ(ops::detail::onednn_row_bands(g, false), 1) << shape_string(c.x);
+    ASSERT_EQ(ops::detail::onednn_row_bands(g, true), 1) << shape_string(c.x);
     const Tensor x = random_host(c.x, -1, 1, seed++), k = random_host(c.kernel, -1, 1, seed++);
     const Tensor b = c.bias ? random_host({c.kernel[3]}, -1, 1, seed++) : Tensor();
-    const std::array<int, 2> strides = {c.stride, c.stride}, dilation = {c.dilation, c.dilation};
-    const std::vector<float> batch = ops::conv2d(x, k, strides, c.padding, dilation, b).to_vector();
-    const int64_t in_image = x.size() / c.x[0], out_image = static_cast<int64_t>(batch.size()) / c.x[0];
+    const Tensor dy = random_host({c.x[0], g.h.output, g.w.output, c.kernel[3]}, -1, 1, seed++);
+    const std::vector<std::vector<float>> batch = conv_and_input_gradient(x, k, c.stride, c.dilation, c.padding, b, dy);
     for (int64_t i : {int64_t{0}, c.x[0] - 1}) {
-      const Tensor image = Tensor::from_vector({1, c.x[1], c.x[2], c.x[3]},
-                                               std::span<const float>(x.data() + i * in_image, static_cast<size_t>(in_image)));
-      const std::vector<float> alone = ops::conv2d(image, k, strides, c.padding, dilation, b).to_vector();
-      ASSERT_EQ(static_cast<int64_t>(alone.size()), out_image);
-      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + i * out_image)) << shape_string(c.x) << " image " << i;
+      const std::vector<std::vector<float>> alone =
+          conv_and_input_gradient(image_of(x, i), k, c.stride, c.dilation, c.padding, b, image_of(dy, i));
+      ASSERT_EQ(alone.size(), batch.size());
+      for (size_t r = 0; r < alone.size(); ++r) {
+        const int64_t n = static_cast<int64_t>(alone[r].size());
+        ASSERT_EQ(n * c.x[0], static_cast<int64_t>(batch[r].size()));
+        EXPECT_TRUE(std::equal(alone[r].begin(), alone[r].end(), batch[r].begin() + i * n))
+            << shape_string(c.x) << " image " << i << (r == 0 ? " y" : " dx");
+      }
     }
   }
 }
