@@ -40,49 +40,4 @@ struct ConvGeometry {
   }
 };
 
-// How many bands of ceil(total / wanted) rows cover `total` rows (none empty).
-inline int64_t band_count(int64_t total, int64_t wanted) {
-  if (wanted < 2) return 1;
-  const int64_t rows = (total + wanted - 1) / wanted;
-  return (total + rows - 1) / rows;
-}
-
-// Band b of `bands` of one image: output rows [out_row, + g.h.output) and input rows [in_row, +
-// g.h.input) as a convolution of their own (the image's padding where the band reaches its top or
-// bottom): the output rows cut, with the input rows they read; or (input_rows, stride 1) the input
-// rows cut, with the output rows whose windows reach them (an input gradient's band). oneDNN computes
-// each element as in the whole image: the same bits (conv_onednn_test.cc). False where that is no
-// convolution (then whole images).
-struct Band {
-  int64_t in_row = 0, out_row = 0;
-  ConvGeometry g;
-};
-inline bool band_of(const ConvGeometry& whole, bool input_rows, int64_t b, int64_t bands, Band& band) {
-  const WindowAxis& a = whole.h;
-  const int64_t eff = a.effective_kernel();
-  int64_t ih0, ih1, oh0, oh1;
-  if (!input_rows) {
-    const int64_t rows = (a.output + bands - 1) / bands;
-    oh0 = b * rows, oh1 = std::min(a.output, oh0 + rows);
-    ih0 = std::max<int64_t>(0, oh0 * a.stride - a.pad_before);
-    ih1 = std::min(a.input, (oh1 - 1) * a.stride - a.pad_before + eff);
-  } else {
-    if (a.stride != 1) return false;
-    const int64_t rows = (a.input + bands - 1) / bands;
-    ih0 = b * rows, ih1 = std::min(a.input, ih0 + rows);
-    oh0 = std::max<int64_t>(0, ih0 + a.pad_before - eff + 1);
-    oh1 = std::min(a.output, ih1 + a.pad_before);
-  }
-  band.in_row = ih0, band.out_row = oh0;
-  band.g = whole;
-  band.g.batch = 1;
-  band.g.h.input = ih1 - ih0;
-  band.g.h.output = oh1 - oh0;
-  band.g.h.pad_before = ih0 - (oh0 * a.stride - a.pad_before);
-  band.g.h.pad_after = (oh1 - 1) * a.stride - a.pad_before + eff - ih1;
-  const WindowAxis& s = band.g.h;
-  return s.input > 0 && s.output > 0 && s.pad_before >= 0 && s.pad_after >= 0 &&
-         (s.input + s.pad_before + s.pad_after - eff) / a.stride + 1 == s.output;
-}
-
 }  // namespace keel::ops::detail

@@ -17,6 +17,7 @@
 #include "framework/core/tensor.h"
 #include "framework/core/thread_pool.h"
 #include "framework/device/context.h"
+#include "framework/ops/conv_tasks.h"
 #include "framework/ops/sgemm.h"
 
 namespace keel::ops::detail {
@@ -233,43 +234,6 @@ Tensor workspace_bytes(size_t bytes) {
 
 float* address(Tensor& t) { return t.defined() ? t.data() : nullptr; }
 
-// The largest divisor of n that is at most limit (at least 1).
-int64_t largest_divisor_up_to(int64_t n, int64_t limit) {
-  int64_t best = 1;
-  for (int64_t t = 1; t <= std::min(limit, n); ++t) {
-    if (n % t == 0) best = t;
-  }
-  return best;
-}
-
-// Tasks over the batch: a divisor of it (equal tasks, one primitive), as many as the work is worth
-// (at least min_flops_per_task each: each task is a call with its own overheads, and fewer images
-// per call run slower), at most kMaxTasks. The shape alone decides.
-constexpr int64_t kMaxTasks = 16;
-int64_t wanted_tasks(const ConvGeometry& g, double min_flops_per_task) {
-  const double flops = 2.0 * static_cast<double>(g.rows()) * static_cast<double>(g.patch()) * static_cast<double>(g.out_channels);
-  return std::clamp<int64_t>(static_cast<int64_t>(flops / min_flops_per_task), 1, kMaxTasks);
-}
-int64_t image_tasks(const ConvGeometry& g, double min_flops_per_task) {
-  return largest_divisor_up_to(g.batch, wanted_tasks(g, min_flops_per_task));
-}
-// Forward and backward_data tasks: 2 x kMinFlopsPerThread each (at 32x32, ResNet50's first-stage
-// convolutions, 67 MFLOP, were one task under 8x, the kernel gradient's until 2026-11-29, and the
-// second thread waited: 12% of a training step, 4 interleaved pairs; 1x ran no faster than 2x).
-// Their images are independent, so the task count never changes a bit.
-int64_t data_tasks(const ConvGeometry& g) { return image_tasks(g, 2 * kMinFlopsPerThread); }
-
-// The kernel gradient's tasks: as many as data_tasks, fewer where their partial kernels would exceed
-// twice the kernel or 4 MiB, whichever is larger. The count decides the order the partial sums add
-// in, so the shape alone decides it. (At 8 x kMinFlopsPerThread a task, ResNet50's 151-MFLOP 3x3
-// kernel gradients at 32x32 were one task each while the second thread waited.)
-int64_t kernel_gradient_tasks(const ConvGeometry& g) {
-  const size_t kernel_bytes = static_cast<size_t>(g.patch() * g.out_channels) * sizeof(float);
-  const size_t cap = std::max(2 * kernel_bytes, size_t{4} << 20);
-  const int64_t by_memory = std::max<int64_t>(1, static_cast<int64_t>(cap / std::max<size_t>(kernel_bytes, 1)));
-  return largest_divisor_up_to(g.batch, std::min(data_tasks(g), by_memory));
-}
-
 memory wrap(const memory::desc& d, const void* p) { return memory(d, cpu_engine(), const_cast<void*>(p)); }
 
 // Per-task scratchpads start at multiples of this (oneDNN aligns inside a scratchpad from its start).
@@ -353,15 +317,6 @@ struct TaskImages {
         y_bytes(y_step * static_cast<int64_t>(element_bytes(y_dt))) {}
 };
 
-// Bands of rows per image (forward: output rows; input gradient, stride 1: input rows) where the
-// batch makes fewer tasks than the work is worth (a batch of 8 at 224x224 is 8 tasks; 16 threads
-// want 16): the tasks data_tasks wanted, over the images, at most one per kMinBandRows rows; 1 where
-// whole images are enough. The shape alone decides.
-constexpr int64_t kMinBandRows = 4;
-int64_t wanted_bands(const ConvGeometry& g) {
-  const int64_t want = wanted_tasks(g, 2 * kMinFlopsPerThread);
-  return g.batch < 1 || want < 2 * g.batch ? 1 : std::min(want / g.batch, g.h.output / kMinBandRows);
-}
 // A float32 forward or backward_data pass in bands of rows: one task per band of each image. False,
 // having done nothing, where there is one band, or a band's primitive reads the kernel in another
 // layout than the first band's (then whole images). `in` is x or dy, `out` y or dx.
@@ -481,11 +436,59 @@ void onednn_conv_forward_bfloat16(const ConvGeometry& g, const uint16_t* x, cons
 
 namespace {
 
+// The float32 kernel gradient in `blocks` blocks of output channels (kernel_gradient_channel_blocks),
+// one oneDNN call each over the whole batch: dy's block of channels copied dense, the block's
+// gradient in the primitive's layout, reordered to HWIO and copied into its columns of dkernel.
+// False, having done nothing, where the reorder would need a scratchpad (then tasks of images).
+bool backward_weights_in_channel_blocks(const ConvGeometry& g, int64_t blocks, const float* x, const float* dy,
+                                        float* dkernel, bool real) {
+  ConvGeometry gb = g;
+  gb.out_channels = g.out_channels / blocks;
+  const ConvPrimitive& p = primitive(gb, g.batch, Pass::backward_weights);
+  if (p.reorder_needed && p.reorder_scratch.get_size() != 0) return false;
+  const int64_t width = gb.out_channels, pixels = g.rows(), taps = gb.patch();
+  const size_t layout_bytes = p.kernel_layout.get_size();
+  PassWorkspace w(p, blocks);
+  Tensor dy_blocks = workspace_bytes(sizeof(float) * static_cast<size_t>(pixels * g.out_channels));
+  Tensor layouts = workspace_bytes(layout_bytes * static_cast<size_t>(blocks));
+  Tensor dense = p.reorder_needed ? workspace_bytes(sizeof(float) * static_cast<size_t>(taps * g.out_channels)) : Tensor();
+  if (!real) return true;
+  const TaskImages ti(gb, g.batch, DataType::f32, DataType::f32);
+  const memory::desc hwio = kernel_desc(gb, Tag::hwio);
+  const size_t row_bytes = sizeof(float) * static_cast<size_t>(width);
+  parallel_for(blocks, [&](int64_t b) {
+    float* dyb = address(dy_blocks) + b * pixels * width;
+    for (int64_t r = 0; r < pixels; ++r) std::memcpy(dyb + r * width, dy + r * g.out_channels + b * width, row_bytes);
+    char* layout = reinterpret_cast<char*>(address(layouts)) + static_cast<size_t>(b) * layout_bytes;
+    execute(p, {{DNNL_ARG_SRC, wrap(ti.x, x)},
+                {DNNL_ARG_DIFF_DST, wrap(ti.y, dyb)},
+                {DNNL_ARG_DIFF_WEIGHTS, wrap(p.kernel_layout, layout)},
+                {DNNL_ARG_SCRATCHPAD, wrap(p.scratch, w.task_scratch(p, b))}});
+    const float* block = reinterpret_cast<const float*>(layout);
+    if (p.reorder_needed) {
+      float* to = address(dense) + b * taps * width;
+      dnnl::stream& s = thread_stream();
+      p.reorder.execute(s, {{DNNL_ARG_FROM, wrap(p.kernel_layout, layout)}, {DNNL_ARG_TO, wrap(hwio, to)}});
+      s.wait();
+      block = to;
+    }
+    for (int64_t r = 0; r < taps; ++r) std::memcpy(dkernel + r * g.out_channels + b * width, block + r * width, row_bytes);
+  });
+  return true;
+}
+
 // dkernel = the sum over tasks of each task's partial gradient, added in task order. On the
 // bfloat16 kernels (dt bf16) x and dy are bfloat16 bits; on the float32 ones dy is float32 and a
 // bfloat16 x is widened (exactly) into a float32 workspace, task by task.
 void backward_weights(const ConvGeometry& g, const void* x, bool x_bfloat16, const void* dy, DataType dt, float* dkernel,
                       bool real) {
+  if (dt == DataType::f32 && !x_bfloat16) {
+    const int64_t blocks = kernel_gradient_channel_blocks(g);
+    if (blocks > 1 && backward_weights_in_channel_blocks(g, blocks, static_cast<const float*>(x),
+                                                         static_cast<const float*>(dy), dkernel, real)) {
+      return;
+    }
+  }
   const int64_t tasks = kernel_gradient_tasks(g);
   const TaskImages ti(g, g.batch / tasks, dt, dt);
   const ConvPrimitive& p = primitive(g, ti.images, Pass::backward_weights, dt);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include "framework/device/ledger.h"
 #include "framework/layers/conv_layers.h"
 #include "framework/ops/conv.h"
+#include "framework/ops/conv_tasks.h"
 #include "framework/ops/pooling.h"
 #include "framework/ops/precision.h"
 #include "framework/ops/ops.h"
@@ -240,12 +242,12 @@ TEST(Conv2dTest, MatchesDirectLoopsWhereOneDnnRuns) {
   for (size_t i = 0; i < configs.size(); ++i) check_against_direct(configs[i], 300 + 10 * i, "onednn config " + std::to_string(i));
 }
 
-// A batch oneDNN cuts into two tasks (the kernel gradient summed from two partials) against the
-// im2col backend, which the direct loops check above (a direct loop this size takes most of a
-// minute in the sanitized build). Sums of 1,152 terms of either sign: relative to the largest value.
-TEST(Conv2dTest, OneDnnInTwoTasksAgreesWithIm2col) {
-  const Tensor x = random_host({4, 16, 16, 128}, -1, 1, 400), k = random_host({3, 3, 128, 128}, -1, 1, 401);
-  const Tensor dy = random_host({4, 16, 16, 128}, -1, 1, 402);
+// oneDNN's y, dx and dkernel against the im2col backend, which the direct loops check above (a direct
+// loop this size takes most of a minute in the sanitized build). Sums of thousands of terms of
+// either sign: relative to the largest value.
+void expect_onednn_agrees_with_im2col(const Shape& xs, const Shape& ks, uint64_t seed) {
+  const Tensor x = random_host(xs, -1, 1, seed), k = random_host(ks, -1, 1, seed + 1);
+  const Tensor dy = random_host(ops::conv2d_output_shape(xs, ks, {1, 1}, Padding::same, {1, 1}), -1, 1, seed + 2);
   std::vector<std::vector<float>> got[2];
   for (int b = 0; b < 2; ++b) {
     const BackendScope backend(kBackends[b]);
@@ -259,7 +261,34 @@ TEST(Conv2dTest, OneDnnInTwoTasksAgreesWithIm2col) {
       scale = std::max(scale, std::fabs(got[1][i][j]));
       worst = std::max(worst, std::fabs(got[0][i][j] - got[1][i][j]));
     }
-    EXPECT_LE(worst, 1e-5f * scale) << names[i] << ": oneDNN and im2col differ by " << worst << " (largest value " << scale << ")";
+    EXPECT_LE(worst, 1e-5f * scale) << shape_string(xs) << " " << names[i] << ": oneDNN and im2col differ by " << worst
+                                    << " (largest value " << scale << ")";
+  }
+}
+
+ops::detail::ConvGeometry same_geometry(const Shape& xs, const Shape& ks) {
+  ops::detail::ConvGeometry g;
+  g.batch = xs[0], g.in_channels = xs[3], g.out_channels = ks[3];
+  g.h = ops::window_axis("conv2d", xs[1], ks[0], 1, 1, Padding::same);
+  g.w = ops::window_axis("conv2d", xs[2], ks[1], 1, 1, Padding::same);
+  return g;
+}
+
+// A batch oneDNN cuts into tasks of images (the kernel gradient summed from their partials).
+TEST(Conv2dTest, OneDnnInTwoTasksAgreesWithIm2col) {
+  ASSERT_GT(ops::detail::kernel_gradient_tasks(same_geometry({4, 16, 16, 128}, {3, 3, 128, 128})), 1);
+  expect_onednn_agrees_with_im2col({4, 16, 16, 128}, {3, 3, 128, 128}, 400);
+}
+
+// Large kernels over a small batch: the kernel gradient in blocks of output channels, each over the
+// whole batch (conv_tasks.h's kernel_gradient_channel_blocks), 3x3 and 1x1.
+TEST(Conv2dTest, OneDnnKernelGradientInChannelBlocksAgreesWithIm2col) {
+  const std::pair<Shape, Shape> cases[] = {{{2, 12, 12, 256}, {3, 3, 256, 256}}, {{2, 16, 16, 256}, {1, 1, 256, 1024}}};
+  uint64_t seed = 410;
+  for (const auto& [xs, ks] : cases) {
+    ASSERT_GT(ops::detail::kernel_gradient_channel_blocks(same_geometry(xs, ks)), 2) << shape_string(ks);
+    expect_onednn_agrees_with_im2col(xs, ks, seed);
+    seed += 3;
   }
 }
 
@@ -553,7 +582,8 @@ TEST(Conv2dTest, TheSameBitsOnOneToFourThreads) {
                         {{3, 17, 17, 24}, {3, 3, 24, 40}, {2, 2}},
                         {{2, 32, 32, 64}, {1, 1, 64, 256}, {1, 1}},
                         {{2, 6, 6, 256}, {3, 3, 256, 384}, {1, 1}},  // few pixels: im2col, then tiled columns
-                        {{4, 16, 16, 128}, {3, 3, 128, 128}, {1, 1}},  // oneDNN: two tasks, two partial kernels
+                        {{4, 16, 16, 128}, {3, 3, 128, 128}, {1, 1}},  // oneDNN: tasks of images, partial kernels
+                        {{2, 12, 12, 256}, {3, 3, 256, 256}, {1, 1}},  // oneDNN: dkernel in 4 blocks of channels
                         {{64, 1, 1, 512}, {3, 3, 512, 256}, {1, 1}}};  // single tap: one tiled GEMM
   uint64_t seed = 100;
   for (const Case& c : cases) {
