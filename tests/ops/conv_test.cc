@@ -414,6 +414,8 @@ TEST(Conv2dTest, AbstractRunChargesLikeRealRun) {
       {{8, 40, 40, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}},  // several chunks
       {{2, 40, 40, 3}, {7, 7, 3, 16}, {2, 2}, Padding::valid, {1, 1}},   // oneDNN's dkernel, im2col's dx
       {{300, 1, 1, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}},   // single tap: no im2col workspace
+      {{1, 56, 56, 64}, {3, 3, 64, 64}, {1, 1}, Padding::same, {1, 1}},  // oneDNN: y and dx in bands of rows
+      {{2, 12, 12, 256}, {3, 3, 256, 256}, {1, 1}, Padding::same, {1, 1}},  // oneDNN: dkernel in channel blocks
   };
   for (const ConvConfig& c : configs) {
     for (ops::ConvBackend b : kBackends) {
