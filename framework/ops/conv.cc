@@ -566,7 +566,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int, 2> strides,
     if (real && empty) out.fill(0.0f);
     for (int64_t r = 0; real && empty && fused_bias && r < rows; ++r) std::copy_n(bias.data(), cout, out.data() + r * cout);
     if (!empty && onednn) {
-      detail::onednn_conv_forward(g, real ? xv.data() : nullptr, kv.ref(), real ? out.data() : nullptr,
+      detail::onednn_conv_forward(g, real ? xv.data() : nullptr, kv.ref(), real ? out.data() : nullptr, fused_bias,
                                   fused_bias && real ? bias.data() : nullptr);
     } else if (!empty) {
       forward_float32(g, real ? xv.data() : nullptr, kv.data(), real ? out.data() : nullptr);

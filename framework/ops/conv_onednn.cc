@@ -1,4 +1,5 @@
-// oneDNN's convolutions for conv2d: primitives cached per shape and dtype, tasks of whole images.
+// oneDNN's convolutions for conv2d: primitives cached per shape and dtype; tasks of whole images, of
+// bands of an image's rows, or (kernel gradients) of blocks of output channels (conv_tasks.h).
 #include "framework/ops/conv_onednn.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <string>
 #include <unordered_map>
 #include <vector>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -59,6 +61,7 @@ struct ConvPrimitive {
   memory::desc scratch;          // oneDNN's scratchpad for one execution
   memory::desc reorder_scratch;
   memory::desc bias;             // forward_bias: the (Cout,) float32 bias
+  std::string impl;              // oneDNN's implementation (impl_info_str)
 };
 
 using Key = std::array<int64_t, 17>;
@@ -192,6 +195,7 @@ std::unique_ptr<ConvPrimitive> build(const ConvGeometry& g, int64_t images, Pass
   const memory::desc hwio = kernel_desc(g, Tag::hwio);
   if (pass == Pass::forward || pass == Pass::forward_bias) {
     p->conv = dnnl::convolution_forward(fwd);
+    p->impl = fwd.impl_info_str();
     p->kernel_layout = fwd.weights_desc();
     p->scratch = fwd.scratchpad_desc();
     if (pass == Pass::forward_bias) p->bias = fwd.bias_desc();
@@ -199,12 +203,14 @@ std::unique_ptr<ConvPrimitive> build(const ConvGeometry& g, int64_t images, Pass
   } else if (pass == Pass::backward_data) {
     const auto pd = backward_data_desc(g, images, dt, fwd);
     p->conv = dnnl::convolution_backward_data(pd);
+    p->impl = pd.impl_info_str();
     p->kernel_layout = pd.weights_desc();
     p->scratch = pd.scratchpad_desc();
     set_reorder(*p, hwio, p->kernel_layout);
   } else {
     const auto pd = backward_weights_desc(g, images, dt, fwd);
     p->conv = dnnl::convolution_backward_weights(pd);
+    p->impl = pd.impl_info_str();
     p->kernel_layout = pd.diff_weights_desc();
     p->scratch = pd.scratchpad_desc();
     set_reorder(*p, p->kernel_layout, hwio);
@@ -242,14 +248,15 @@ size_t scratch_stride(const ConvPrimitive& p) { return (p.scratch.get_size() + k
 
 // The workspace of one pass: the kernel in the primitive's layout (when it is not HWIO), the
 // reorder's scratchpad, and one scratchpad per task.
-// `stride`: each task's scratchpad (scratch_stride of the largest of the pass's primitives).
+// `stride`: each task's scratchpad (scratch_stride of the largest of the pass's primitives);
+// `kernel`: false where the pass reorders no kernel through it (the scratchpads alone).
 struct PassWorkspace {
   Tensor layout, reorder_scratch, scratch;
   size_t stride;
   PassWorkspace(const ConvPrimitive& p, int64_t tasks) : PassWorkspace(p, tasks, scratch_stride(p)) {}
-  PassWorkspace(const ConvPrimitive& p, int64_t tasks, size_t stride)
-      : layout(p.reorder_needed ? workspace_bytes(p.kernel_layout.get_size()) : Tensor()),
-        reorder_scratch(p.reorder_needed ? workspace_bytes(p.reorder_scratch.get_size()) : Tensor()),
+  PassWorkspace(const ConvPrimitive& p, int64_t tasks, size_t stride, bool kernel = true)
+      : layout(kernel && p.reorder_needed ? workspace_bytes(p.kernel_layout.get_size()) : Tensor()),
+        reorder_scratch(kernel && p.reorder_needed ? workspace_bytes(p.reorder_scratch.get_size()) : Tensor()),
         scratch(workspace_bytes(stride * static_cast<size_t>(tasks) + (stride > 0 ? kScratchAlign : 0))),
         stride(stride) {}
   // Task t's scratchpad, aligned.
@@ -317,34 +324,52 @@ struct TaskImages {
         y_bytes(y_step * static_cast<int64_t>(element_bytes(y_dt))) {}
 };
 
-// A float32 forward or backward_data pass in bands of rows: one task per band of each image. False,
-// having done nothing, where there is one band, or a band's primitive reads the kernel in another
-// layout than the first band's (then whole images). `in` is x or dy, `out` y or dx.
-bool pass_in_bands(const ConvGeometry& g, Pass pass, const KernelRef& kernel, const void* in, void* out, bool real,
-                   const float* bias) {
+// The bands of a float32 forward or backward_data pass (conv_tasks.h): each band's geometry and
+// primitive, and the largest scratchpad. False where there is one band, a band is no convolution, or
+// a band's primitive is another implementation than the whole image's or reads the kernel in another
+// layout (then whole images).
+struct BandPlan {
+  std::vector<Band> parts;
+  std::vector<const ConvPrimitive*> prims;
+  size_t stride = 0;
+};
+bool plan_bands(const ConvGeometry& g, Pass pass, BandPlan& plan) {
   const bool fwd = pass != Pass::backward_data;
   const int64_t bands = band_count(fwd ? g.h.output : g.h.input, wanted_bands(g));
   if (bands < 2) return false;
-  std::vector<Band> parts(static_cast<size_t>(bands));
-  std::vector<const ConvPrimitive*> prims;
-  size_t stride = 0;
+  ConvGeometry image = g;
+  image.batch = 1;
+  const ConvPrimitive& whole = primitive(image, 1, pass);
+  plan.parts.resize(static_cast<size_t>(bands));
   for (int64_t b = 0; b < bands; ++b) {
-    if (!band_of(g, !fwd, b, bands, parts[static_cast<size_t>(b)])) return false;
-    prims.push_back(&primitive(parts[static_cast<size_t>(b)].g, 1, pass));
-    if (!(prims.back()->kernel_layout == prims.front()->kernel_layout)) return false;
-    stride = std::max(stride, scratch_stride(*prims.back()));
+    Band& band = plan.parts[static_cast<size_t>(b)];
+    if (!band_of(g, !fwd, b, bands, band)) return false;
+    const ConvPrimitive& p = primitive(band.g, 1, pass);
+    if (p.impl != whole.impl || !(p.kernel_layout == whole.kernel_layout)) return false;
+    plan.prims.push_back(&p);
+    plan.stride = std::max(plan.stride, scratch_stride(p));
   }
-  const int64_t tasks = g.batch * bands;
-  PassWorkspace w(*prims.front(), tasks, stride);
+  return true;
+}
+
+// A float32 forward or backward_data pass in bands of rows (plan_bands): one task per band of each
+// image. False, having done nothing, where plan_bands says whole images. `in` is x or dy, `out` y or dx.
+bool pass_in_bands(const ConvGeometry& g, Pass pass, const KernelRef& kernel, const void* in, void* out, bool real,
+                   const float* bias) {
+  const bool fwd = pass != Pass::backward_data;
+  BandPlan plan;
+  if (!plan_bands(g, pass, plan)) return false;
+  const int64_t bands = static_cast<int64_t>(plan.parts.size()), tasks = g.batch * bands;
+  PassWorkspace w(*plan.prims.front(), tasks, plan.stride);
   if (!real) return true;
   std::shared_ptr<SharedBuffer> shared;
-  const void* k = kernel_for(*prims.front(), g, kernel, w, shared);
+  const void* k = kernel_for(*plan.prims.front(), g, kernel, w, shared);
   const int64_t x_row = g.w.input * g.in_channels * static_cast<int64_t>(sizeof(float));
   const int64_t y_row = g.w.output * g.out_channels * static_cast<int64_t>(sizeof(float));
   parallel_for(tasks, [&](int64_t t) {
     const int64_t image = t / bands;
-    const Band& band = parts[static_cast<size_t>(t % bands)];
-    const ConvPrimitive& p = *prims[static_cast<size_t>(t % bands)];
+    const Band& band = plan.parts[static_cast<size_t>(t % bands)];
+    const ConvPrimitive& p = *plan.prims[static_cast<size_t>(t % bands)];
     const memory x = wrap(images_desc(1, band.g.h.input, g.w.input, g.in_channels),
                           (fwd ? static_cast<const char*>(in) : static_cast<char*>(out)) + (image * g.h.input + band.in_row) * x_row);
     const memory y = wrap(images_desc(1, band.g.h.output, g.w.output, g.out_channels),
@@ -364,7 +389,6 @@ bool pass_in_bands(const ConvGeometry& g, Pass pass, const KernelRef& kernel, co
 // charges the workspace only.
 void kernel_pass(const ConvGeometry& g, Pass pass, const KernelRef& kernel, const void* in, void* out, bool real,
                  DataType dt = DataType::f32, const float* bias = nullptr) {
-  if (pass == Pass::forward && bias != nullptr) pass = Pass::forward_bias;
   const bool fwd = pass != Pass::backward_data;
   if (dt == DataType::f32 && pass_in_bands(g, pass, kernel, in, out, real, bias)) return;
   const int64_t tasks = data_tasks(g);
@@ -393,18 +417,15 @@ void kernel_pass(const ConvGeometry& g, Pass pass, const KernelRef& kernel, cons
 }  // namespace
 
 int64_t onednn_row_bands(const ConvGeometry& g, bool input_gradient) {
-  Band band;
-  const int64_t bands = band_count(input_gradient ? g.h.input : g.h.output, wanted_bands(g));
-  for (int64_t b = 0; b < bands; ++b) {
-    if (!band_of(g, input_gradient, b, bands, band)) return 1;
-  }
-  return bands;
+  BandPlan plan;
+  return plan_bands(g, input_gradient ? Pass::backward_data : Pass::forward, plan) ? static_cast<int64_t>(plan.parts.size()) : 1;
 }
 bool onednn_runs(const ConvGeometry& g) { return g.rows() >= 256 && g.single_tap() < 0; }
 bool onednn_runs_dx(const ConvGeometry& g) { return g.in_channels >= 16; }
 
-void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y, const float* bias) {
-  kernel_pass(g, Pass::forward, kernel, x, y, x != nullptr, DataType::f32, bias);
+void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y, bool with_bias,
+                         const float* bias) {
+  kernel_pass(g, with_bias ? Pass::forward_bias : Pass::forward, kernel, x, y, x != nullptr, DataType::f32, bias);
 }
 
 bool onednn_runs_bfloat16(const ConvGeometry& g) {
@@ -448,7 +469,7 @@ bool backward_weights_in_channel_blocks(const ConvGeometry& g, int64_t blocks, c
   if (p.reorder_needed && p.reorder_scratch.get_size() != 0) return false;
   const int64_t width = gb.out_channels, pixels = g.rows(), taps = gb.patch();
   const size_t layout_bytes = p.kernel_layout.get_size();
-  PassWorkspace w(p, blocks);
+  PassWorkspace w(p, blocks, scratch_stride(p), /*kernel=*/false);
   Tensor dy_blocks = workspace_bytes(sizeof(float) * static_cast<size_t>(pixels * g.out_channels));
   Tensor layouts = workspace_bytes(layout_bytes * static_cast<size_t>(blocks));
   Tensor dense = p.reorder_needed ? workspace_bytes(sizeof(float) * static_cast<size_t>(taps * g.out_channels)) : Tensor();

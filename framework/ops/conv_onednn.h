@@ -37,10 +37,10 @@ bool onednn_runs(const ConvGeometry& g);
 // channels to blocks of 16, and its dx on the 1- and 3-channel stems ran 2.5-5x slower than im2col.
 bool onednn_runs_dx(const ConvGeometry& g);
 
-// y (N, OH, OW, Cout) = conv(x, kernel) (+ bias (Cout,), added by the kernel to each sum before it is
-// stored: the bits of the sum stored, then the bias added); x == nullptr plans (charges the
-// workspace only).
-void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y,
+// y (N, OH, OW, Cout) = conv(x, kernel) (+ with_bias: bias (Cout,), added by the kernel to each sum
+// before it is stored: the bits of the sum stored, then the bias added); x == nullptr plans (charges
+// the workspace only; bias may be null then, with_bias still saying which primitive runs).
+void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y, bool with_bias = false,
                          const float* bias = nullptr);
 // How many bands of rows each image's float32 forward pass (of output rows) or input gradient (of
 // input rows) is cut into (1: whole images), where the batch gives fewer tasks than the work is

@@ -50,8 +50,9 @@ inline int64_t kernel_gradient_tasks(const ConvGeometry& g) {
 }
 
 // Blocks of output channels the kernel gradient is cut into, each over the whole batch (one call per
-// block, no partial sums to add), where that makes more tasks than kernel_gradient_tasks's images:
-// the deep layers' large kernels, whose partial sums cap image tasks at 2. As many blocks as the
+// block, no partial sums to add; each block reads all of x), wherever that makes more tasks than
+// kernel_gradient_tasks's images: the deep layers' large kernels, whose partial sums cap image tasks
+// at 2, and layers of 128 or more output channels over a batch of one or two. As many blocks as the
 // work is worth (wanted_tasks), each a multiple of kMinChannelBlock channels; 1: tasks of images.
 inline constexpr int64_t kMinChannelBlock = 64;
 inline int64_t kernel_gradient_channel_blocks(const ConvGeometry& g) {

@@ -153,8 +153,8 @@ inline void column_sums(const float* x, int64_t rows, int64_t ld, int64_t cols, 
   }
 }
 
-// column_sums of a (rows, cols) matrix on the replica's threads, in blocks of columns (at least two
-// blocks, of 16 to 128 columns, by the shape): each column's sum in row order, so the bits depend
+// column_sums of a (rows, cols) matrix on the replica's threads, in blocks of 16 to 128 columns (two
+// or more where cols > 16; the shape decides): each column's sum in row order, so the bits depend
 // neither on the threads nor on the blocks.
 inline void parallel_column_sums(const float* x, int64_t rows, int64_t cols, float* out) {
   const int64_t width = std::clamp<int64_t>(cols / 2 / 16 * 16, 16, 128);

@@ -64,7 +64,7 @@ void expect_input_bands_exact(const ConvGeometry& g, int64_t bands) {
   int64_t next = 0;
   for (int64_t b = 0; b < bands; ++b) {
     Band band;
-    if (!ops::detail::band_of(g, true, b, bands, band)) return;  // whole images instead: nothing to check
+    ASSERT_TRUE(ops::detail::band_of(g, true, b, bands, band)) << describe(g, bands, b);
     const ops::WindowAxis& s = band.g.h;
     ASSERT_EQ(band.in_row, next) << describe(g, bands, b);
     next += s.input;
@@ -94,7 +94,7 @@ TEST(ConvTasksTest, EveryBandOfRowsIsExactlyItsPartOfTheImage) {
               expect_forward_bands_exact(g, ops::detail::band_count(g.h.output, wanted));
               if (stride != 1) continue;
               expect_input_bands_exact(g, ops::detail::band_count(g.h.input, wanted));
-              ++input_checked;
+              input_checked += HasFatalFailure() ? 0 : 1;
             }
           }
         }

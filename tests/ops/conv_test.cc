@@ -426,6 +426,15 @@ TEST(Conv2dTest, AbstractRunChargesLikeRealRun) {
           {random_host(c.x, -1, 1, 30), random_host(c.kernel, -1, 1, 31)});
     }
   }
+  // With a bias oneDNN adds in its kernel (a primitive of its own, planned as the one that runs): 24
+  // output channels (oneDNN pads the bias to 32), and in bands of rows.
+  const ConvConfig with_bias[] = {{{2, 20, 20, 16}, {3, 3, 16, 24}, {1, 1}, Padding::same, {1, 1}},
+                                  {{1, 56, 56, 64}, {3, 3, 64, 64}, {1, 1}, Padding::same, {1, 1}}};
+  for (const ConvConfig& c : with_bias) {
+    expect_abstract_matches_real(
+        [c](const std::vector<Tensor>& in) { return ops::conv2d(in[0], in[1], c.strides, c.padding, c.dilation, in[2]); },
+        {random_host(c.x, -1, 1, 32), random_host(c.kernel, -1, 1, 33), random_host({c.kernel[3]}, -1, 1, 34)});
+  }
 }
 
 // Under bfloat16 too: dy's rounded values (im2col), oneDNN's bfloat16 workspace, and a kernel
@@ -586,6 +595,7 @@ TEST(Conv2dTest, TheSameBitsOnOneToFourThreads) {
                         {{2, 6, 6, 256}, {3, 3, 256, 384}, {1, 1}},  // few pixels: im2col, then tiled columns
                         {{4, 16, 16, 128}, {3, 3, 128, 128}, {1, 1}},  // oneDNN: tasks of images, partial kernels
                         {{2, 12, 12, 256}, {3, 3, 256, 256}, {1, 1}},  // oneDNN: dkernel in 4 blocks of channels
+                        {{1, 56, 56, 64}, {3, 3, 64, 64}, {1, 1}},     // oneDNN: y and dx in bands of rows
                         {{64, 1, 1, 512}, {3, 3, 512, 256}, {1, 1}}};  // single tap: one tiled GEMM
   uint64_t seed = 100;
   for (const Case& c : cases) {
