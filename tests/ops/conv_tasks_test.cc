@@ -34,51 +34,54 @@ std::string describe(const ConvGeometry& g, int64_t bands, int64_t b) {
 // Whether output row `oh`'s tap `kh` reads input row `ih` (a real row, not padding) in axis a.
 int64_t tap_row(const ops::WindowAxis& a, int64_t oh, int64_t kh) { return oh * a.stride - a.pad_before + kh * a.dilation; }
 
-// Forward bands: the output rows, cut in order, each band's outputs reading through the band's own
-// window exactly the input rows (and padding) they read in the whole image.
-void expect_forward_bands_exact(const ConvGeometry& g, int64_t bands) {
-  int64_t next = 0;
-  for (int64_t b = 0; b < bands; ++b) {
-    Band band;
-    ASSERT_TRUE(ops::detail::band_of(g, false, b, bands, band)) << describe(g, bands, b);
-    const ops::WindowAxis& s = band.g.h;
-    ASSERT_EQ(band.out_row, next) << describe(g, bands, b);
-    ASSERT_GE(band.in_row, 0);
-    ASSERT_LE(band.in_row + s.input, g.h.input) << describe(g, bands, b);
-    next += s.output;
-    for (int64_t o = 0; o < s.output; ++o) {
-      for (int64_t kh = 0; kh < g.h.kernel; ++kh) {
-        const int64_t whole = tap_row(g.h, band.out_row + o, kh), local = tap_row(s, o, kh);
-        const bool real = whole >= 0 && whole < g.h.input;
-        ASSERT_EQ(real, local >= 0 && local < s.input) << describe(g, bands, b) << ", output " << o << " tap " << kh;
-        if (real) ASSERT_EQ(band.in_row + local, whole) << describe(g, bands, b);
-      }
+// A forward band's outputs read through the band's own window exactly the input rows (and padding)
+// they read in the whole image.
+void expect_forward_band_exact(const ConvGeometry& g, const Band& band, const std::string& what) {
+  const ops::WindowAxis& s = band.g.h;
+  for (int64_t o = 0; o < s.output; ++o) {
+    for (int64_t kh = 0; kh < g.h.kernel; ++kh) {
+      const int64_t whole = tap_row(g.h, band.out_row + o, kh), local = tap_row(s, o, kh);
+      const bool real = whole >= 0 && whole < g.h.input;
+      ASSERT_EQ(real, local >= 0 && local < s.input) << what << ", output " << o << " tap " << kh;
+      if (real) ASSERT_EQ(band.in_row + local, whole) << what;
     }
   }
-  EXPECT_EQ(next, g.h.output) << describe(g, bands, bands);
 }
 
-// Input-gradient bands (stride 1): the input rows, cut in order, each band holding every (output
-// row, tap) of the whole image that reads one of its rows, and through the same tap.
-void expect_input_bands_exact(const ConvGeometry& g, int64_t bands) {
+// An input-gradient band holds every (output row, tap) of the whole image that reads one of its
+// rows, through the same tap.
+void expect_input_band_exact(const ConvGeometry& g, const Band& band, const std::string& what) {
+  const ops::WindowAxis& s = band.g.h;
+  for (int64_t oh = 0; oh < g.h.output; ++oh) {
+    for (int64_t kh = 0; kh < g.h.kernel; ++kh) {
+      const int64_t ih = tap_row(g.h, oh, kh);
+      if (ih < band.in_row || ih >= band.in_row + s.input) continue;
+      const int64_t o = oh - band.out_row;
+      ASSERT_TRUE(o >= 0 && o < s.output) << what << ": output " << oh << " missing";
+      ASSERT_EQ(tap_row(s, o, kh), ih - band.in_row) << what;
+    }
+  }
+}
+
+// The bands cut the output rows (forward) or the input rows (input_rows: an input gradient's, stride
+// 1) in order, within the image, and each is exactly its part of it.
+void expect_bands_exact(const ConvGeometry& g, int64_t bands, bool input_rows) {
   int64_t next = 0;
   for (int64_t b = 0; b < bands; ++b) {
     Band band;
-    ASSERT_TRUE(ops::detail::band_of(g, true, b, bands, band)) << describe(g, bands, b);
-    const ops::WindowAxis& s = band.g.h;
-    ASSERT_EQ(band.in_row, next) << describe(g, bands, b);
-    next += s.input;
-    for (int64_t oh = 0; oh < g.h.output; ++oh) {
-      for (int64_t kh = 0; kh < g.h.kernel; ++kh) {
-        const int64_t ih = tap_row(g.h, oh, kh);
-        if (ih < band.in_row || ih >= band.in_row + s.input) continue;
-        const int64_t o = oh - band.out_row;
-        ASSERT_TRUE(o >= 0 && o < s.output) << describe(g, bands, b) << ": output " << oh << " missing";
-        ASSERT_EQ(tap_row(s, o, kh), ih - band.in_row) << describe(g, bands, b);
-      }
+    const std::string what = describe(g, bands, b);
+    ASSERT_TRUE(ops::detail::band_of(g, input_rows, b, bands, band)) << what;
+    ASSERT_EQ(input_rows ? band.in_row : band.out_row, next) << what;
+    ASSERT_GE(band.in_row, 0) << what;
+    ASSERT_LE(band.in_row + band.g.h.input, g.h.input) << what;
+    next += input_rows ? band.g.h.input : band.g.h.output;
+    if (input_rows) {
+      expect_input_band_exact(g, band, what);
+    } else {
+      expect_forward_band_exact(g, band, what);
     }
   }
-  EXPECT_EQ(next, g.h.input) << describe(g, bands, bands);
+  EXPECT_EQ(next, input_rows ? g.h.input : g.h.output) << describe(g, bands, bands);
 }
 
 TEST(ConvTasksTest, EveryBandOfRowsIsExactlyItsPartOfTheImage) {
@@ -91,9 +94,9 @@ TEST(ConvTasksTest, EveryBandOfRowsIsExactlyItsPartOfTheImage) {
             if ((kernel - 1) * dilation + 1 > height && padding == ops::Padding::valid) continue;
             const ConvGeometry g = one_image(height, kernel, stride, dilation, padding);
             for (int64_t wanted : {2, 3, 4, 7, 16}) {
-              expect_forward_bands_exact(g, ops::detail::band_count(g.h.output, wanted));
+              expect_bands_exact(g, ops::detail::band_count(g.h.output, wanted), false);
               if (stride != 1) continue;
-              expect_input_bands_exact(g, ops::detail::band_count(g.h.input, wanted));
+              expect_bands_exact(g, ops::detail::band_count(g.h.input, wanted), true);
               input_checked += HasFatalFailure() ? 0 : 1;
             }
           }
