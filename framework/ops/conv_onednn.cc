@@ -425,7 +425,8 @@ bool onednn_runs_dx(const ConvGeometry& g) { return g.in_channels >= 16; }
 
 void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y, bool with_bias,
                          const float* bias) {
-  kernel_pass(g, with_bias ? Pass::forward_bias : Pass::forward, kernel, x, y, x != nullptr, DataType::f32, bias);
+  const bool biased = with_bias || bias != nullptr;  // a bias given is a bias added, whatever the flag says
+  kernel_pass(g, biased ? Pass::forward_bias : Pass::forward, kernel, x, y, x != nullptr, DataType::f32, bias);
 }
 
 bool onednn_runs_bfloat16(const ConvGeometry& g) {
