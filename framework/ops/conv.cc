@@ -353,21 +353,22 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const detail::KernelV
   const bool native = onednn && bfloat16 && bf16;  // oneDNN's bfloat16 kernels
   Tensor dyv = bfloat16 && !native ? detail::compute_values(dy, DType::bfloat16) : dy;
   detail::KernelValues kv = kernel;
-  if (onednn) {  // dkernel, and dx where oneDNN computes it; else dx below
+  if (onednn) {  // dkernel and dx where oneDNN computes them; else below
     const bool onednn_dx = dx != nullptr && detail::onednn_runs_dx(g);
+    const bool onednn_dk = dk != nullptr && (bf16 || bfloat16 || detail::onednn_runs_dk(g));
     float* dxd = onednn_dx ? dx->data() : nullptr;
-    float* dkd = dk != nullptr ? dk->data() : nullptr;
+    float* dkd = onednn_dk ? dk->data() : nullptr;
     if (native) {
       detail::onednn_conv_backward_bfloat16(g, x.bfloat16_data(), kernel.ref(), dy.data(), dxd, dkd, onednn_dx,
-                                            dk != nullptr, /*real=*/true);
+                                            onednn_dk, /*real=*/true);
     } else {
       const void* xd = bf16 ? static_cast<const void*>(x.bfloat16_data()) : static_cast<const void*>(x.data());
-      detail::onednn_conv_backward(g, xd, bf16, kernel.ref(), dyv.data(), dxd, dkd, onednn_dx, dk != nullptr,
+      detail::onednn_conv_backward(g, xd, bf16, kernel.ref(), dyv.data(), dxd, dkd, onednn_dx, onednn_dk,
                                    /*real=*/true);
     }
     if (onednn_dx) dx = nullptr;
-    dk = nullptr;
-    if (dx == nullptr) return;
+    if (onednn_dk) dk = nullptr;
+    if (dx == nullptr && dk == nullptr) return;
     if (native) {  // dx below on the rounded values of dy and of the kernel (which may come unrounded)
       dyv = detail::compute_values(dy, DType::bfloat16);
       kv = detail::KernelValues::of(kernel.tensor(), DType::bfloat16);
@@ -408,10 +409,11 @@ void plan_backward(const ConvGeometry& g, const Tensor& dy, const Tensor& kernel
   Tensor dyv = bfloat16 && !native ? detail::compute_values(dy, DType::bfloat16) : Tensor();
   if (onednn) {
     const bool onednn_dx = dx && detail::onednn_runs_dx(g);
+    const bool onednn_dk = dk && (bf16 || bfloat16 || detail::onednn_runs_dk(g));  // else a gemm: no workspace
     if (native) {
-      detail::onednn_conv_backward_bfloat16(g, nullptr, {}, nullptr, nullptr, nullptr, onednn_dx, dk, /*real=*/false);
+      detail::onednn_conv_backward_bfloat16(g, nullptr, {}, nullptr, nullptr, nullptr, onednn_dx, onednn_dk, /*real=*/false);
     } else {
-      detail::onednn_conv_backward(g, nullptr, bf16, {}, nullptr, nullptr, nullptr, onednn_dx, dk, /*real=*/false);
+      detail::onednn_conv_backward(g, nullptr, bf16, {}, nullptr, nullptr, nullptr, onednn_dx, onednn_dk, /*real=*/false);
     }
     if (!dx || onednn_dx) return;
     Tensor kv;

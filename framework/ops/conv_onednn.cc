@@ -422,6 +422,7 @@ int64_t onednn_row_bands(const ConvGeometry& g, bool input_gradient) {
 }
 bool onednn_runs(const ConvGeometry& g) { return g.rows() >= 256 && g.single_tap() < 0; }
 bool onednn_runs_dx(const ConvGeometry& g) { return g.in_channels >= 16; }
+bool onednn_runs_dk(const ConvGeometry& g) { return !g.pointwise(); }
 
 void onednn_conv_forward(const ConvGeometry& g, const float* x, const KernelRef& kernel, float* y, bool with_bias,
                          const float* bias) {

@@ -1,13 +1,17 @@
 // conv2d under bfloat16 on oneDNN (framework/ops/conv_onednn.h): its native bfloat16 kernels against
 // the float32 convolution of the rounded operands (dy rounded too, for the gradients).
-// (Float32 oneDNN against direct loops and im2col, and the same bits on 1-4 threads for both
-// dtypes and backends, are in conv_test.cc; what replicas share, in shared_kernels_test.cc.)
+// Float32 oneDNN against im2col where it cuts the work into tasks of images or blocks of channels,
+// and where it leaves a pointwise kernel gradient to one product. (Against direct loops, and the same
+// bits on 1-4 threads for both dtypes and backends, in conv_test.cc; what replicas share, in
+// shared_kernels_test.cc.)
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -16,6 +20,7 @@
 #include "framework/device/context.h"
 #include "framework/ops/conv.h"
 #include "framework/ops/conv_onednn.h"
+#include "framework/ops/conv_tasks.h"
 #include "framework/ops/ops.h"
 #include "framework/ops/precision.h"
 #include "tests/support/conv_backend.h"
@@ -60,6 +65,77 @@ Tensor image_of(const Tensor& batch, int64_t i) {
   Shape shape = batch.shape();
   shape[0] = 1;
   return Tensor::from_vector(shape, std::span<const float>(batch.data() + i * n, static_cast<size_t>(n)));
+}
+
+// oneDNN's y, dx and dkernel against the im2col backend, which conv_test.cc checks against direct loops (a direct
+// loop this size takes most of a minute in the sanitized build). Sums of thousands of terms of
+// either sign: relative to the largest value.
+void expect_onednn_agrees_with_im2col(const Shape& xs, const Shape& ks, uint64_t seed, int stride = 1) {
+  const std::array<int, 2> strides = {stride, stride};
+  const Tensor x = random_host(xs, -1, 1, seed), k = random_host(ks, -1, 1, seed + 1);
+  const Tensor dy = random_host(ops::conv2d_output_shape(xs, ks, strides, Padding::same, {1, 1}), -1, 1, seed + 2);
+  std::vector<std::vector<float>> got[2];
+  for (int b = 0; b < 2; ++b) {
+    const testing::ConvBackendScope backend(testing::kConvBackends[b]);
+    for (const Tensor& t : testing::conv_gradients(x, k, dy, strides, Padding::same, {1, 1})) got[b].push_back(t.to_vector());
+    got[b].push_back(ops::conv2d(x, k, strides, Padding::same).to_vector());
+  }
+  const char* names[] = {"dx", "dkernel", "y"};
+  for (size_t i = 0; i < 3; ++i) {
+    float scale = 0, worst = 0;
+    for (size_t j = 0; j < got[0][i].size(); ++j) {
+      scale = std::max(scale, std::fabs(got[1][i][j]));
+      worst = std::max(worst, std::fabs(got[0][i][j] - got[1][i][j]));
+    }
+    EXPECT_LE(worst, 1e-5f * scale) << shape_string(xs) << " " << names[i] << ": oneDNN and im2col differ by " << worst
+                                    << " (largest value " << scale << ")";
+  }
+}
+
+// A batch oneDNN cuts into tasks of images (the kernel gradient summed from their partials).
+TEST(Conv2dTest, OneDnnInTwoTasksAgreesWithIm2col) {
+  ASSERT_GT(ops::detail::kernel_gradient_tasks(testing::same_geometry({4, 16, 16, 128}, {3, 3, 128, 128})), 1);
+  expect_onednn_agrees_with_im2col({4, 16, 16, 128}, {3, 3, 128, 128}, 400);
+}
+
+// Large kernels over a small batch: the kernel gradient in blocks of output channels, each over the
+// whole batch (conv_tasks.h's kernel_gradient_channel_blocks), 3x3 and a strided 1x1 (a pointwise
+// one's kernel gradient is one product, below).
+TEST(Conv2dTest, OneDnnKernelGradientInChannelBlocksAgreesWithIm2col) {
+  const std::tuple<Shape, Shape, int> cases[] = {{{2, 12, 12, 256}, {3, 3, 256, 256}, 1},
+                                                 {{2, 32, 32, 256}, {1, 1, 256, 1024}, 2}};
+  uint64_t seed = 410;
+  for (const auto& [xs, ks, stride] : cases) {
+    const ops::detail::ConvGeometry g = testing::same_geometry(xs, ks, stride);
+    ASSERT_TRUE(ops::detail::onednn_runs(g) && ops::detail::onednn_runs_dk(g)) << shape_string(ks);
+    ASSERT_GT(ops::detail::kernel_gradient_channel_blocks(g), 2) << shape_string(ks);
+    expect_onednn_agrees_with_im2col(xs, ks, seed, stride);
+    seed += 3;
+  }
+}
+
+// A pointwise convolution's kernel gradient is one product xᵀ · dy (ops/gemm.h) on either backend,
+// where oneDNN computes its y and dx (conv_onednn.h's onednn_runs_dk): the same bits as the im2col
+// backend's, for a 1x1 64->256 over 512 pixels and ResNet50's deepest 2048->512 shape; strided 1x1
+// and 3x3 kernels' gradients stay oneDNN's.
+TEST(Conv2dTest, APointwiseKernelGradientIsOneProductOnEitherBackend) {
+  const std::pair<Shape, Shape> cases[] = {{{2, 16, 16, 64}, {1, 1, 64, 256}}, {{8, 7, 7, 2048}, {1, 1, 2048, 512}}};
+  uint64_t seed = 430;
+  for (const auto& [xs, ks] : cases) {
+    ASSERT_TRUE(ops::detail::onednn_runs(testing::same_geometry(xs, ks))) << shape_string(xs);
+    EXPECT_FALSE(ops::detail::onednn_runs_dk(testing::same_geometry(xs, ks))) << shape_string(xs);
+    const Tensor x = random_host(xs, -1, 1, seed), k = random_host(ks, -1, 1, seed + 1);
+    const Tensor dy = random_host(ops::conv2d_output_shape(xs, ks, {1, 1}, Padding::same, {1, 1}), -1, 1, seed + 2);
+    std::vector<float> dkernel[2];
+    for (int b = 0; b < 2; ++b) {
+      const testing::ConvBackendScope backend(testing::kConvBackends[b]);
+      dkernel[b] = testing::conv_gradients(x, k, dy, {1, 1}, Padding::same, {1, 1})[1].to_vector();
+    }
+    EXPECT_EQ(dkernel[0], dkernel[1]) << shape_string(xs);
+    seed += 3;
+  }
+  EXPECT_TRUE(ops::detail::onednn_runs_dk(testing::same_geometry({2, 32, 32, 64}, {1, 1, 64, 256}, 2)));
+  EXPECT_TRUE(ops::detail::onednn_runs_dk(testing::same_geometry({2, 16, 16, 64}, {3, 3, 64, 64})));
 }
 
 // An image convolved alone, which oneDNN's float32 passes cut into bands of rows (onednn_row_bands:

@@ -21,7 +21,6 @@
 #include "framework/device/ledger.h"
 #include "framework/layers/conv_layers.h"
 #include "framework/ops/conv.h"
-#include "framework/ops/conv_tasks.h"
 #include "framework/ops/pooling.h"
 #include "framework/ops/precision.h"
 #include "framework/ops/ops.h"
@@ -50,17 +49,6 @@ std::vector<float> iota(int64_t n, float start = 1) {
   std::vector<float> v(static_cast<size_t>(n));
   for (size_t i = 0; i < v.size(); ++i) v[i] = start + static_cast<float>(i);
   return v;
-}
-
-// The gradients of sum(y * dy) w.r.t. (x, kernel), through the tape.
-std::vector<Tensor> conv_grads(const Tensor& x, const Tensor& kernel, const Tensor& dy, std::array<int, 2> strides,
-                               Padding padding, std::array<int, 2> dilation) {
-  GradientTape tape;
-  tape.watch(x);
-  tape.watch(kernel);
-  Tensor y = ops::conv2d(x, kernel, strides, padding, dilation);
-  Tensor target = ops::matmul(ops::reshape(y, {1, y.size()}), ops::reshape(dy, {dy.size(), 1}));
-  return tape.gradient(target, {x, kernel});
 }
 
 // --- forward by hand ---
@@ -201,7 +189,7 @@ void check_against_direct_on(const ConvConfig& c, uint64_t seed, const std::stri
   Tensor y = ops::conv2d(x, k, c.strides, c.padding, c.dilation);
   ASSERT_EQ(y.shape(), out) << what;
   expect_near_reference(y, r.y, tol, what + " y");
-  std::vector<Tensor> g = conv_grads(x, k, dy, c.strides, c.padding, c.dilation);
+  std::vector<Tensor> g = testing::conv_gradients(x, k, dy, c.strides, c.padding, c.dilation);
   expect_near_reference(g[0], r.dx, tol, what + " dx");
   // dkernel sums over every output pixel (thousands of terms): float accumulation error grows.
   expect_near_reference(g[1], r.dk, 10 * tol, what + " dkernel");
@@ -242,56 +230,6 @@ TEST(Conv2dTest, MatchesDirectLoopsWhereOneDnnRuns) {
   for (size_t i = 0; i < configs.size(); ++i) check_against_direct(configs[i], 300 + 10 * i, "onednn config " + std::to_string(i));
 }
 
-// oneDNN's y, dx and dkernel against the im2col backend, which the direct loops check above (a direct
-// loop this size takes most of a minute in the sanitized build). Sums of thousands of terms of
-// either sign: relative to the largest value.
-void expect_onednn_agrees_with_im2col(const Shape& xs, const Shape& ks, uint64_t seed) {
-  const Tensor x = random_host(xs, -1, 1, seed), k = random_host(ks, -1, 1, seed + 1);
-  const Tensor dy = random_host(ops::conv2d_output_shape(xs, ks, {1, 1}, Padding::same, {1, 1}), -1, 1, seed + 2);
-  std::vector<std::vector<float>> got[2];
-  for (int b = 0; b < 2; ++b) {
-    const BackendScope backend(kBackends[b]);
-    for (const Tensor& t : conv_grads(x, k, dy, {1, 1}, Padding::same, {1, 1})) got[b].push_back(t.to_vector());
-    got[b].push_back(ops::conv2d(x, k, {1, 1}, Padding::same).to_vector());
-  }
-  const char* names[] = {"dx", "dkernel", "y"};
-  for (size_t i = 0; i < 3; ++i) {
-    float scale = 0, worst = 0;
-    for (size_t j = 0; j < got[0][i].size(); ++j) {
-      scale = std::max(scale, std::fabs(got[1][i][j]));
-      worst = std::max(worst, std::fabs(got[0][i][j] - got[1][i][j]));
-    }
-    EXPECT_LE(worst, 1e-5f * scale) << shape_string(xs) << " " << names[i] << ": oneDNN and im2col differ by " << worst
-                                    << " (largest value " << scale << ")";
-  }
-}
-
-ops::detail::ConvGeometry same_geometry(const Shape& xs, const Shape& ks) {
-  ops::detail::ConvGeometry g;
-  g.batch = xs[0], g.in_channels = xs[3], g.out_channels = ks[3];
-  g.h = ops::window_axis("conv2d", xs[1], ks[0], 1, 1, Padding::same);
-  g.w = ops::window_axis("conv2d", xs[2], ks[1], 1, 1, Padding::same);
-  return g;
-}
-
-// A batch oneDNN cuts into tasks of images (the kernel gradient summed from their partials).
-TEST(Conv2dTest, OneDnnInTwoTasksAgreesWithIm2col) {
-  ASSERT_GT(ops::detail::kernel_gradient_tasks(same_geometry({4, 16, 16, 128}, {3, 3, 128, 128})), 1);
-  expect_onednn_agrees_with_im2col({4, 16, 16, 128}, {3, 3, 128, 128}, 400);
-}
-
-// Large kernels over a small batch: the kernel gradient in blocks of output channels, each over the
-// whole batch (conv_tasks.h's kernel_gradient_channel_blocks), 3x3 and 1x1.
-TEST(Conv2dTest, OneDnnKernelGradientInChannelBlocksAgreesWithIm2col) {
-  const std::pair<Shape, Shape> cases[] = {{{2, 12, 12, 256}, {3, 3, 256, 256}}, {{2, 16, 16, 256}, {1, 1, 256, 1024}}};
-  uint64_t seed = 410;
-  for (const auto& [xs, ks] : cases) {
-    ASSERT_GT(ops::detail::kernel_gradient_channel_blocks(same_geometry(xs, ks)), 2) << shape_string(ks);
-    expect_onednn_agrees_with_im2col(xs, ks, seed);
-    seed += 3;
-  }
-}
-
 // Single-pixel inputs whose window is padding but for one tap (conv_geometry.h's single_tap: the
 // 1x1 maps deep in a ResNet on 32x32 images): one GEMM on that tap's slice of the kernel. 3x3 and
 // 5x3 "same", dilated, an even kernel (the tap off-centre), strided, and a batch of 300 (oneDNN's
@@ -319,8 +257,8 @@ TEST(Conv2dTest, ASingleTapConvolutionIsThePointwiseOneOfItsTap) {
     SCOPED_TRACE(backend_name(b));
     const BackendScope backend(b);
     EXPECT_EQ(ops::conv2d(x, k, {1, 1}, Padding::same).to_vector(), ops::conv2d(x, tap, {1, 1}, Padding::same).to_vector());
-    const std::vector<Tensor> got = conv_grads(x, k, dy, {1, 1}, Padding::same, {1, 1});
-    const std::vector<Tensor> want = conv_grads(x, tap, dy, {1, 1}, Padding::same, {1, 1});
+    const std::vector<Tensor> got = testing::conv_gradients(x, k, dy, {1, 1}, Padding::same, {1, 1});
+    const std::vector<Tensor> want = testing::conv_gradients(x, tap, dy, {1, 1}, Padding::same, {1, 1});
     EXPECT_EQ(got[0].to_vector(), want[0].to_vector()) << "dx";
     const std::vector<float> dk = got[1].to_vector(), dk_tap = want[1].to_vector();
     EXPECT_EQ(std::vector<float>(dk.begin() + centre, dk.begin() + centre + slice), dk_tap) << "dkernel at the tap";
@@ -416,6 +354,7 @@ TEST(Conv2dTest, AbstractRunChargesLikeRealRun) {
       {{300, 1, 1, 16}, {3, 3, 16, 8}, {1, 1}, Padding::same, {1, 1}},   // single tap: no im2col workspace
       {{1, 56, 56, 64}, {3, 3, 64, 64}, {1, 1}, Padding::same, {1, 1}},  // oneDNN: y and dx in bands of rows
       {{2, 12, 12, 256}, {3, 3, 256, 256}, {1, 1}, Padding::same, {1, 1}},  // oneDNN: dkernel in channel blocks
+      {{2, 16, 16, 64}, {1, 1, 64, 128}, {1, 1}, Padding::same, {1, 1}},    // oneDNN's y and dx, a product's dkernel
   };
   for (const ConvConfig& c : configs) {
     for (ops::ConvBackend b : kBackends) {
@@ -511,7 +450,7 @@ TEST(Conv2dGoldenTest, MatchesPyTorch) {
     const auto dilation = c.at("dilation").get<std::array<int, 2>>();
     Tensor x = tensor_of(c.at("x")), k = tensor_of(c.at("kernel")), dy = tensor_of(c.at("dy"));
     expect_matches_golden(ops::conv2d(x, k, strides, padding_of(c), dilation), c.at("y"), name + " y");
-    std::vector<Tensor> g = conv_grads(x, k, dy, strides, padding_of(c), dilation);
+    std::vector<Tensor> g = testing::conv_gradients(x, k, dy, strides, padding_of(c), dilation);
     expect_matches_golden(g[0], c.at("dx"), name + " dx");
     expect_matches_golden(g[1], c.at("dkernel"), name + " dkernel");
   }
@@ -531,7 +470,7 @@ TEST(Conv2dSpeed, PrintsThroughput) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
   const double fwd = time_ms([&] { ops::conv2d(x, k, {1, 1}, Padding::same); });
-  const double both = time_ms([&] { conv_grads(x, k, dy, {1, 1}, Padding::same, {1, 1}); });
+  const double both = time_ms([&] { testing::conv_gradients(x, k, dy, {1, 1}, Padding::same, {1, 1}); });
   std::printf("[ speed    ] conv2d 3x3 (32,32,32,32)->64: forward %.1f ms (%.1f GFLOP/s), forward+backward %.1f ms (%.1f GFLOP/s)\n",
               fwd, flops / fwd * 1e-6, both, 3 * flops / both * 1e-6);
   SUCCEED();
@@ -608,7 +547,7 @@ TEST(Conv2dTest, TheSameBitsOnOneToFourThreads) {
         const BackendScope backend(b);
         const ops::ComputeDTypeScope compute(dt);
         testing::expect_same_bits_on_threads([&] {
-          std::vector<Tensor> got = conv_grads(x, k, dy, c.strides, Padding::same, {1, 1});
+          std::vector<Tensor> got = testing::conv_gradients(x, k, dy, c.strides, Padding::same, {1, 1});
           got.push_back(ops::conv2d(x, k, c.strides, Padding::same, {1, 1}));
           return got;
         });
