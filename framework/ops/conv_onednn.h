@@ -38,10 +38,10 @@ bool onednn_runs(const ConvGeometry& g);
 bool onednn_runs_dx(const ConvGeometry& g);
 // Whether it computes the kernel's gradient too (float32 x and dy): not for a pointwise convolution,
 // whose kernel gradient is one product xᵀ · dy over every pixel (ops/gemm.h, its inner dimension in
-// segments). That product beat oneDNN's 1x1 backward-weights kernels on 8 of ResNet50's 9 pointwise
-// shapes at 224x224 b8 and on its 5 at 32x32 b32, on 1 and 2 threads, and tied the ninth
-// (1024->256 at 14x14): 64->256 at 56x56 2.90 against 3.85 ms, 2048->512 at 7x7 2.50 against 3.90
-// (build/bench/conv_bench 2 5, the im2col and oneDNN columns of dkernel, 2026-11-30).
+// segments), against oneDNN 2.6's older 1x1 backward-weights kernels: over ResNet50's 31 pointwise
+// layers at 224x224 b8 about 6-9 ms a step less on 2 threads, most at 7x7 (2048->512: 3.21 against
+// 4.98 ms, 2.71 against 3.70), though oneDNN won 256->64 at 56x56 in both runs; even at 32x32 b32
+// (build/bench/conv_bench 2 7 pointwise, its last column, two runs, 2026-11-30).
 bool onednn_runs_dk(const ConvGeometry& g);
 
 // y (N, OH, OW, Cout) = conv(x, kernel) (+ with_bias: bias (Cout,), added by the kernel to each sum
