@@ -331,6 +331,11 @@ bool backward_needs_cols(const ConvGeometry& g, bool bf16, bool dx, bool dk) {
   if (g.pointwise()) return bf16 && dk;
   return g.single_tap() < 0 && (dx || dk);
 }
+// Whether the oneDNN backend's kernel gradient is oneDNN's (wanted, and not a float32 pointwise one,
+// which is one product: detail::onednn_runs_dk), for the run and its plan alike.
+bool onednn_computes_dk(const ConvGeometry& g, bool bf16, bool bfloat16, bool dk) {
+  return dk && (bf16 || bfloat16 || detail::onednn_runs_dk(g));
+}
 // Whether backward widens a single-tap convolution's bfloat16 input whole, for its kernel gradient.
 bool widens_whole_input(const ConvGeometry& g, bool bf16, bool dk) {
   return bf16 && dk && !g.pointwise() && g.single_tap() >= 0;
@@ -355,7 +360,7 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const detail::KernelV
   detail::KernelValues kv = kernel;
   if (onednn) {  // dkernel and dx where oneDNN computes them; else below
     const bool onednn_dx = dx != nullptr && detail::onednn_runs_dx(g);
-    const bool onednn_dk = dk != nullptr && (bf16 || bfloat16 || detail::onednn_runs_dk(g));
+    const bool onednn_dk = onednn_computes_dk(g, bf16, bfloat16, dk != nullptr);
     float* dxd = onednn_dx ? dx->data() : nullptr;
     float* dkd = onednn_dk ? dk->data() : nullptr;
     if (native) {
@@ -409,7 +414,7 @@ void plan_backward(const ConvGeometry& g, const Tensor& dy, const Tensor& kernel
   Tensor dyv = bfloat16 && !native ? detail::compute_values(dy, DType::bfloat16) : Tensor();
   if (onednn) {
     const bool onednn_dx = dx && detail::onednn_runs_dx(g);
-    const bool onednn_dk = dk && (bf16 || bfloat16 || detail::onednn_runs_dk(g));  // else a gemm: no workspace
+    const bool onednn_dk = onednn_computes_dk(g, bf16, bfloat16, dk);  // else a gemm: no workspace
     if (native) {
       detail::onednn_conv_backward_bfloat16(g, nullptr, {}, nullptr, nullptr, nullptr, onednn_dx, onednn_dk, /*real=*/false);
     } else {
