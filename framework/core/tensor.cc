@@ -40,17 +40,18 @@ std::shared_ptr<Storage> Storage::allocate_host(int64_t elements, DType dtype) {
   return s;
 }
 
-std::shared_ptr<Storage> Storage::adopt(std::shared_ptr<Storage> source, int64_t elements, const Shape& shape,
-                                        Category category, const std::string& owner, DType dtype) {
+std::shared_ptr<Storage> Storage::adopt(std::shared_ptr<Storage> source, int64_t offset, int64_t elements,
+                                        const Shape& shape, Category category, const std::string& owner, DType dtype) {
   const int64_t bytes = checked_mul(elements, dtype_size(dtype), "tensor bytes");
-  if (source == nullptr || source->abstract() || bytes != source->bytes_) {
-    throw std::logic_error("Storage::adopt: a concrete buffer of " + std::to_string(bytes) + " bytes expected");
+  if (source == nullptr || source->abstract() || offset < 0 || bytes > source->bytes_ - std::min(offset, source->bytes_)) {
+    throw std::logic_error("Storage::adopt: a concrete buffer of " + std::to_string(bytes) + " bytes from byte " +
+                           std::to_string(offset) + " expected");
   }
   std::shared_ptr<Storage> s(new Storage());
   s->elements_ = elements;
   const bool abstract = device_hooks::charge_new_storage(bytes, category, owner, shape, s->charges_);
   if (!abstract && elements > 0) {
-    s->data_ = source->data_;
+    s->data_ = static_cast<char*>(source->data_) + offset;
     s->bytes_ = bytes;
     s->owned_ = false;
     s->adopted_ = std::move(source);
@@ -251,22 +252,42 @@ Tensor Tensor::clone(Category category, const std::string& owner) const {
   return t;
 }
 
+bool Tensor::sole_host_view(const std::shared_ptr<Impl>& impl, long handles) {
+  const std::shared_ptr<Storage>& storage = impl->storage;
+  return impl.use_count() == handles && storage != nullptr && storage.use_count() == 1 && !storage->abstract() &&
+         storage->charges().empty() && impl->offset == 0 && storage->elements() == num_elements(impl->shape) &&
+         storage->bytes() == num_bytes(impl->shape, dtype_size(impl->dtype)) && !impl->keras_logits;
+}
+
+bool Tensor::movable_to_context() const { return impl_ != nullptr && sole_host_view(impl_, 1); }
+
 Tensor Tensor::moved_to_context(Category category, const std::string& owner) && {
   const std::shared_ptr<Impl> impl = std::move(impl_);
   const Tensor source(impl);
-  const std::shared_ptr<Storage>& storage = impl->storage;
   // Only this call's handles (impl, source) reach the buffer, and it is host memory holding exactly
   // this tensor: handing it on is invisible to everyone else.
-  const bool sole = impl.use_count() == 2 && storage != nullptr && storage.use_count() == 1 && !storage->abstract() &&
-                    storage->charges().empty() && impl->offset == 0 && storage->elements() == source.size() &&
-                    storage->bytes() == source.bytes() && !impl->keras_logits;
-  if (!sole) return source.clone(category, owner);
+  if (!sole_host_view(impl, 2)) return source.clone(category, owner);
   auto moved = std::make_shared<Impl>();
   moved->shape = impl->shape;
   moved->dtype = impl->dtype;
-  moved->storage = Storage::adopt(storage, source.size(), impl->shape, category, owner, impl->dtype);
+  moved->storage = Storage::adopt(impl->storage, 0, source.size(), impl->shape, category, owner, impl->dtype);
   moved->id = next_id();
   return Tensor(std::move(moved));  // in a plan's context, abstract with the charges, as a clone
+}
+
+Tensor Tensor::rows_moved_to_context(int64_t begin, int64_t end, Category category, const std::string& owner) const {
+  const std::shared_ptr<Storage>& storage = impl_->storage;
+  if (storage == nullptr || storage->abstract() || !storage->charges().empty() || impl_->offset != 0) {
+    throw std::logic_error("rows_moved_to_context: a host tensor's own buffer expected");
+  }
+  const Tensor rows = slice_rows(begin, end);  // checks the range
+  auto moved = std::make_shared<Impl>();
+  moved->shape = rows.shape();
+  moved->dtype = impl_->dtype;
+  moved->storage = Storage::adopt(storage, rows.impl_->offset * dtype_size(impl_->dtype), rows.size(), moved->shape,
+                                  category, owner, impl_->dtype);
+  moved->id = next_id();
+  return Tensor(std::move(moved));
 }
 
 void Tensor::copy_from(const Tensor& other) {

@@ -39,11 +39,13 @@ class Storage {
                                            const std::string& owner, DType dtype = DType::float32);
   // Host memory whatever the thread's context: never charged, never abstract.
   static std::shared_ptr<Storage> allocate_host(int64_t elements, DType dtype = DType::float32);
-  // Charged as allocate() charges, but holding `source`'s memory instead of memory of its own (kept
-  // alive as long as this buffer is). For a host buffer nobody else can read any more, handed to a
-  // core without a copy (Tensor::moved_to_context); `source` must be concrete and `elements` long.
-  static std::shared_ptr<Storage> adopt(std::shared_ptr<Storage> source, int64_t elements, const Shape& shape,
-                                        Category category, const std::string& owner, DType dtype);
+  // Charged as allocate() charges, but holding `source`'s memory from byte `offset` on instead of
+  // memory of its own (`source` kept alive as long as this buffer is). For a host buffer nobody else
+  // can read any more, handed to a core (or its rows to several) without a copy
+  // (Tensor::moved_to_context, Tensor::rows_moved_to_context); `source` must be concrete and hold
+  // `elements` from `offset` on.
+  static std::shared_ptr<Storage> adopt(std::shared_ptr<Storage> source, int64_t offset, int64_t elements,
+                                        const Shape& shape, Category category, const std::string& owner, DType dtype);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -74,6 +76,11 @@ class Storage {
   void relocate(void* memory, bool copy);
   int64_t bytes() const { return bytes_; }
   const std::vector<Charge>& charges() const { return charges_; }
+  // The host buffer (never charged) whose memory this one holds (adopt), or nullptr: what keeps
+  // the bytes alive without keeping this buffer's charges.
+  std::shared_ptr<const Storage> host_source() const {
+    return adopted_ != nullptr && adopted_->charges_.empty() ? adopted_ : nullptr;
+  }
 
  private:
   Storage() = default;
@@ -149,6 +156,14 @@ class Tensor {
   // shares (a batch fresh from an input pipeline) gives its memory to the new tensor, charged as the
   // clone would be. Otherwise a clone. This tensor is left undefined either way.
   Tensor moved_to_context(Category category, const std::string& owner) &&;
+  // Whether moved_to_context would take this tensor's memory instead of copying it.
+  bool movable_to_context() const;
+  // moved_to_context for a tensor whose rows go to several cores: rows [begin, end) in this tensor's
+  // memory, charged per the current context as clone(category, owner) would be, without a copy. For
+  // a tensor that was movable_to_context when the caller took it over and that the caller drops once
+  // it has handed on every range (nobody else reads or writes it meanwhile); the memory lives as long
+  // as the last tensor over it. std::logic_error on a charged, abstract or viewed tensor.
+  Tensor rows_moved_to_context(int64_t begin, int64_t end, Category category, const std::string& owner) const;
   void copy_from(const Tensor& other);  // same element count
   void fill(float value);
 
@@ -184,6 +199,8 @@ class Tensor {
     std::shared_ptr<const std::string> string;  // set for a string tensor (then storage is null)
   };
   static uint64_t next_id();
+  // Whether `impl` (reached by `handles` handles) is a concrete host buffer's only view, holding it all.
+  static bool sole_host_view(const std::shared_ptr<Impl>& impl, long handles);
   // empty(); `host`: in host memory whatever the thread's context (from_vector, scalar).
   static Tensor empty_impl(const Shape& shape, Category category, const std::string& owner, bool host,
                            DType dtype = DType::float32);

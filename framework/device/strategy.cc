@@ -161,23 +161,20 @@ DeviceContext ReplicatedStrategy::core_context(int core, Category category) cons
 
 ContextScope ReplicatedStrategy::scope() { return ContextScope(mirrored_context()); }
 
-Batch ReplicatedStrategy::infeed(const Batch& global, int replica) {
-  return infeed_batch(Batch(global), replica, /*may_move=*/false);
-}
+Batch ReplicatedStrategy::infeed(const Batch& global, int replica) { return infeed_batch(global, replica, {}); }
 
-Batch ReplicatedStrategy::infeed_batch(Batch&& global, int replica, bool may_move) {
+Batch ReplicatedStrategy::infeed_batch(const Batch& global, int replica, Handover handover) {
   const ShardRange rows = shard_range(global.size(), num_replicas(), replica);
-  const bool whole = may_move && rows.begin == 0 && rows.end == global.size();
-  auto to_core = [&](Tensor& t, const char* owner) {
-    return whole ? std::move(t).moved_to_context(Category::inputs, owner)
-                 : t.slice_rows(rows.begin, rows.end).clone(Category::inputs, owner);
+  auto to_core = [&](const Tensor& t, bool in_place, const char* owner) {
+    return in_place ? t.rows_moved_to_context(rows.begin, rows.end, Category::inputs, owner)
+                    : t.slice_rows(rows.begin, rows.end).clone(Category::inputs, owner);
   };
   CoreLedger& core = ledger_.core(replica);
   Batch shard;
-  shard.images = to_core(global.images, "infeed:images");
+  shard.images = to_core(global.images, handover.images, "infeed:images");
   core.record_host_to_core(shard.images.bytes());
   if (global.labels.defined()) {
-    shard.labels = to_core(global.labels, "infeed:labels");
+    shard.labels = to_core(global.labels, handover.labels, "infeed:labels");
     core.record_host_to_core(shard.labels.bytes());
   }
   return shard;
@@ -190,18 +187,20 @@ InputContext ReplicatedStrategy::input_context(int64_t global_batch) const {
 
 std::vector<Batch> ReplicatedStrategy::distribute(const Batch& global) { return distribute(Batch(global)); }
 
-// With one core here its shard is the whole batch, and the copy was pure cost: the seed MLP on `cpu`
-// gains 12% samples/s from the batch's own memory (5 interleaved pairs of bench/mlp_throughput
-// --epochs 6 on 2 threads, best epochs, the builds before and after). A batch the caller still
-// holds (distribute(const Batch&)) is copied all the same (Tensor::moved_to_context). With several
-// cores each core's rows still get memory of their own: reading them in place from the batch was
-// slower on v3-8 in a scratch build, though it saves the copy.
+// A batch nothing else holds (fresh from an input pipeline) gives each core its rows in its own
+// memory: the copies were pure cost. With one core its shard is the whole batch (the seed MLP on
+// `cpu` gained 12% samples/s, 5 interleaved pairs of bench/mlp_throughput --epochs 6 on 2 threads,
+// best epochs); on `v3-8` the copies were 2.8% of a step's CPU time, on the calling thread while
+// the other slots wait (perf record of bench/mlp_throughput --device v3-8 on one thread). A batch
+// the caller still holds (distribute(const Batch&)) is copied all the same.
 std::vector<Batch> ReplicatedStrategy::distribute(Batch&& global) {
-  const bool may_move = local_replicas_ == 1;
+  const Handover handover{global.images.defined() && global.images.movable_to_context(),
+                          global.labels.defined() && global.labels.movable_to_context()};
+  const Batch batch = std::move(global);
   std::vector<Batch> shards(static_cast<size_t>(num_replicas()));
   for (int c = first_local_; c < first_local_ + local_replicas_; ++c) {
     ContextScope on_core(core_context(c, Category::inputs));
-    shards[static_cast<size_t>(c)] = infeed_batch(may_move ? std::move(global) : Batch(global), c, may_move);
+    shards[static_cast<size_t>(c)] = infeed_batch(batch, c, handover);
   }
   return shards;
 }

@@ -148,9 +148,9 @@ class ReplicatedStrategy {
   // Shards are as even as possible; the first cores take one more row when it does not divide. In
   // several processes only this process's replicas' shards are filled (the others stay empty).
   std::vector<Batch> distribute(const Batch& global);
-  // The same, for a batch the caller hands over: where this process runs one core, whose shard is
-  // the whole batch, the shard takes the batch's memory instead of a copy when nothing else holds
-  // it (Tensor::moved_to_context), charged as the copy would be. `global`'s tensors may be taken.
+  // The same, for a batch the caller hands over: when nothing else holds its tensors (a batch fresh
+  // from an input pipeline), each core's shard takes its rows in the batch's memory instead of a copy
+  // (Tensor::rows_moved_to_context), charged as the copy would be. `global` is left empty.
   std::vector<Batch> distribute(Batch&& global);
 
   // Copies replica `replica`'s rows of a host batch to its core (`inputs`, counted as infeed). Must
@@ -211,8 +211,12 @@ class ReplicatedStrategy {
  private:
   class Worker;
   void barrier_wait(int replica);
-  // infeed(); with may_move, a shard of all the rows takes the batch's tensors (distribute(Batch&&)).
-  Batch infeed_batch(Batch&& global, int replica, bool may_move);
+  // Which of a batch's tensors its shards take their rows of in place (Tensor::rows_moved_to_context)
+  // instead of copies: a batch handed over that nothing else holds (distribute(Batch&&)).
+  struct Handover {
+    bool images = false, labels = false;
+  };
+  Batch infeed_batch(const Batch& global, int replica, Handover handover);
   void sync_replica_local_state(ReplicaContext& ctx);
   void gather_per_replica_bytes(void* per_replica, int64_t bytes_each) const;
   template <class R>

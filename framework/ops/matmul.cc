@@ -26,19 +26,27 @@ bool chained_kernel_gradient(const Tensor& a, const Tensor& dy, DType dt) {
          detail::chained_kernel_gradient(a.dim(1), dy.dim(1), a.dim(0), ctx->num_replicas());
 }
 
-// grad = aᵀ · dy left to the step's all-reduce (ReplicaContext::defer) where the step allows it. Its
-// operands are copied to host memory: the tape releases a and dy, as a device would, before the
-// all-reduce reads them.
+// grad = aᵀ · dy left to the step's all-reduce (ReplicaContext::defer) where the step allows it. The
+// tape releases a and dy, as a device would, before the all-reduce reads them: dy is copied to host
+// memory, and so is a unless its bytes are a host buffer's already (an infeed shard taken in place
+// from its batch, ReplicatedStrategy::distribute), which the product then keeps alive instead.
 bool defer_kernel_gradient(const Tensor& grad, const Tensor& a, const Tensor& dy) {
   ReplicaContext* ctx = current_replica_context();
   if (!ctx->allows_deferred_products() || grad.is_abstract()) return false;
-  const Tensor a_copy = Tensor::from_vector(a.shape(), std::span<const float>(a.data(), static_cast<size_t>(a.size())));
+  std::shared_ptr<const Storage> a_host = a.storage().host_source();
+  const Tensor a_copy =
+      a_host != nullptr ? Tensor()
+                        : Tensor::from_vector(a.shape(), std::span<const float>(a.data(), static_cast<size_t>(a.size())));
   const Tensor dy_copy = Tensor::from_vector(dy.shape(), std::span<const float>(dy.data(), static_cast<size_t>(dy.size())));
   auto product = std::make_shared<DeferredProduct>();
   product->rows = a.dim(1);
   product->cols = dy.dim(1);
-  product->operands = {a_copy.data(), a.dim(1), dy_copy.data(), dy.dim(1), a.dim(0)};
-  product->owner = std::make_shared<std::pair<Tensor, Tensor>>(a_copy, dy_copy);
+  product->operands = {a_host != nullptr ? a.data() : a_copy.data(), a.dim(1), dy_copy.data(), dy.dim(1), a.dim(0)};
+  struct Owner {
+    std::shared_ptr<const Storage> a_host;
+    Tensor a_copy, dy_copy;
+  };
+  product->owner = std::make_shared<Owner>(Owner{std::move(a_host), a_copy, dy_copy});
   ctx->defer(grad, std::move(product));
   return true;
 }

@@ -110,5 +110,49 @@ TEST(TensorTest, MovedToContextTakesMemoryOnlyWhereNothingElseReadsIt) {
   EXPECT_EQ(ledger.core(0).stat(Category::inputs).current, 8 + 8 + 4);
 }
 
+// rows_moved_to_context: row ranges of a host tensor each become a tensor of their own over its
+// memory, charged to the context each is taken in; the memory lives until the last of them goes.
+// movable_to_context says whether moved_to_context would take the memory.
+TEST(TensorTest, RowsMovedToContextShareTheMemoryAndChargeEachCore) {
+  Ledger ledger(DeviceSpec::custom(2, 0));
+  Tensor batch;
+  {
+    HostScope host;
+    batch = Tensor::from_vector({3, 2}, std::vector<float>{1, 2, 3, 4, 5, 6});
+  }
+  EXPECT_TRUE(batch.movable_to_context());
+  Tensor other = batch;
+  EXPECT_FALSE(batch.movable_to_context());  // another handle reads it
+  EXPECT_FALSE(batch.slice_rows(0, 1).movable_to_context());
+  const float* memory = std::as_const(batch).data();
+  std::weak_ptr<Storage> source = batch.weak_storage();
+  Tensor first, second;
+  {
+    ContextScope on_core(DeviceContext{.ledger = &ledger, .core = 0});
+    first = batch.rows_moved_to_context(0, 2, Category::inputs, "x");
+  }
+  {
+    ContextScope on_core(DeviceContext{.ledger = &ledger, .core = 1});
+    second = batch.rows_moved_to_context(2, 3, Category::inputs, "x");
+    EXPECT_THROW(first.rows_moved_to_context(0, 1, Category::inputs, "x"), std::logic_error);  // charged
+    EXPECT_THROW(batch.rows_moved_to_context(2, 4, Category::inputs, "x"), std::out_of_range);
+  }
+  batch = Tensor();
+  EXPECT_EQ(std::as_const(first).data(), memory);
+  EXPECT_EQ(std::as_const(second).data(), memory + 4);
+  EXPECT_EQ(first.to_vector(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(second.to_vector(), (std::vector<float>{5, 6}));
+  EXPECT_EQ(ledger.core(0).stat(Category::inputs).current, 16);
+  EXPECT_EQ(ledger.core(1).stat(Category::inputs).current, 8);
+  first = Tensor();
+  EXPECT_EQ(ledger.core(0).stat(Category::inputs).current, 0);
+  EXPECT_FALSE(source.expired());
+  other = Tensor();
+  EXPECT_EQ(second.to_vector(), (std::vector<float>{5, 6}));
+  second = Tensor();
+  EXPECT_TRUE(source.expired());
+  EXPECT_EQ(ledger.core(1).stat(Category::inputs).current, 0);
+}
+
 }  // namespace
 }  // namespace keel

@@ -129,16 +129,43 @@ TEST(StrategyDistributeTest, OneCoreTakesAHandedOverBatchInPlace) {
   EXPECT_EQ(shards[0].labels.to_vector(), kept.labels.to_vector());
 }
 
-// Several cores: each gets a copy of its rows, even from a batch handed over.
-TEST(StrategyDistributeTest, SeveralCoresCopyTheirRowsOfAHandedOverBatch) {
-  ReplicatedStrategy s(DeviceSpec::custom(2, 0));
-  Batch handed{iota({4, 2}), Tensor()};
-  const Tensor global = handed.images.clone();
-  std::vector<Batch> shards = s.distribute(std::move(handed));
-  for (int c = 0; c < 2; ++c) {
-    EXPECT_EQ(shards[static_cast<size_t>(c)].images.to_vector(), global.slice_rows(2 * c, 2 * c + 2).to_vector());
-    EXPECT_EQ(s.ledger().core(c).stat(Category::inputs).current, 2 * 2 * 4);
+// Several cores: each takes its rows of a batch handed over in the batch's memory, charged to it as
+// a copy would be; the memory lives until the last shard goes. A batch still held is copied.
+TEST(StrategyDistributeTest, SeveralCoresTakeTheirRowsOfAHandedOverBatchInPlace) {
+  ReplicatedStrategy s(DeviceSpec::custom(3, 0));
+  Batch handed{iota({5, 2}), iota({5}, 100)};
+  const Tensor global = handed.images.clone(), labels = handed.labels.clone();
+  const float* images = std::as_const(handed.images).data();
+  std::weak_ptr<Storage> batch_memory = handed.images.weak_storage();
+  {
+    std::vector<Batch> shards = s.distribute(std::move(handed));
+    EXPECT_FALSE(handed.images.defined());
+    const int64_t begin[] = {0, 2, 4}, end[] = {2, 4, 5};
+    for (int c = 0; c < 3; ++c) {
+      const Batch& b = shards[static_cast<size_t>(c)];
+      EXPECT_EQ(std::as_const(b.images).data(), images + 2 * begin[c]) << c;  // no copy
+      EXPECT_EQ(b.images.to_vector(), global.slice_rows(begin[c], end[c]).to_vector()) << c;
+      EXPECT_EQ(b.labels.to_vector(), labels.slice_rows(begin[c], end[c]).to_vector()) << c;
+      const CoreLedger& core = s.ledger().core(c);
+      EXPECT_EQ(core.stat(Category::inputs).current, (end[c] - begin[c]) * (2 + 1) * 4) << c;
+      EXPECT_EQ(core.transfers().host_to_core_count, 2) << c;
+      ASSERT_EQ(b.images.storage().charges().size(), 1u);
+      EXPECT_EQ(b.images.storage().charges()[0].ledger.lock().get(), &s.ledger().core(c));
+    }
+    shards[0] = Batch{};
+    shards[2] = Batch{};
+    EXPECT_FALSE(batch_memory.expired());  // core 1's shard still reads it
+    EXPECT_EQ(shards[1].images.to_vector(), global.slice_rows(2, 4).to_vector());
   }
+  EXPECT_TRUE(batch_memory.expired());
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(s.ledger().core(c).stat(Category::inputs).current, 0) << c;
+
+  Batch kept{iota({4, 2}), iota({4}, 100)};
+  const Tensor other_handle = kept.images;  // still read by someone else: copied
+  std::vector<Batch> shards = s.distribute(Batch(kept));
+  EXPECT_NE(std::as_const(shards[0].images).data(), std::as_const(other_handle).data());
+  EXPECT_NE(std::as_const(shards[0].labels).data(), std::as_const(kept.labels).data());
+  EXPECT_EQ(shards[1].images.to_vector(), other_handle.slice_rows(2, 3).to_vector());
 }
 
 TEST(StrategyDistributeTest, ImagesWithoutLabels) {

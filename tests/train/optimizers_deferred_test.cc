@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "framework/autodiff/tape.h"
@@ -105,6 +106,52 @@ TEST(DeferredKernelGradients, AMatrixProductLeavesItsKernelsGradientToTheAllRedu
     }
   });
   EXPECT_EQ(was_deferred, kChainedProductsVectorized);  // a build without their vector forms leaves them to oneDNN
+  ASSERT_EQ(gradients[0].size(), gradients[1].size());
+  EXPECT_EQ(std::memcmp(gradients[0].data(), gradients[1].data(), gradients[0].size() * sizeof(float)), 0);
+}
+
+// An infeed shard taken in place from its batch (ReplicatedStrategy::distribute): the deferred
+// product reads x where the batch holds it, not a copy, and keeps that memory once the shard is
+// gone; computed on demand it has the bits of the product computed whole.
+TEST(DeferredKernelGradients, AProductOfAnInfeedShardReadsItsBatchInPlace) {
+  ReplicatedStrategy strategy(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.host_threads = 1});
+  std::unique_ptr<Variable> w;
+  {
+    auto scope = strategy.scope();
+    std::vector<float> values(784 * 128);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(static_cast<int64_t>(i % 967) - 483);
+    w = std::make_unique<Variable>("w", Tensor::from_vector({784, 128}, values).clone(), true);
+  }
+  std::vector<float> xs(32 * 784);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.01f * static_cast<float>(static_cast<int64_t>(i % 347) - 173);
+  Batch batch{Tensor::from_vector({32, 784}, xs), Tensor()};
+  const std::weak_ptr<Storage> memory = batch.images.weak_storage();
+  std::vector<Batch> shards = strategy.distribute(std::move(batch));
+  std::vector<std::vector<float>> gradients(2);  // computed whole, then deferred
+  bool in_place = false;
+  strategy.run_replicas([&](ReplicaContext& ctx) {
+    const size_t r = static_cast<size_t>(ctx.replica_id());
+    for (bool defer : {false, true}) {
+      ctx.allow_deferred_products(defer);
+      const float* x_memory = std::as_const(shards[r].images).data();
+      std::vector<Tensor> g;
+      {
+        GradientTape tape;
+        const Tensor loss = ops::reduce_sum(ops::scale(ops::relu(ops::matmul(shards[r].images, w->value())), 0.41f));
+        g = tape.gradient(loss, std::vector<Variable*>{w.get()});
+      }
+      if (defer) {
+        shards[r] = Batch{};  // the product alone keeps x's bytes
+        const std::vector<const DeferredProduct*> products = ctx.deferred_products(g);
+        if (r == 0) in_place = products.size() == 1 && products[0] != nullptr && products[0]->operands.x == x_memory;
+        ctx.materialize(g[0]);
+      }
+      if (r == 0) gradients[defer ? 1 : 0] = g[0].to_vector();
+      ctx.allow_deferred_products(false);
+    }
+  });
+  EXPECT_TRUE(memory.expired());
+  EXPECT_EQ(in_place, kChainedProductsVectorized);
   ASSERT_EQ(gradients[0].size(), gradients[1].size());
   EXPECT_EQ(std::memcmp(gradients[0].data(), gradients[1].data(), gradients[0].size() * sizeof(float)), 0);
 }
