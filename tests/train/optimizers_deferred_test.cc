@@ -73,19 +73,23 @@ TEST(DeferredKernelGradients, MlpOnV38EndsBitIdenticalAndChargedAlike) {
   }
 }
 
+// A 784 x 128 kernel (a mirrored variable of `strategy`) and inputs: ramps of period `period` around 0.
+std::vector<float> ramp(size_t n, int64_t period, float step) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = step * static_cast<float>(static_cast<int64_t>(i) % period - period / 2);
+  return v;
+}
+std::unique_ptr<Variable> kernel_784x128(ReplicatedStrategy& strategy, int64_t period) {
+  auto scope = strategy.scope();
+  return std::make_unique<Variable>("w", Tensor::from_vector({784, 128}, ramp(784 * 128, period, 0.001f)).clone(), true);
+}
+
 // x (16 x 784) · w (784 x 128) in a replica allowed to defer: the kernel's gradient is left to the
 // all-reduce, and computed on demand it has the bits of the product computed whole.
 TEST(DeferredKernelGradients, AMatrixProductLeavesItsKernelsGradientToTheAllReduce) {
   ReplicatedStrategy strategy(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.host_threads = 1});
-  std::unique_ptr<Variable> w;
-  {
-    auto scope = strategy.scope();
-    std::vector<float> values(784 * 128);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(static_cast<int64_t>(i % 977) - 488);
-    w = std::make_unique<Variable>("w", Tensor::from_vector({784, 128}, values).clone(), true);
-  }
-  std::vector<float> xs(16 * 784);
-  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.01f * static_cast<float>(static_cast<int64_t>(i % 331) - 165);
+  const std::unique_ptr<Variable> w = kernel_784x128(strategy, 977);
+  const std::vector<float> xs = ramp(16 * 784, 331, 0.01f);
   std::vector<std::vector<float>> gradients(2);  // deferred then materialized, computed whole
   bool was_deferred = false;
   strategy.run_replicas([&](ReplicaContext& ctx) {
@@ -115,15 +119,8 @@ TEST(DeferredKernelGradients, AMatrixProductLeavesItsKernelsGradientToTheAllRedu
 // gone; computed on demand it has the bits of the product computed whole.
 TEST(DeferredKernelGradients, AProductOfAnInfeedShardReadsItsBatchInPlace) {
   ReplicatedStrategy strategy(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.host_threads = 1});
-  std::unique_ptr<Variable> w;
-  {
-    auto scope = strategy.scope();
-    std::vector<float> values(784 * 128);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(static_cast<int64_t>(i % 967) - 483);
-    w = std::make_unique<Variable>("w", Tensor::from_vector({784, 128}, values).clone(), true);
-  }
-  std::vector<float> xs(32 * 784);
-  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.01f * static_cast<float>(static_cast<int64_t>(i % 347) - 173);
+  const std::unique_ptr<Variable> w = kernel_784x128(strategy, 967);
+  const std::vector<float> xs = ramp(32 * 784, 347, 0.01f);
   Batch batch{Tensor::from_vector({32, 784}, xs), Tensor()};
   const std::weak_ptr<Storage> memory = batch.images.weak_storage();
   std::vector<Batch> shards = strategy.distribute(std::move(batch));
@@ -160,15 +157,8 @@ TEST(DeferredKernelGradients, AProductOfAnInfeedShardReadsItsBatchInPlace) {
 // first; the sum has the bits of the one computed without deferring.
 TEST(DeferredKernelGradients, TheTapeComputesDeferredGradientsItMustAdd) {
   ReplicatedStrategy strategy(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.host_threads = 1});
-  std::unique_ptr<Variable> w;
-  {
-    auto scope = strategy.scope();
-    std::vector<float> values(784 * 128);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(static_cast<int64_t>(i % 983) - 491);
-    w = std::make_unique<Variable>("w", Tensor::from_vector({784, 128}, values).clone(), true);
-  }
-  std::vector<float> xs(16 * 784);
-  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.01f * static_cast<float>(static_cast<int64_t>(i % 337) - 168);
+  const std::unique_ptr<Variable> w = kernel_784x128(strategy, 983);
+  const std::vector<float> xs = ramp(16 * 784, 337, 0.01f);
   std::vector<std::vector<float>> gradients(2);  // deferring, then not
   strategy.run_replicas([&](ReplicaContext& ctx) {
     for (bool defer : {true, false}) {
@@ -193,15 +183,8 @@ TEST(DeferredKernelGradients, TheTapeComputesDeferredGradientsItMustAdd) {
 // optimizer reads it.
 TEST(DeferredKernelGradients, OneReplicaComputesADeferredGradientWhole) {
   ReplicatedStrategy strategy(DeviceSpec::custom(1, 0), ReplicatedStrategy::Options{.host_threads = 1});
-  std::unique_ptr<Variable> w;
-  {
-    auto scope = strategy.scope();
-    std::vector<float> values(784 * 128);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(static_cast<int64_t>(i % 971) - 485);
-    w = std::make_unique<Variable>("w", Tensor::from_vector({784, 128}, values).clone(), true);
-  }
-  std::vector<float> xs(16 * 784);
-  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.01f * static_cast<float>(static_cast<int64_t>(i % 331) - 165);
+  const std::unique_ptr<Variable> w = kernel_784x128(strategy, 971);
+  const std::vector<float> xs = ramp(16 * 784, 331, 0.01f);
   std::vector<std::vector<float>> reduced(2);  // deferring, then not
   strategy.run_replicas([&](ReplicaContext& ctx) {
     for (bool defer : {true, false}) {
