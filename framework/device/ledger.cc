@@ -1,6 +1,7 @@
 #include "framework/device/ledger.h"
 
 #include <algorithm>
+#include <limits>
 #include <cstdio>
 #include <sstream>
 
@@ -36,36 +37,62 @@ void add_release(MemoryStat& s, int64_t bytes) {
 
 }  // namespace
 
-uint64_t CoreLedger::charge(int64_t bytes, Category category, std::string owner, const Shape& shape) {
+uint64_t CoreLedger::charge(int64_t bytes, Category category, std::string_view owner, const Shape& shape) {
   std::lock_guard<std::mutex> lock(mu_);
   // Checked: a plan without a budget may sum tensors no real core could hold.
   const int64_t in_use_after = checked_add(total_.current, bytes, "the bytes charged to one core");
   if (capacity_ > 0 && in_use_after > capacity_) {
-    throw ResourceExhausted(core_, bytes, exhausted_report(bytes, category, owner, shape));
+    throw ResourceExhausted(core_, bytes, exhausted_report(bytes, category, std::string(owner), shape));
   }
   add_charge(stats_[static_cast<int>(category)], bytes);
   add_charge(total_, bytes);
-  uint64_t handle = next_handle_++;
-  auto it = live_.emplace(handle, LiveAllocation{bytes, category, std::move(owner), shape}).first;
-  if (recording_) log(LedgerEventKind::charge, handle, it->second, category);
+  uint32_t index;
+  if (!free_slots_.empty()) {
+    index = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    if (slots_.size() >= std::numeric_limits<uint32_t>::max()) throw std::length_error("too many live allocations on one core");
+    index = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  Slot& slot = slots_[index];
+  slot.used = true;
+  ++slot.generation;  // from 1: no handle is 0 (a mark's)
+  slot.a.bytes = bytes;
+  slot.a.category = category;
+  slot.a.owner.assign(owner);
+  slot.a.shape.assign(shape.begin(), shape.end());
+  ++live_count_;
+  const uint64_t handle = (static_cast<uint64_t>(slot.generation) << 32) | index;
+  if (recording_) log(LedgerEventKind::charge, handle, slot.a, category);
   return handle;
+}
+
+LiveAllocation* CoreLedger::find_live(uint64_t handle) {
+  const uint64_t index = handle & 0xffffffffu;
+  if (index >= slots_.size()) return nullptr;
+  Slot& slot = slots_[index];
+  return slot.used && slot.generation == static_cast<uint32_t>(handle >> 32) ? &slot.a : nullptr;
 }
 
 void CoreLedger::release(uint64_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.find(handle);
-  if (it == live_.end()) return;
-  add_release(stats_[static_cast<int>(it->second.category)], it->second.bytes);
-  add_release(total_, it->second.bytes);
-  if (recording_) log(LedgerEventKind::release, handle, it->second, it->second.category);
-  live_.erase(it);
+  LiveAllocation* a = find_live(handle);
+  if (a == nullptr) return;
+  add_release(stats_[static_cast<int>(a->category)], a->bytes);
+  add_release(total_, a->bytes);
+  if (recording_) log(LedgerEventKind::release, handle, *a, a->category);
+  const uint32_t index = static_cast<uint32_t>(handle & 0xffffffffu);
+  slots_[index].used = false;
+  free_slots_.push_back(index);
+  --live_count_;
 }
 
 void CoreLedger::retag(uint64_t handle, Category category, std::string owner) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.find(handle);
-  if (it == live_.end()) return;
-  LiveAllocation& a = it->second;
+  LiveAllocation* found = find_live(handle);
+  if (found == nullptr) return;
+  LiveAllocation& a = *found;
   const Category from = a.category;
   if (a.category != category) {
     add_release(stats_[static_cast<int>(a.category)], a.bytes);
@@ -146,8 +173,10 @@ std::vector<LiveAllocation> CoreLedger::live_allocations() const {
   std::vector<LiveAllocation> out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    out.reserve(live_.size());
-    for (const auto& [handle, a] : live_) out.push_back(a);
+    out.reserve(live_count_);
+    for (const Slot& slot : slots_) {
+      if (slot.used) out.push_back(slot.a);
+    }
   }
   std::stable_sort(out.begin(), out.end(), [](const LiveAllocation& a, const LiveAllocation& b) {
     if (a.bytes != b.bytes) return a.bytes > b.bytes;
@@ -178,7 +207,9 @@ std::string CoreLedger::exhausted_report(int64_t bytes, Category category, const
   }
   os << "\n  largest live allocations:\n";
   std::vector<const LiveAllocation*> sorted;
-  for (const auto& [h, a] : live_) sorted.push_back(&a);
+  for (const Slot& slot : slots_) {
+    if (slot.used) sorted.push_back(&slot.a);
+  }
   std::stable_sort(sorted.begin(), sorted.end(), [](const LiveAllocation* a, const LiveAllocation* b) {
     if (a->bytes != b->bytes) return a->bytes > b->bytes;
     return a->owner < b->owner;

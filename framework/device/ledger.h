@@ -11,7 +11,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
+#include <string_view>
 #include <vector>
 
 #include "framework/core/shape.h"
@@ -92,7 +92,7 @@ class CoreLedger {
   CoreLedger& operator=(const CoreLedger&) = delete;
 
   // Returns a handle for release/retag. Throws ResourceExhausted if the budget would be exceeded.
-  uint64_t charge(int64_t bytes, Category category, std::string owner, const Shape& shape);
+  uint64_t charge(int64_t bytes, Category category, std::string_view owner, const Shape& shape);
   void release(uint64_t handle);
   // Moves a live allocation to another category/owner (e.g. a backward result that becomes a
   // variable's gradient). Peaks of the destination are updated; the total does not change.
@@ -124,6 +124,8 @@ class CoreLedger {
   std::string exhausted_report(int64_t bytes, Category category, const std::string& owner,
                                const Shape& shape) const;
   void log(LedgerEventKind kind, uint64_t handle, const LiveAllocation& a, Category from);
+  // The live allocation `handle` names, or nullptr (released, or never charged here).
+  LiveAllocation* find_live(uint64_t handle);
 
   const int core_;
   const int64_t capacity_;  // 0: no budget
@@ -132,8 +134,18 @@ class CoreLedger {
   MemoryStat total_{};
   TransferStat transfers_{};
   ComputeStat compute_{};
-  uint64_t next_handle_ = 1;
-  std::unordered_map<uint64_t, LiveAllocation> live_;
+  // Live allocations in slots reused once released, their owner and shape buffers with them: no
+  // allocation per charge once a step's tensors have been seen. A handle is a slot's index and
+  // generation, which moves on every reuse, so a stale handle finds nothing and no two charges of
+  // a run share one.
+  struct Slot {
+    LiveAllocation a;
+    uint32_t generation = 0;
+    bool used = false;
+  };
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;
+  size_t live_count_ = 0;
   bool recording_ = false;
   std::vector<LedgerEvent> events_;
 };
