@@ -263,12 +263,17 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   if (in_process_sum && concrete && replica == first_ && in_process_sum_.size() < static_cast<size_t>(elements)) {
     in_process_sum_.resize(static_cast<size_t>(elements));
   }
+  if (in_process_sum && replica == first_) next_sum_part_.store(0, std::memory_order_relaxed);
   posted(replica) = Posted{values, nullptr, deferred};
   barrier_(replica);
   check_same_shapes(replica, "all_reduce", first_, false);
-  const ShardRange mine = in_process_sum ? summation_share(elements, local(replica))
-                                         : shard_range(elements, local_replicas_, local(replica));
-  const size_t summed_vote = local_sum_range(mine.begin, mine.end, op, find_non_finite, in_process_sum);
+  if (in_process_sum) {  // nothing to finish: each replica reads its shard where the parts were summed
+    non_finite_votes_[static_cast<size_t>(local(replica))] = sum_claimed_parts(elements, op, find_non_finite);
+    locate_results(values, located, true);
+    return finish_all_reduce(replica, elements, children.size());
+  }
+  const ShardRange mine = shard_range(elements, local_replicas_, local(replica));
+  const size_t summed_vote = local_sum_range(mine.begin, mine.end, op, find_non_finite, false);
   if (several_processes()) {
     barrier_(replica);
     if (replica == first_) all_reduce_across_processes(elements, op, results);
@@ -277,9 +282,13 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   // Every process's replicas together cover every element of the whole sum, so each process finds
   // the same first non-finite tensor without asking the others.
   non_finite_votes_[static_cast<size_t>(local(replica))] = finish_range(op, mine.begin, mine.end, find_non_finite, results, summed_vote);
-  locate_results(values, located, in_process_sum);  // before the leader's next call may stage elsewhere
+  locate_results(values, located, false);  // before the leader's next call may stage elsewhere
+  return finish_all_reduce(replica, elements, children.size());
+}
+
+size_t InProcessCollectives::finish_all_reduce(int replica, int64_t elements, size_t children) {
   barrier_(replica);  // every range is reduced and copied out; the published spans may go
-  const int64_t links = static_cast<int64_t>(children.size()) + (replica == 0 ? 0 : 1);
+  const int64_t links = static_cast<int64_t>(children) + (replica == 0 ? 0 : 1);
   ledger_.core(replica).record_collective(links * bytes_of(elements), links * bytes_of(elements));
   // Written again only after the next all_reduce's first barrier, which this replica must reach first.
   return *std::min_element(non_finite_votes_.begin(), non_finite_votes_.end());

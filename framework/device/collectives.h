@@ -16,6 +16,7 @@
 // replica creates (its core, the current category).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -224,12 +225,20 @@ class InProcessCollectives final : public Collectives {
   size_t finish_range(ReduceOp op, int64_t begin, int64_t end, bool find_non_finite, Results results, size_t summed_vote);
   size_t all_reduce_voting(int replica, ReduceOp op, std::span<Tensor> values, bool find_non_finite, Results results,
                            std::span<const float*> located, std::span<const DeferredProduct* const> deferred = {});
+  // all_reduce_voting's end: the last barrier, the traffic recorded (a replica with `children` in
+  // ReductionTree), the votes' minimum.
+  size_t finish_all_reduce(int replica, int64_t elements, size_t children);
   // Whether any local replica posted tensor i of the values as a DeferredProduct.
   bool posted_deferred(size_t i) const;
-  // Local replica l's share of the `elements` an in-process sum computes, after the posts: shard_range's,
+  // Part `part` of `parts` of the `elements` an in-process sum computes, after the posts: shard_range's,
   // each boundary inside a deferred tensor moved to the nearest start of a block of its rows, so that
   // the products are computed whole blocks at a time. Who computes an element, never its bits.
-  ShardRange summation_share(int64_t elements, int l) const;
+  ShardRange summation_share(int64_t elements, int part, int parts) const;
+  // An in-process sum's parts (kSumPartsPerReplica per local replica), taken by the replicas as they
+  // come (next_sum_part_) rather than one share each: the replicas of a slot that started late, or
+  // that shares its core with the input pipeline, take fewer. Returns local_sum_range's vote over
+  // the parts this replica took.
+  size_t sum_claimed_parts(int64_t elements, ReduceOp op, bool find_non_finite);
   // local_sum_range's work on tensor i when it is deferred: elements [lo, hi) of the sum into out,
   // the products and their sum at once where every replica deferred it (chained_products), else
   // each replica's product computed a tile of rows at a time (`in`: the others' values at lo);
@@ -294,6 +303,10 @@ class InProcessCollectives final : public Collectives {
   std::vector<int64_t> rows_before_;    // all_gather: rows of the replicas before each
   std::vector<int64_t> votes_;          // all_reduce_min: each local replica's value
   std::vector<size_t> non_finite_votes_;  // all_reduce_for_update: each local replica's
+  // all_reduce_for_update in one process: the next part of the sum no replica has taken. The
+  // leader resets it before the call's first barrier, which every replica passes after the
+  // previous call's last one, and so after the previous call's parts were all taken.
+  std::atomic<int> next_sum_part_{0};
   int64_t vote_result_ = 0;
 };
 

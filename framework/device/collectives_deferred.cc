@@ -18,8 +18,11 @@ namespace {
 // Floats of one replica's tile: the seed MLP's kernel (784 x 128) in 7 tiles of 112 rows; 8 replicas'
 // tiles (448 KiB) stay in a core's L2.
 constexpr int64_t kTileFloats = 112 * 128;
-// Rows of the blocks summation_share aligns the replicas' shares to: chained_products' widest block.
-constexpr int64_t kBlockRows = 8;
+// Rows of the blocks summation_share aligns the parts to: chained_products' main block (chained_product.cc).
+constexpr int64_t kBlockRows = 14;
+// Parts of an in-process sum per local replica (sum_claimed_parts): enough for the replicas of a
+// slot that is ahead to take over a slower one's, few enough that each part is blocks of rows.
+constexpr int kSumPartsPerReplica = 4;
 
 // Elements [lo, hi) of the sum of parts' products (cols floats a row), divided by divisor, into out:
 // whole rows at once, a row cut by lo or hi by its columns.
@@ -54,7 +57,7 @@ bool InProcessCollectives::posted_deferred(size_t i) const {
   return false;
 }
 
-ShardRange InProcessCollectives::summation_share(int64_t elements, int l) const {
+ShardRange InProcessCollectives::summation_share(int64_t elements, int part, int parts) const {
   // A boundary of the even split, moved within its tensor to the nearest multiple of kBlockRows rows
   // when the tensor is deferred: the same function for a share's end and the next one's begin, and
   // never decreasing, so the shares still cover every element once.
@@ -74,8 +77,19 @@ ShardRange InProcessCollectives::summation_share(int64_t elements, int l) const 
     }
     return boundary;
   };
-  const ShardRange even = shard_range(elements, local_replicas_, l);
+  const ShardRange even = shard_range(elements, parts, part);
   return {snap(even.begin), snap(even.end)};
+}
+
+size_t InProcessCollectives::sum_claimed_parts(int64_t elements, ReduceOp op, bool find_non_finite) {
+  const int parts = kSumPartsPerReplica * local_replicas_;
+  size_t vote = posted_[0].values.size();
+  for (int p = next_sum_part_.fetch_add(1, std::memory_order_relaxed); p < parts;
+       p = next_sum_part_.fetch_add(1, std::memory_order_relaxed)) {
+    const ShardRange range = summation_share(elements, p, parts);
+    if (range.size() > 0) vote = std::min(vote, local_sum_range(range.begin, range.end, op, find_non_finite, true));
+  }
+  return vote;
 }
 
 int64_t InProcessCollectives::sum_deferred(size_t i, int64_t lo, int64_t hi, std::span<const float* const> in, float* out,
