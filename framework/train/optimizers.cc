@@ -175,6 +175,10 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   // Every replica reads the step before the reduction's first barrier; replica 0 advances it before
   // the last barrier below, so a following apply_gradients in the same run reads the new value.
   const int64_t step = iterations_ + 1;
+  // Unsharded in one process, the replicas split the update between them. Reset before the
+  // reduction's first barrier, which every replica passes after the last update took its pieces.
+  const bool split_in_process = ctx != nullptr && !ctx->strategy().updates_slice_shards();
+  if (split_in_process && ctx->leads_process()) next_piece_.store(0, std::memory_order_relaxed);
   std::optional<size_t> voted;  // the first variable whose gradient is not finite, if the reduction said
   std::vector<const float*> means(vars.size());
   const bool shards = reduce(grads, vars, form, voted, means);
@@ -182,10 +186,13 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   if (any_laid_out(vars, ctx)) bad = std::min(bad, first_non_finite_block(grads, vars, replicas));
   if (bad < vars.size()) return GradientUpdate{false, vars[bad]->name()};
   // Each replica updates its shard of every variable; with sharded slots that is all it holds of them.
-  // Unsharded in one process, its replicas split each variable between them.
-  const bool split_in_process = ctx != nullptr && !ctx->strategy().updates_slice_shards();
+  // Unsharded in one process, its replicas split each variable between them: where every mean is
+  // the one in-process sum they all read, in pieces each takes as it comes (take_pieces), else a
+  // shard each.
+  const bool taken = split_in_process && replicas > 1 && ctx->strategy().local_replicas() == replicas && !shards &&
+                     means_are_shared(grads, vars, means, ctx);
   const int updater = split_in_process ? replica - ctx->strategy().first_local_replica() : replica;
-  const int updaters = split_in_process ? ctx->strategy().local_replicas() : replicas;
+  const int updaters = taken ? 1 : split_in_process ? ctx->strategy().local_replicas() : replicas;
   std::vector<Tensor> updated(vars.size());
   std::vector<UpdateSpan> spans;
   for (size_t i = 0; i < vars.size(); ++i) {
@@ -195,10 +202,10 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
     if (laid_out(vars[i], ctx)) {
       append_block_spans(vars[i], grads[i], replica, replicas, spans);  // every core its own block
     } else {
-      spans.push_back(span_of(vars[i], means[i] != nullptr ? means[i] : grads[i].data(), shards, updater, updaters));
+      spans.push_back(span_of(vars[i], means[i] != nullptr ? means[i] : grads[i].data(), shards, taken ? 0 : updater, updaters));
     }
   }
-  update_in_pieces(spans, step);
+  update_in_pieces(spans, step, taken);
   if (ctx == nullptr || ctx->leads_process()) iterations_ = step;
   if (replicas == 1) return GradientUpdate{};
   if (shard == ShardingMode::optimizer || shard == ShardingMode::gradients) {
@@ -289,7 +296,7 @@ void Optimizer::plan_gradient_placement(const ReplicaContext& ctx, const std::ve
 // A helper takes part from kMinUpdateElementsPerThread elements: an update reads and writes several
 // floats per element (Adam's with a square root and a division), worth a thread on fewer elements
 // than a copy (the seed MLP's 101,770 parameters: on 2 threads; measured with Adam, SGD shares it).
-void Optimizer::update_in_pieces(const std::vector<UpdateSpan>& spans, int64_t step) {
+void Optimizer::update_in_pieces(const std::vector<UpdateSpan>& spans, int64_t step, bool taken) {
   constexpr int64_t kUpdatePiece = int64_t{1} << 14;
   constexpr double kMinUpdateElementsPerThread = 1 << 15;
   std::vector<UpdateSpan> pieces;
@@ -307,9 +314,29 @@ void Optimizer::update_in_pieces(const std::vector<UpdateSpan>& spans, int64_t s
       pieces.push_back(piece);
     }
   }
+  const int threads = threads_worth(static_cast<double>(elements), kMinUpdateElementsPerThread);
+  if (!taken) {
+    parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t p) { update(pieces[static_cast<size_t>(p)], step); }, threads);
+    return;
+  }
   parallel_for(
-      static_cast<int64_t>(pieces.size()), [&](int64_t p) { update(pieces[static_cast<size_t>(p)], step); },
-      threads_worth(static_cast<double>(elements), kMinUpdateElementsPerThread));
+      threads,
+      [&](int64_t) {
+        for (size_t p = next_piece_.fetch_add(1, std::memory_order_relaxed); p < pieces.size();
+             p = next_piece_.fetch_add(1, std::memory_order_relaxed)) {
+          update(pieces[p], step);
+        }
+      },
+      threads);
+}
+
+bool Optimizer::means_are_shared(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars,
+                                 const std::vector<const float*>& means, const ReplicaContext* ctx) {
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (!grads[i].defined() || grads[i].is_abstract()) continue;
+    if (laid_out(vars[i], ctx) || means[i] == nullptr) return false;
+  }
+  return true;
 }
 
 UpdateSpan Optimizer::span_of(Variable* var, const float* gradient, bool grad_is_shard, int replica, int replicas) const {

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -164,8 +165,14 @@ class Optimizer {
                                const std::vector<size_t>& variable) const;
   // build(vars) the first time, by one replica (merge_call) where there are several.
   void build_once(const std::vector<Variable*>& vars, ReplicaContext* ctx);
-  // update() over the spans, in fixed pieces on the replica's share of the threads.
-  void update_in_pieces(const std::vector<UpdateSpan>& spans, int64_t step);
+  // update() over the spans, in fixed pieces on the replica's share of the threads. `taken`: the
+  // spans are every replica's of this process (the same on each), and each piece goes to whichever
+  // replica's thread takes it first (next_piece_): a slot that is behind updates less.
+  void update_in_pieces(const std::vector<UpdateSpan>& spans, int64_t step, bool taken = false);
+  // Whether every concrete gradient's mean is the in-process sum all the process's replicas read
+  // (means[i] set by the reduction, no laid-out variable): the same answer on every replica.
+  static bool means_are_shared(const std::vector<Tensor>& grads, const std::vector<Variable*>& vars,
+                               const std::vector<const float*>& means, const ReplicaContext* ctx);
   // This replica's span of variable i (its shard_range), with `gradient` whole or already its shard.
   UpdateSpan span_of(Variable* var, const float* gradient, bool grad_is_shard, int replica, int replicas) const;
   // A laid-out variable's block on `replica`, one span per run of consecutive elements, with `grad`
@@ -189,6 +196,9 @@ class Optimizer {
   std::vector<std::unique_ptr<Variable>> slot_order_;
   // Written by the replica that leads this process in its reduce, read by it in the next step.
   mutable std::shared_ptr<const GradientPlacement> placement_;
+  // The next piece of an update the process's replicas share (update_in_pieces, `taken`): reset by
+  // the leading replica before the reduction, taken by all after it.
+  std::atomic<size_t> next_piece_{0};
 };
 
 class Adam : public Optimizer {
