@@ -90,37 +90,6 @@ TEST(AdamTest, UpdateIsBitIdenticalToTheElementwiseFormula) {
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], rw[static_cast<size_t>(i)]) << "element " << i;
 }
 
-// Replicas split each update between them at element boundaries that depend on their number (and,
-// across processes, on how many each runs): the result must not. 1, 2, 4 and 8 replicas (whose mean
-// of equal gradients is exact; 4099 elements split at unaligned offsets), Adam and SGD with Nesterov
-// momentum, 3 steps.
-TEST(OptimizerTest, UpdatesAreTheSameBitsHoweverReplicasSplitThem) {
-  const int64_t n = 4099;
-  auto train = [&](int replicas, const std::string& name) {
-    ReplicatedStrategy s(DeviceSpec::custom(replicas, 0));
-    auto opt = make_optimizer(name, 0.01f, 0.9f, /*nesterov=*/true);
-    std::unique_ptr<Variable> w;
-    {
-      auto scope = s.scope();
-      std::vector<float> w0(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) w0[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i));
-      w = std::make_unique<Variable>("w", Tensor::from_vector({n}, w0), true);
-    }
-    for (int t = 1; t <= 3; ++t) {
-      s.run_replicas([&](ReplicaContext&) {
-        std::vector<float> g(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) g[static_cast<size_t>(i)] = std::cos(0.11f * static_cast<float>(i * t)) * 1e-2f;
-        opt->apply_gradients({Tensor::from_vector({n}, g)}, {w.get()});
-      });
-    }
-    return w->value().to_vector();
-  };
-  for (const std::string name : {"adam", "sgd"}) {
-    const std::vector<float> one = train(1, name);
-    for (int replicas : {2, 4, 8}) EXPECT_EQ(train(replicas, name), one) << name << " on " << replicas << " replicas";
-  }
-}
-
 TEST(AdamTest, DefaultsAreKeras) {
   Adam adam;
   EXPECT_FLOAT_EQ(adam.learning_rate(), 0.001f);
