@@ -205,6 +205,8 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
     StepTotals& t = per_replica[r];
     std::vector<Tensor> grads;
     GradientReadyFn reduce;
+    GradientCheck check(vars.size());  // one replica: each gradient checked as backward finishes it
+    const bool checks_in_backward = ctx.num_replicas() == 1;
     CoreLedger& ledger = strategy_->ledger().core(ctx.replica_id());  // marks: phases in its event log
     {
       const Batch b = std::move(shards[r]);
@@ -218,7 +220,7 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
       const GradientReadyFn ready = reduce_laid_out_as_ready(vars, reduce);
       ctx.allow_deferred_products(!ready && defers_kernel_gradients());  // else a hook reads them
       const GradientPlacementScope placed(!ready && ctx.leads_process() ? optimizer_->gradient_placement() : nullptr);
-      grads = tape.gradient(loss, vars, ready);
+      grads = tape.gradient(loss, vars, checks_in_backward ? check.hook(ready) : ready);
       ctx.allow_deferred_products(false);
       t.loss_sum = static_cast<double>(loss.item()) * static_cast<double>(b.size());
       t.correct = count_correct(b.labels, y, sparse);
@@ -229,7 +231,8 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
     ledger.mark("apply_gradients");
     ctx.set_update_ends_run(true);  // what it writes is read in the next step
     GradientUpdate u = optimizer_->apply_gradients(std::move(grads), vars,
-                                                   reduce ? GradientForm::reduced_shards : GradientForm::local);
+                                                   reduce ? GradientForm::reduced_shards : GradientForm::local,
+                                                   checks_in_backward ? &check : nullptr);
     if (ctx.leads_process()) update = std::move(u);
   });  // then BatchNormalization's moving statistics are combined (ReplicaLocalState)
   strategy_->gather_per_replica(per_replica);  // several processes: every replica's totals, in order

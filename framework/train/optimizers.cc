@@ -1,6 +1,7 @@
 #include "framework/train/optimizers.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -106,6 +107,32 @@ GradientReadyFn reduce_laid_out_as_ready(const std::vector<Variable*>& vars, Gra
   };
 }
 
+namespace {
+
+// Whether `count` floats are all finite, in pieces on this thread's share of the threads.
+bool all_finite_in_pieces(const float* values, int64_t count) {
+  constexpr int64_t kPiece = int64_t{1} << 16;
+  std::atomic<bool> finite{true};
+  parallel_for(
+      (count + kPiece - 1) / kPiece,
+      [&](int64_t p) {
+        if (!all_finite(values + p * kPiece, std::min(kPiece, count - p * kPiece))) finite.store(false, std::memory_order_relaxed);
+      },
+      threads_worth(static_cast<double>(count), kMinElementsPerThread));
+  return finite.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+GradientReadyFn GradientCheck::hook(GradientReadyFn next) {
+  return [this, next = std::move(next)](size_t index, Tensor gradient) {
+    if (index < first_ && gradient.defined() && !gradient.is_abstract() && !all_finite_in_pieces(gradient.data(), gradient.size())) {
+      first_ = index;
+    }
+    return next ? next(index, std::move(gradient)) : gradient;
+  };
+}
+
 void Optimizer::append_block_spans(Variable* var, const Tensor& grad, int replica, int replicas,
                                    std::vector<UpdateSpan>& spans) const {
   const Block b = block_of(*var, replicas, replica);
@@ -156,7 +183,7 @@ void Optimizer::build_once(const std::vector<Variable*>& vars, ReplicaContext* c
 }
 
 GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars,
-                                          GradientForm form) {
+                                          GradientForm form, const GradientCheck* checked) {
   if (grads.size() != vars.size()) {
     throw std::invalid_argument("apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
                                 std::to_string(vars.size()) + " variables");
@@ -182,7 +209,9 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   std::optional<size_t> voted;  // the first variable whose gradient is not finite, if the reduction said
   std::vector<const float*> means(vars.size());
   const bool shards = reduce(grads, vars, form, voted, means);
-  size_t bad = voted ? *voted : first_non_finite(grads, vars, shards, replica, replicas);
+  // One replica's gradients checked as backward finished them: the same verdict without the pass.
+  const bool prechecked = checked != nullptr && replicas == 1 && !shards && checked->variables() == vars.size();
+  size_t bad = voted ? *voted : prechecked ? checked->first_non_finite() : first_non_finite(grads, vars, shards, replica, replicas);
   if (any_laid_out(vars, ctx)) bad = std::min(bad, first_non_finite_block(grads, vars, replicas));
   if (bad < vars.size()) return GradientUpdate{false, vars[bad]->name()};
   // Each replica updates its shard of every variable; with sharded slots that is all it holds of them.

@@ -84,6 +84,25 @@ bool defers_kernel_gradients();
 // and hands the other gradients to `next` (kept as they are if null). `next` when nothing is laid out.
 GradientReadyFn reduce_laid_out_as_ready(const std::vector<Variable*>& vars, GradientReadyFn next);
 
+// One replica's gradients checked for a NaN or an infinity as backward finishes each, while it is
+// still in the caches, instead of in a pass over all of them before the update (which read them from
+// memory again): hook() for GradientTape::gradient, then apply_gradients(..., &check). Only where
+// one replica computes the step (elsewhere the all-reduce checks as it sums); `vars` as the tape and
+// apply_gradients get them.
+class GradientCheck {
+ public:
+  explicit GradientCheck(size_t variables) : first_(variables), variables_(variables) {}
+  // Checks each gradient handed over (skipping abstract ones), then hands it to `next` (as it is if null).
+  GradientReadyFn hook(GradientReadyFn next);
+  // The first variable whose gradient was not finite, in the order of `vars`; their count if none.
+  size_t first_non_finite() const { return first_; }
+  size_t variables() const { return variables_; }
+
+ private:
+  size_t first_;
+  size_t variables_;
+};
+
 // One contiguous piece of a variable to update, with the gradient's and each slot's matching
 // elements (slot_names() order): `size` floats each.
 struct UpdateSpan {
@@ -129,8 +148,9 @@ class Optimizer {
   // its `grads` is left unspecified, so read a gradient before applying it). Outside a run
   // (one replica, TensorFlow's default strategy) they are applied as they are. A step with a
   // non-finite gradient is skipped whole (see the top of this file); every replica returns the same.
+  // `checked`: the gradients' GradientCheck, where one replica computes the step (else ignored).
   GradientUpdate apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars,
-                                 GradientForm form = GradientForm::local);
+                                 GradientForm form = GradientForm::local, const GradientCheck* checked = nullptr);
   // Creates the slots for `vars` now (before restoring a checkpoint); no-op if already built.
   void build(const std::vector<Variable*>& vars);
   bool built() const { return built_; }

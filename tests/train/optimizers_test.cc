@@ -318,6 +318,44 @@ TEST(OptimizerTest, TheFirstNonFiniteVariableIsFoundInPiecesOnThreads) {
   EXPECT_EQ(a.value().data()[0], 0.0f) << "nothing moved";
 }
 
+// One replica's gradients checked as backward finishes them (GradientCheck): the first variable in
+// the variables' order whatever order backward finishes them in, abstract gradients skipped, each
+// gradient handed on; apply_gradients takes the check's verdict instead of checking again.
+TEST(OptimizerTest, AGradientCheckInBackwardGivesTheUpdateItsVerdict) {
+  const float inf = std::numeric_limits<float>::infinity();
+  Variable a("a", host({2}, {1, 1}), true);
+  Variable b("b", host({3}, {5, 5, 5}), true);
+  Variable c("c", host({1}, {2}), true);
+  GradientCheck check(3);
+  size_t handed_on = 0;
+  const GradientReadyFn hook = check.hook([&](size_t, Tensor g) {
+    ++handed_on;
+    return g;
+  });
+  EXPECT_EQ(hook(2, host({1}, {inf})).to_vector(), (std::vector<float>{inf}));  // backward's order: c, b, a
+  hook(1, host({3}, {0, std::nanf(""), 0}));
+  hook(0, host({2}, {1, -1}));
+  EXPECT_EQ(handed_on, 3u);
+  EXPECT_EQ(check.first_non_finite(), 1u);
+  Adam adam(Adam::Options{.learning_rate = 0.1f});
+  // The verdict, not these finite stand-ins, decides: the update is skipped, naming b.
+  const GradientUpdate u = adam.apply_gradients({host({2}, {1, -1}), host({3}, {0, 0, 0}), host({1}, {0})}, {&a, &b, &c},
+                                                GradientForm::local, &check);
+  EXPECT_FALSE(u.applied);
+  EXPECT_EQ(u.non_finite_variable, "b");
+  EXPECT_EQ(a.value().to_vector(), (std::vector<float>{1, 1}));
+  EXPECT_EQ(adam.iterations(), 0);
+
+  GradientCheck clean(3);
+  const GradientReadyFn pass = clean.hook(nullptr);
+  for (size_t i = 0; i < 3; ++i) pass(i, host({2}, {0.5f, -0.5f}));
+  EXPECT_EQ(clean.first_non_finite(), 3u);
+  EXPECT_TRUE(adam.apply_gradients({host({2}, {1, -1}), host({3}, {0, 0, 0}), host({1}, {0})}, {&a, &b, &c},
+                                   GradientForm::local, &clean)
+                  .applied);
+  EXPECT_EQ(adam.iterations(), 1);
+}
+
 TEST(OptimizerTest, ANonFiniteGradientSkipsTheWholeUpdate) {
   for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {
     Adam adam(Adam::Options{.learning_rate = 0.1f});
