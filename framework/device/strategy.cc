@@ -187,8 +187,8 @@ InputContext ReplicatedStrategy::input_context(int64_t global_batch) const {
 
 std::vector<Batch> ReplicatedStrategy::distribute(const Batch& global) { return distribute(Batch(global)); }
 
-// A batch nothing else holds (fresh from an input pipeline) gives each core its rows in its own
-// memory: the copies were pure cost. With one core its shard is the whole batch (the seed MLP on
+// A batch nothing else holds (fresh from an input pipeline) gives each core its rows in place, in
+// the batch's own memory: the copies were pure cost. With one core its shard is the whole batch (the seed MLP on
 // `cpu` gained 12% samples/s, 5 interleaved pairs of bench/mlp_throughput --epochs 6 on 2 threads,
 // best epochs); on `v3-8` the copies were 2.8% of a step's CPU time, on the calling thread while
 // the other slots wait (perf record of bench/mlp_throughput --device v3-8 on one thread). A batch

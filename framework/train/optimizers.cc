@@ -216,7 +216,7 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   if (bad < vars.size()) return GradientUpdate{false, vars[bad]->name()};
   // Each replica updates its shard of every variable; with sharded slots that is all it holds of them.
   // Unsharded in one process, its replicas split each variable between them: where every mean is
-  // the one in-process sum they all read, in pieces each takes as it comes (take_pieces), else a
+  // the one in-process sum they all read, in pieces each takes as it comes (update_in_pieces), else a
   // shard each.
   const bool taken = split_in_process && replicas > 1 && ctx->strategy().local_replicas() == replicas && !shards &&
                      means_are_shared(grads, vars, means, ctx);
