@@ -235,6 +235,10 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
                                                    checks_in_backward ? &check : nullptr);
     if (ctx.leads_process()) update = std::move(u);
   });  // then BatchNormalization's moving statistics are combined (ReplicaLocalState)
+  return step_totals(per_replica, update, step);
+}
+
+StepTotals Model::step_totals(std::vector<StepTotals>& per_replica, const GradientUpdate& update, int64_t step) {
   strategy_->gather_per_replica(per_replica);  // several processes: every replica's totals, in order
   StepTotals total;
   for (const StepTotals& t : per_replica) total += t;

@@ -221,6 +221,9 @@ class Model {
   bool train_epoch(Iterator& it, TrainingState& st, const std::vector<Callback*>& callbacks);
   // The logs of an epoch that ended: its totals, and the validation's when this epoch has one.
   Logs epoch_logs(const TrainingState& st, const FitOptions& options);
+  // The end of a training step: every replica's totals summed (gathered from the other processes
+  // first), and non_finite_step() set from them and the update.
+  StepTotals step_totals(std::vector<StepTotals>& per_replica, const GradientUpdate& update, int64_t step);
 
   std::string name_;
   ReplicatedStrategy* strategy_ = nullptr;

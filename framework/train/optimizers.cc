@@ -191,7 +191,6 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   ReplicaContext* ctx = current_replica_context();
   const int replica = ctx != nullptr ? ctx->replica_id() : 0;
   const int replicas = ctx != nullptr ? ctx->num_replicas() : 1;
-  const ShardingMode shard = ctx != nullptr ? ctx->strategy().shard() : ShardingMode::none;
   build_once(vars, ctx);
   for (size_t i = 0; i < grads.size(); ++i) {  // a LayoutMap's variables: stacks backward left, reduced here
     if (laid_out(vars[i], ctx) && grads[i].defined() && grads[i].rank() == vars[i]->value().rank() + 1) {
@@ -236,18 +235,22 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   }
   update_in_pieces(spans, step, taken);
   if (ctx == nullptr || ctx->leads_process()) iterations_ = step;
-  if (replicas == 1) return GradientUpdate{};
+  if (replicas > 1) share_update(*ctx, updated);
+  return GradientUpdate{};
+}
+
+void Optimizer::share_update(ReplicaContext& ctx, std::vector<Tensor>& updated) {
+  const ShardingMode shard = ctx.strategy().shard();
   if (shard == ShardingMode::optimizer || shard == ShardingMode::gradients) {
-    ctx->all_gather_shards(updated);  // every core's parameters get every shard (ends with a barrier)
-  } else if (shard == ShardingMode::none && ctx->strategy().updates_slice_shards()) {
-    ctx->share_process_shards(updated);  // each process's copy gets the others' shards (a barrier)
-  } else if (!ctx->update_ends_run() || ctx->strategy().local_replicas() != replicas) {
+    ctx.all_gather_shards(updated);  // every core's parameters get every shard (ends with a barrier)
+  } else if (shard == ShardingMode::none && ctx.strategy().updates_slice_shards()) {
+    ctx.share_process_shards(updated);  // each process's copy gets the others' shards (a barrier)
+  } else if (!ctx.update_ends_run() || ctx.strategy().local_replicas() != ctx.num_replicas()) {
     // none: every core updates its whole copy; full: parameters stay sharded until a layer gathers
     // them. Either way every shard is written before any replica reads one: here, or in one process
     // when the update ends the run, by the run's end (ReplicaContext::set_update_ends_run).
-    ctx->barrier();
+    ctx.barrier();
   }
-  return GradientUpdate{};
 }
 
 namespace {

@@ -185,6 +185,9 @@ class Optimizer {
                                const std::vector<size_t>& variable) const;
   // build(vars) the first time, by one replica (merge_call) where there are several.
   void build_once(const std::vector<Variable*>& vars, ReplicaContext* ctx);
+  // After a replica's part of an update (several replicas): every replica's copy of the parameters
+  // gets the parts the others updated, or a barrier where they share one copy.
+  static void share_update(ReplicaContext& ctx, std::vector<Tensor>& updated);
   // update() over the spans, in fixed pieces on the replica's share of the threads. `taken`: the
   // spans are every replica's of this process (the same on each), and each piece goes to whichever
   // replica's thread takes it first (next_piece_): a slot that is behind updates less.
