@@ -18,7 +18,7 @@
 namespace keel {
 namespace {
 
-constexpr int kRowBlock = 14;
+constexpr int kRowBlock = kChainedBlockRows;
 constexpr int kColBlock = 32;
 constexpr int kLevels = 9;  // tree levels of up to kMaxChainedParts parts, plus the running one
 

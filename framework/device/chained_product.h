@@ -43,6 +43,9 @@ inline constexpr bool kChainedProductsVectorized = false;
 // `divisor` when it is > 1, into out (its row `begin`, column `col_begin` at out[0]; `ldo` floats a
 // row). With one part, divisor 1: that replica's product alone. At most kMaxChainedParts parts.
 inline constexpr int kMaxChainedParts = 256;
+// Rows of the result each block of chained_products computes (fewer at a range's end): a range that
+// starts and ends at multiples of it runs whole blocks only.
+inline constexpr int kChainedBlockRows = 14;
 void chained_products(std::span<const ChainedOperands> parts, int64_t begin, int64_t end, int64_t col_begin,
                       int64_t col_end, float* out, int64_t ldo, int divisor);
 

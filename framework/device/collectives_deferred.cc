@@ -18,8 +18,6 @@ namespace {
 // Floats of one replica's tile: the seed MLP's kernel (784 x 128) in 7 tiles of 112 rows; 8 replicas'
 // tiles (448 KiB) stay in a core's L2.
 constexpr int64_t kTileFloats = 112 * 128;
-// Rows of the blocks summation_share aligns the parts to: chained_products' main block (chained_product.cc).
-constexpr int64_t kBlockRows = 14;
 // Parts of an in-process sum per local replica (sum_claimed_parts): enough for the replicas of a
 // slot that is ahead to take over a slower one's, few enough that each part is blocks of rows.
 constexpr int kSumPartsPerReplica = 4;
@@ -58,7 +56,7 @@ bool InProcessCollectives::posted_deferred(size_t i) const {
 }
 
 ShardRange InProcessCollectives::summation_share(int64_t elements, int part, int parts) const {
-  // A boundary of the even split, moved within its tensor to the nearest multiple of kBlockRows rows
+  // A boundary of the even split, moved within its tensor to the nearest multiple of kChainedBlockRows rows
   // when the tensor is deferred: the same function for a share's end and the next one's begin, and
   // never decreasing, so the shares still cover every element once.
   const auto snap = [&](int64_t boundary) {
@@ -70,7 +68,7 @@ ShardRange InProcessCollectives::summation_share(int64_t elements, int part, int
         const DeferredProduct* d = nullptr;
         for (const Posted& p : posted_) d = d != nullptr ? d : p.deferred_at(i);
         if (d == nullptr || boundary == at) return boundary;
-        const int64_t block = kBlockRows * d->cols;
+        const int64_t block = kChainedBlockRows * d->cols;
         return at + std::min(size, (boundary - at + block / 2) / block * block);
       }
       at += size;

@@ -1,8 +1,8 @@
 #include "framework/device/ledger.h"
 
 #include <algorithm>
-#include <limits>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 
 namespace keel {
