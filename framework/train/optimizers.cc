@@ -467,39 +467,6 @@ nlohmann::json Optimizer::get_config() const {
           {"weight_decay", weight_decay_ > 0.0f ? nlohmann::json(weight_decay_) : nlohmann::json(nullptr)}};
 }
 
-namespace {
-
-// Keras 3's decoupled weight decay of one element, in its order: w - (w * wd) * lr.
-inline float decayed(float w, float weight_decay, float lr) { return w - w * weight_decay * lr; }
-
-}  // namespace
-
-void Adam::update(const UpdateSpan& span, int64_t step) {
-  const double b1 = options_.beta_1, b2 = options_.beta_2;
-  const float alpha = static_cast<float>(learning_rate_at(step - 1) * std::sqrt(1.0 - std::pow(b2, static_cast<double>(step))) /
-                                         (1.0 - std::pow(b1, static_cast<double>(step))));
-  const float one_minus_b1 = 1.0f - options_.beta_1, one_minus_b2 = 1.0f - options_.beta_2;
-  const float epsilon = options_.epsilon;
-  float* w = span.variable;
-  const float* g = span.gradient;
-  float* m = span.slots[0];
-  float* v = span.slots[1];
-  // Weight decay first, as Keras applies it (the same lr as the update's), in the same pass.
-  const float wd = weight_decay(), lr = learning_rate_at(step - 1);
-  // Keras: m += (g - m)(1 - b1); v += (g² - v)(1 - b2); w -= alpha m / (sqrt(v) + eps), in one pass
-  // over memory. Every multiply feeding an add is an explicit fma and the rest are single IEEE
-  // operations (sqrt exact, not an approximation), so the vectorised loop and its scalar end give an
-  // element the same bits: whoever updates which span (replicas, threads, processes), the result is one.
-  for (int64_t i = 0; i < span.size; ++i) {
-    const float mi = std::fma(g[i] - m[i], one_minus_b1, m[i]);
-    const float vi = std::fma(std::fma(g[i], g[i], -v[i]), one_minus_b2, v[i]);
-    m[i] = mi;
-    v[i] = vi;
-    const float wi = wd > 0.0f ? decayed(w[i], wd, lr) : w[i];
-    w[i] = wi - (alpha * mi) / (std::sqrt(vi) + epsilon);
-  }
-}
-
 nlohmann::json Adam::get_config() const {
   nlohmann::json c = Optimizer::get_config();
   c["beta_1"] = options_.beta_1;
@@ -518,27 +485,6 @@ SGD::SGD(Options options) : Optimizer("SGD", options.learning_rate, options.weig
 std::vector<std::string> SGD::slot_names() const {
   if (options_.momentum != 0.0f) return {"momentum"};
   return {};
-}
-
-void SGD::update(const UpdateSpan& span, int64_t step) {
-  // Keras: velocity = momentum velocity - lr g; w += velocity (Nesterov: w += momentum velocity -
-  // lr g); without momentum w -= lr g. Explicit fmas, as in Adam::update: the same bits wherever a
-  // span starts.
-  float* w = span.variable;
-  const float* g = span.gradient;
-  const float lr = learning_rate_at(step - 1), momentum = options_.momentum;
-  const float wd = weight_decay();  // applied first, as in Adam::update
-  if (momentum == 0.0f) {
-    for (int64_t i = 0; i < span.size; ++i) w[i] = std::fma(-lr, g[i], wd > 0.0f ? decayed(w[i], wd, lr) : w[i]);
-    return;
-  }
-  float* velocity = span.slots[0];
-  for (int64_t i = 0; i < span.size; ++i) {
-    const float vi = std::fma(momentum, velocity[i], -lr * g[i]);
-    velocity[i] = vi;
-    const float wi = wd > 0.0f ? decayed(w[i], wd, lr) : w[i];
-    w[i] = wi + (options_.nesterov ? std::fma(momentum, vi, -lr * g[i]) : vi);
-  }
 }
 
 nlohmann::json SGD::get_config() const {
