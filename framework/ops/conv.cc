@@ -21,6 +21,7 @@
 #include "framework/device/context.h"
 #include "framework/ops/conv_geometry.h"
 #include "framework/ops/conv_onednn.h"
+#include "framework/ops/conv_two_by_two.h"
 #include "framework/ops/gemm.h"
 #include "framework/ops/op_util.h"
 #include "framework/ops/ops.h"
@@ -234,6 +235,10 @@ void forward_float32(const ConvGeometry& g, const float* x, const float* kernel,
     }
     return;
   }
+  if (g.two_by_two()) {  // the taps' products alone, no workspace (conv_two_by_two.h)
+    if (x != nullptr) detail::two_by_two_forward(g, x, kernel, y);
+    return;
+  }
   Tensor cols = cols_workspace(g);
   if (x == nullptr) return;  // planning: the workspace is charged all the same
   const ConstMatrixMap k(kernel, patch, cout);
@@ -329,7 +334,7 @@ void backward_chunks(const ConvGeometry& g, const T* x, const float* kernel, con
 bool backward_needs_cols(const ConvGeometry& g, bool bf16, bool dx, bool dk) {
   if (g.rows() == 0 || g.out_channels == 0 || g.patch() == 0) return false;
   if (g.pointwise()) return bf16 && dk;
-  return g.single_tap() < 0 && (dx || dk);
+  return g.single_tap() < 0 && !(g.two_by_two() && !bf16) && (dx || dk);
 }
 // Whether the oneDNN backend's kernel gradient is oneDNN's (wanted, and not a float32 pointwise one,
 // which is one product: detail::onednn_runs_dk), for the run and its plan alike.
@@ -392,6 +397,10 @@ void conv_backward(const ConvGeometry& g, const Tensor& x, const detail::KernelV
     detail::gemm(MatrixMap(dk->data() + slice, cin, cout), ConstMatrixMap(bf16 ? wide.data() : x.data(), rows, cin).transpose(),
                  ConstMatrixMap(dyv.data(), rows, cout));
     dk = nullptr;
+  }
+  if (g.two_by_two() && !bf16) {  // float32 x: the taps' products alone, no workspace (conv_two_by_two.h)
+    detail::two_by_two_backward(g, x.data(), kv.data(), dyv.data(), dx ? dx->data() : nullptr, dk ? dk->data() : nullptr);
+    return;
   }
   if (!backward_needs_cols(g, bf16, dx != nullptr, dk != nullptr)) return;
   Tensor cols = cols_workspace(g);

@@ -35,6 +35,15 @@ struct ConvGeometry {
     const int64_t th = tap(h), tw = tap(w);
     return th < 0 || tw < 0 ? -1 : th * w.kernel + tw;
   }
+  // A 3x3 stride-1 "same" convolution on 2x2 maps (ResNet50's fourth stage at 32x32 inputs): every
+  // output pixel sees every input pixel, each through one tap; products of those taps alone, no
+  // im2col (conv_two_by_two.h).
+  bool two_by_two() const {
+    const auto fits = [](const WindowAxis& a) {
+      return a.input == 2 && a.output == 2 && a.kernel == 3 && a.stride == 1 && a.dilation == 1 && a.pad_before == 1;
+    };
+    return fits(h) && fits(w);
+  }
   int64_t chunk_rows() const {
     return std::clamp<int64_t>(kChunkFloats / std::max<int64_t>(patch(), 1), 1, std::max<int64_t>(rows(), 1));
   }

@@ -420,7 +420,7 @@ int64_t onednn_row_bands(const ConvGeometry& g, bool input_gradient) {
   BandPlan plan;
   return plan_bands(g, input_gradient ? Pass::backward_data : Pass::forward, plan) ? static_cast<int64_t>(plan.parts.size()) : 1;
 }
-bool onednn_runs(const ConvGeometry& g) { return g.rows() >= 256 && g.single_tap() < 0; }
+bool onednn_runs(const ConvGeometry& g) { return g.rows() >= 256 && g.single_tap() < 0 && !g.two_by_two(); }
 bool onednn_runs_dx(const ConvGeometry& g) { return g.in_channels >= 16; }
 bool onednn_runs_dk(const ConvGeometry& g) { return !g.pointwise(); }
 

@@ -31,7 +31,8 @@ namespace keel::ops::detail {
 // pixels. Below that (ResNet18's last stages at 32x32 inputs: 32 to 128 pixels per replica) the
 // kernel's reorder into oneDNN's layout, once per call, costs more than the faster product saves
 // (measured on ResNet18 training, bench/conv_bench and ONEDNN_VERBOSE=1). Nor a single-tap one
-// (conv_geometry.h), whatever its size: one GEMM on the tap's slice of the kernel.
+// (conv_geometry.h), whatever its size: one GEMM on the tap's slice of the kernel; nor a 3x3 one on
+// 2x2 maps (ConvGeometry::two_by_two: the taps' products, conv_two_by_two.h).
 bool onednn_runs(const ConvGeometry& g);
 // Whether it computes the input's gradient too: for inputs of 16 channels or more. oneDNN pads
 // channels to blocks of 16, and its dx on the 1- and 3-channel stems ran 2.5-5x slower than im2col.
