@@ -55,35 +55,6 @@ keel::Tensor random_tensor(const keel::Shape& s, uint64_t seed) {
   return keel::Tensor::from_vector(s, v);
 }
 
-
-// SCRATCH: six tap-pair GEMMs for a 3x3 same conv on 2x2 maps.
-static void scratch_taps(int repeats) {
-  const int64_t N = 32, C = 256;
-  keel::Tensor x = random_tensor({N, 2, 2, C}, 1), kernel = random_tensor({3, 3, C, C}, 2);
-  keel::Tensor y = keel::Tensor::zeros({N, 2, 2, C});
-  const float* X = x.data(); const float* W = kernel.data(); float* Y = y.data();
-  using keel::ops::detail::GemmOperand;
-  auto slice = [&](int tap) { return W + tap * C * C; };
-  auto run = [&] {
-    for (int ox = 0; ox < 2; ++ox)  // same row: all 2N rows, K = 2C (ix = 0, 1), taps (1, 1-ox .. 2-ox)
-      keel::ops::detail::gemm_operands(Y + ox * C, 2 * C, 2 * N, C, 2 * C, GemmOperand{X, 2 * C, false},
-                                       GemmOperand{slice(3 + 1 - ox), C, false}, false);
-    for (int oy = 0; oy < 2; ++oy) {  // the other row: ky = 2 for oy = 0, 0 for oy = 1
-      const int ky = oy == 0 ? 2 : 0;
-      for (int ox = 0; ox < 2; ++ox)
-        keel::ops::detail::gemm_operands(Y + oy * 2 * C + ox * C, 4 * C, N, C, 2 * C,
-                                         GemmOperand{X + (1 - oy) * 2 * C, 4 * C, false},
-                                         GemmOperand{slice(3 * ky + 1 - ox), C, false}, true);
-    }
-  };
-  const double ms = best_ms(repeats, run);
-  keel::ops::set_conv_backend(keel::ops::ConvBackend::onednn);
-  keel::Tensor ref = keel::ops::conv2d(x, kernel, {1, 1}, keel::ops::Padding::same);
-  double maxd = 0; for (int64_t i = 0; i < ref.size(); ++i) maxd = std::max(maxd, (double)std::fabs(ref.data()[i] - Y[i]));
-  const double ms_ref = best_ms(repeats, [&] { ref = keel::ops::conv2d(x, kernel, {1, 1}, keel::ops::Padding::same); });
-  std::printf("taps forward %.3f ms, im2col forward %.3f ms, max diff %g\n", ms, ms_ref, maxd);
-}
-
 struct Timing {
   double forward = 0, step = 0, dx_only = 0, dk_only = 0;
   keel::Tensor y;
@@ -175,7 +146,6 @@ int main(int argc, char** argv) {
   }
   keel::set_host_threads(threads);
   keel::KernelThreadsScope share(threads);
-  if (std::getenv("TAPS")) { scratch_taps(repeats); return 0; }
   const Layer pointwise_layers[] = {
       {"ResNet50 224 b8: 1x1 64->64 @56", 8, 56, 56, 64, 64, 1, 1},
       {"ResNet50 224 b8: 1x1 64->256 @56", 8, 56, 56, 64, 256, 1, 1},
@@ -213,6 +183,6 @@ int main(int argc, char** argv) {
   std::printf("conv2d on %d thread(s), best of %d: milliseconds (GFLOP/s)\n\n", threads, repeats);
   std::printf("| layer | im2col forward | oneDNN forward | dx im2col / oneDNN | dkernel im2col / oneDNN | fwd+bwd im2col / oneDNN | fwd+bwd speed-up | max rel. difference | pointwise dkernel alone: product / oneDNN's own |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
-  for (const Layer& l : layers) if (std::getenv("ONLY") == nullptr || std::strstr(l.name, std::getenv("ONLY"))) run(l, repeats);
+  for (const Layer& l : layers) run(l, repeats);
   return 0;
 }
