@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
       {"ResNet18 32 b32: 3x3 512 @1 (im2col)", 32, 1, 1, 512, 512, 3, 1},
       {"ResNet18 56 b32: 3x3 64 @14", 32, 14, 14, 64, 64, 3, 1},
       {"ResNet18 56 b32: 3x3 256 @4", 32, 4, 4, 256, 256, 3, 1},
-      {"ResNet50 32 b32: 3x3 256 @2", 32, 2, 2, 256, 256, 3, 1},
+      {"ResNet50 32 b32: 3x3 256 @2 (taps)", 32, 2, 2, 256, 256, 3, 1},
   };
   const std::span<const Layer> layers = pointwise ? std::span<const Layer>(pointwise_layers) : std::span<const Layer>(resnet_layers);
   std::printf("conv2d on %d thread(s), best of %d: milliseconds (GFLOP/s)\n\n", threads, repeats);
