@@ -1,6 +1,8 @@
 // 3x3 "same" convolutions on 2x2 maps (framework/ops/conv_two_by_two.h): the taps' own products
 // against direct loops and central differences, on both backends and across blocks of images, the
 // same bits on 1 to 4 threads, and no workspace: what planning charges is what a run charges.
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -53,7 +55,7 @@ TEST(Conv2dTwoByTwoTest, GradientsMatchCentralDifferences) {
 }
 
 // Tasks of output (input) columns by blocks of images and one per tap: the shape decides them, in
-// float32 and under bfloat16 (whose kept bfloat16 x goes to im2col; a float32 variable x stays here).
+// float32 and under bfloat16 (where this x, kept as a bfloat16 copy, goes to im2col instead).
 TEST(Conv2dTwoByTwoTest, TheSameBitsOnOneToFourThreads) {
   const Tensor x = random_host({40, 2, 2, 64}, -1, 1, 51), k = random_host({3, 3, 64, 48}, -1, 1, 52);
   const Tensor dy = random_host({40, 2, 2, 48}, -1, 1, 53);
@@ -65,6 +67,32 @@ TEST(Conv2dTwoByTwoTest, TheSameBitsOnOneToFourThreads) {
       got.push_back(ops::conv2d(x, k, {1, 1}, Padding::same, {1, 1}));
       return got;
     });
+  }
+}
+
+// Under bfloat16 a float32 variable x is not rounded into a bfloat16 copy, so the convolution stays
+// here, on the rounded kernel and dy: the gradients of the float32 convolution of rounded operands,
+// bit for bit, and y that convolution's rounding (one bfloat16 step at most).
+TEST(Conv2dTwoByTwoTest, UnderBfloat16AVariableInputIsTheConvolutionOfRoundedOperands) {
+  Tensor x = random_host({6, 2, 2, 24}, -1, 1, 71).to(DType::bfloat16).to(DType::float32);
+  x.mark_trainable_variable(true);
+  const Tensor k = random_host({3, 3, 24, 16}, -1, 1, 72).to(DType::bfloat16).to(DType::float32);
+  const Tensor dy = random_host({6, 2, 2, 16}, -1, 1, 73).to(DType::bfloat16).to(DType::float32);
+  std::vector<Tensor> got;
+  Tensor y;
+  {
+    const ops::ComputeDTypeScope compute(DType::bfloat16);
+    got = testing::conv_gradients(x, k, dy, {1, 1}, Padding::same, {1, 1});
+    y = ops::conv2d(x, k, {1, 1}, Padding::same);
+  }
+  const std::vector<Tensor> want = testing::conv_gradients(x, k, dy, {1, 1}, Padding::same, {1, 1});
+  EXPECT_EQ(got[0].to_vector(), want[0].to_vector()) << "dx";
+  EXPECT_EQ(got[1].to_vector(), want[1].to_vector()) << "dkernel";
+  const std::vector<float> y16 = y.to(DType::float32).to_vector();
+  const std::vector<float> y32 = ops::conv2d(x, k, {1, 1}, Padding::same).to_vector();
+  ASSERT_EQ(y16.size(), y32.size());
+  for (size_t i = 0; i < y32.size(); ++i) {
+    ASSERT_LE(std::fabs(y16[i] - y32[i]), std::max(std::ldexp(std::fabs(y32[i]), -7), 1e-6f)) << "y[" << i << "]";
   }
 }
 
