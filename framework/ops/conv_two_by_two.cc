@@ -22,7 +22,13 @@ struct Dims {
   int64_t blocks() const { return (images + kImagesPerTask - 1) / kImagesPerTask; }
   int64_t first(int64_t block) const { return block * kImagesPerTask; }
   int64_t count(int64_t block) const { return std::min(kImagesPerTask, images - first(block)); }
-  const float* tap(const float* kernel, int64_t ky, int64_t kx) const { return kernel + (3 * ky + kx) * cin * cout; }
+  // Tap (ky, kx) of a kernel or of its gradient.
+  template <class T>
+  T* tap(T* kernel, int64_t ky, int64_t kx) const {
+    return kernel + (3 * ky + kx) * cin * cout;
+  }
+  // Each pass's arithmetic: 16 pixel pairs of Cin x Cout multiply-adds per image.
+  double flops() const { return 2.0 * 16 * static_cast<double>(images * cin * cout); }
 };
 
 Dims dims_of(const ConvGeometry& g) { return {g.batch, g.in_channels, g.out_channels}; }
@@ -30,10 +36,9 @@ Dims dims_of(const ConvGeometry& g) { return {g.batch, g.in_channels, g.out_chan
 // Tasks `per_block` x blocks of images, on as many threads as their arithmetic is worth.
 template <class Fn>
 void for_each_task(const Dims& d, int64_t per_block, Fn fn) {
-  const double flops = 2.0 * 16 * static_cast<double>(d.images * d.cin * d.cout);
   parallel_for(
       per_block * d.blocks(), [&](int64_t t) { fn(t % per_block, t / per_block); },
-      threads_worth(flops, kGemmMinFlopsPerThread));
+      threads_worth(d.flops(), kGemmMinFlopsPerThread));
 }
 
 }  // namespace
@@ -82,7 +87,7 @@ void input_column(const Dims& d, const float* kernel, const float* dy, float* dx
 // image row with the other; kernel rows 0 and 2 one image row with the other, a pair of columns at
 // a time.
 void kernel_tap(const Dims& d, const float* x, const float* dy, float* dk, int64_t ky, int64_t kx) {
-  float* out = dk + (3 * ky + kx) * d.cin * d.cout;
+  float* out = d.tap(dk, ky, kx);
   const int64_t n = d.images;
   if (ky == 1 && kx == 1) {
     sgemm({x, d.cin, true}, {dy, d.cout}, out, d.cout, d.cin, d.cout, 4 * n, false);
@@ -113,8 +118,8 @@ void two_by_two_backward(const ConvGeometry& g, const float* x, const float* ker
     for_each_task(d, 2, [&](int64_t ix, int64_t block) { input_column(d, kernel, dy, dx, ix, block); });
   }
   if (dkernel != nullptr) {
-    const double flops = 2.0 * 16 * static_cast<double>(d.images * d.cin * d.cout);
-    parallel_for(9, [&](int64_t t) { kernel_tap(d, x, dy, dkernel, t / 3, t % 3); }, threads_worth(flops, kGemmMinFlopsPerThread));
+    parallel_for(
+        9, [&](int64_t t) { kernel_tap(d, x, dy, dkernel, t / 3, t % 3); }, threads_worth(d.flops(), kGemmMinFlopsPerThread));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "framework/train/optimizers.h"
+#include "tests/support/adam_reference.h"
 #include "tests/support/grad_check.h"
 
 namespace keel {
@@ -44,23 +45,18 @@ TEST(AdamTest, BlocksOfZeroGradientsGetTheElementwiseFormulasBits) {
   for (int64_t i = 0; i < n; ++i) w0[static_cast<size_t>(i)] = i % 5 == 0 ? -0.0f : std::sin(0.37f * static_cast<float>(i));
   Adam adam(Adam::Options{.learning_rate = 0.003f});
   Variable w("w", host({n}, w0), true);
-  std::vector<float> rw = w0, rm(static_cast<size_t>(n), 0.0f), rv = rm;
+  const std::vector<float> zeros(static_cast<size_t>(n), 0.0f);
+  testing::AdamReference ref{w0, zeros, zeros};
   for (int t = 1; t <= 4; ++t) {
     std::vector<float> g(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) g[static_cast<size_t>(i)] = gradient(i, t);
     adam.apply_gradients({host({n}, g)}, {&w});
-    const float alpha = static_cast<float>(0.003f * std::sqrt(1.0 - std::pow(0.999f, static_cast<double>(t))) /
-                                           (1.0 - std::pow(0.9f, static_cast<double>(t))));
-    for (size_t i = 0; i < rw.size(); ++i) {
-      rm[i] = std::fma(g[i] - rm[i], 1.0f - 0.9f, rm[i]);
-      rv[i] = std::fma(std::fma(g[i], g[i], -rv[i]), 1.0f - 0.999f, rv[i]);
-      rw[i] -= (alpha * rm[i]) / (std::sqrt(rv[i]) + 1e-7f);
-    }
+    testing::adam_reference_step(ref, g, 0.003f, t);
     const std::vector<Variable*> slots = adam.slot_variables();
     ASSERT_EQ(slots.size(), 2u);
-    expect_same_bits(w.value().to_vector(), rw, "w after step " + std::to_string(t));
-    expect_same_bits(slots[0]->value().to_vector(), rm, "m after step " + std::to_string(t));
-    expect_same_bits(slots[1]->value().to_vector(), rv, "v after step " + std::to_string(t));
+    expect_same_bits(w.value().to_vector(), ref.w, "w after step " + std::to_string(t));
+    expect_same_bits(slots[0]->value().to_vector(), ref.m, "m after step " + std::to_string(t));
+    expect_same_bits(slots[1]->value().to_vector(), ref.v, "v after step " + std::to_string(t));
   }
 }
 
@@ -79,18 +75,13 @@ TEST(AdamTest, ZeroGradientsStillUpdateSlotsThatAreNotBothPositiveZero) {
   for (int64_t i = 32; i < 48; ++i) m[static_cast<size_t>(i)] = -0.0f;                 // m -0
   slots[0]->assign(host({n}, m));
   slots[1]->assign(host({n}, v));
-  std::vector<float> rw(static_cast<size_t>(n), 0.25f), rm = m, rv = v;
+  testing::AdamReference ref{std::vector<float>(static_cast<size_t>(n), 0.25f), m, v};
   const std::vector<float> g(static_cast<size_t>(n), 0.0f);
   adam.apply_gradients({host({n}, g)}, {&w});
-  const float alpha = static_cast<float>(0.01f * std::sqrt(1.0 - std::pow(0.999f, 1.0)) / (1.0 - std::pow(0.9f, 1.0)));
-  for (size_t i = 0; i < rw.size(); ++i) {
-    rm[i] = std::fma(g[i] - rm[i], 1.0f - 0.9f, rm[i]);
-    rv[i] = std::fma(std::fma(g[i], g[i], -rv[i]), 1.0f - 0.999f, rv[i]);
-    rw[i] -= (alpha * rm[i]) / (std::sqrt(rv[i]) + 1e-7f);
-  }
-  expect_same_bits(w.value().to_vector(), rw, "w");
-  expect_same_bits(slots[0]->value().to_vector(), rm, "m");
-  expect_same_bits(slots[1]->value().to_vector(), rv, "v");
+  testing::adam_reference_step(ref, g, 0.01f, 1);
+  expect_same_bits(w.value().to_vector(), ref.w, "w");
+  expect_same_bits(slots[0]->value().to_vector(), ref.m, "m");
+  expect_same_bits(slots[1]->value().to_vector(), ref.v, "v");
 }
 
 // With weight decay no block is left as it is: zero gradients still shrink the weights.

@@ -16,6 +16,7 @@
 #include "framework/device/context.h"
 #include "framework/device/ledger.h"
 #include "framework/device/strategy.h"
+#include "tests/support/adam_reference.h"
 #include "tests/support/grad_check.h"
 
 namespace keel {
@@ -73,21 +74,16 @@ TEST(AdamTest, UpdateIsBitIdenticalToTheElementwiseFormula) {
   for (int64_t i = 0; i < n; ++i) w0[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i));
   Adam adam(Adam::Options{.learning_rate = 0.003f});
   Variable w("w", host({n}, w0), true);
-  std::vector<float> rw = w0, rm(static_cast<size_t>(n), 0.0f), rv = rm;
+  const std::vector<float> zeros(static_cast<size_t>(n), 0.0f);
+  testing::AdamReference ref{w0, zeros, zeros};
   for (int t = 1; t <= 3; ++t) {
     std::vector<float> g(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) g[static_cast<size_t>(i)] = std::cos(0.11f * static_cast<float>(i * t)) * 1e-2f;
     adam.apply_gradients({host({n}, g)}, {&w});
-    const float alpha = static_cast<float>(0.003f * std::sqrt(1.0 - std::pow(0.999f, static_cast<double>(t))) /
-                                           (1.0 - std::pow(0.9f, static_cast<double>(t))));
-    for (size_t i = 0; i < rw.size(); ++i) {
-      rm[i] = std::fma(g[i] - rm[i], 1.0f - 0.9f, rm[i]);
-      rv[i] = std::fma(std::fma(g[i], g[i], -rv[i]), 1.0f - 0.999f, rv[i]);
-      rw[i] -= (alpha * rm[i]) / (std::sqrt(rv[i]) + 1e-7f);
-    }
+    testing::adam_reference_step(ref, g, 0.003f, t);
   }
   const std::vector<float> got = w.value().to_vector();
-  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], rw[static_cast<size_t>(i)]) << "element " << i;
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], ref.w[static_cast<size_t>(i)]) << "element " << i;
 }
 
 TEST(AdamTest, DefaultsAreKeras) {
