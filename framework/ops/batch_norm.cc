@@ -134,9 +134,7 @@ std::vector<double> row_sums(const T* x, int64_t rows, int64_t channels, const d
   std::vector<double> sum;
   channel_sums_in_blocks<1>(rows, channels, {&sum}, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, double* s) {
     if constexpr (detail::kChannelGroupSumsVectorized && std::is_same_v<T, float>) {
-      for (; c0 + detail::kChannelGroup <= c1; c0 += detail::kChannelGroup) {
-        detail::channel_group_moment_sums(x, around, channels, r0, r1, c0, s);
-      }
+      c0 = detail::channel_group_moment_sums(x, around, channels, r0, r1, c0, c1, s);
     }
     for (int64_t r = r0; r < r1; ++r) {
       const T* row = x + r * channels;
@@ -283,9 +281,7 @@ void channel_sums(const float* dy, const T* x, const float* mean, int64_t rows, 
       const float* scale = nullptr;
       const float* beta = nullptr;
       if constexpr (Mask::kActive) scale = mask.scale, beta = mask.beta;
-      for (; c0 + detail::kChannelGroup <= c1; c0 += detail::kChannelGroup) {
-        detail::channel_group_sums(dy, x, mean, scale, beta, channels, r0, r1, c0, s_dy, s_dy_xc);
-      }
+      c0 = detail::channel_group_sums(dy, x, mean, scale, beta, channels, r0, r1, c0, c1, s_dy, s_dy_xc);
       if (c0 == c1) return;
     }
     std::vector<float> gated(Mask::kActive ? cs : 0);

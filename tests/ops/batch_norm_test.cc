@@ -519,7 +519,8 @@ TEST(BatchNormTrainingTest, TheSameBitsOnOneToFourThreads) {
 }
 
 // Few rows of many channels (a ResNet's last stage at 32x32: the channel sums cut into groups of
-// channels, not of rows; in vector instructions 16 channels at a time where built with them), with
+// channels, not of rows; in vector instructions 64, 32 and 16 channels at a time where built with
+// them: 80 = 64 + 16, 60 = 32 + 16 + 12 left to the row loop), with
 // and without the fused ReLU, and beta alone: the same bits on 1 to 4 threads, and the statistics,
 // dbeta and dgamma those of plain row-order sums in double, channel by channel.
 TEST(BatchNormTrainingTest, ChannelGroupsOfFewRowsGiveTheBitsOfRowOrderSums) {
