@@ -14,9 +14,10 @@
 # Writes a Markdown report to stdout and the numbers to $JSON: per run the throughput, the achieved
 # GFLOP/s (analytic FLOPs: 2 x multiply-adds, x3 for a training step) and the fraction of this
 # machine's fp32 FMA peak (bench/fma_peak, best of 3, per core x the threads the run used).
-# Environment: REPEATS (2), EPOCHS (MLP, 3), STEPS_32 (10), STEPS_224 (4), BUILD_DIR (build),
-#   JSON (bench_results.json in the current directory), RUNS_DIR (keep each run's JSON lines there
-#   rather than in a temporary folder). About 9 minutes on 2 cores.
+# Environment: REPEATS (3; a 2-core virtual machine moves 10-30% between minutes), EPOCHS (MLP, 3),
+#   STEPS_32 (10), STEPS_224 (4), BUILD_DIR (build), JSON (bench_results.json in the current
+#   directory), RUNS_DIR (keep each run's JSON lines there rather than in a temporary folder). About
+#   11 minutes on 2 cores.
 # On a machine without Debian's packages (the lent device machine): BIN names a folder holding
 #   mlp_throughput, resnet_bench and fma_peak (bench/pack_for_device.sh here, `source
 #   bench/device_env.sh` there: BIN=/tmp/keel-carry) and TORCH_PYTHON the interpreter that has
@@ -25,7 +26,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JSON="$(realpath -m "${JSON:-bench_results.json}")"
 cd "$ROOT"
-REPEATS="${REPEATS:-2}"
+REPEATS="${REPEATS:-3}"
 EPOCHS="${EPOCHS:-3}"
 STEPS_32="${STEPS_32:-10}"
 STEPS_224="${STEPS_224:-4}"
