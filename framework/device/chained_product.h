@@ -1,4 +1,5 @@
-// The kernel gradients a replicated dense layer's all-reduce sums, computed by keel itself: each
+// The kernel gradients a replicated dense layer's all-reduce sums (and a pointwise convolution's over
+// few pixels: ops/replicated_kernel_gradient.h), computed by keel itself: each
 // replica's xᵀ · dy over its own rows, every element one chain of fused multiply-adds in row order
 // (acc = fma(x[k][i], dy[k][j], acc) for k = 0, 1, ...), and the replicas' products added in
 // ReductionTree's order (framework/device/collectives.h) while each block of the result is still in

@@ -1,7 +1,8 @@
 // A kernel gradient a replica leaves for its step's all-reduce to compute (ReplicaContext::defer).
 //
-// On a device of several replicas, each replica's gradient of a dense kernel is its own product over
-// its rows (xᵀ · dy, a short inner dimension: 16 rows of the seed MLP on v3-8), and the optimizer's
+// On a device of several replicas, each replica's gradient of a dense kernel (or of a pointwise
+// convolution's over few pixels, ops/replicated_kernel_gradient.h) is its own product over its rows
+// (xᵀ · dy, a short inner dimension: 16 rows of the seed MLP on v3-8), and the optimizer's
 // all-reduce would then read every replica's whole product back to sum it. Deferred, the all-reduce
 // computes the replicas' products and their tree sum block by block in registers
 // (framework/device/chained_product.h): the products a replica computes when it cannot defer, the

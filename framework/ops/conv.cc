@@ -25,39 +25,9 @@
 #include "framework/ops/gemm.h"
 #include "framework/ops/op_util.h"
 #include "framework/ops/ops.h"
+#include "framework/ops/replicated_kernel_gradient.h"
 
 namespace keel::ops {
-
-WindowAxis window_axis(const std::string& op, int64_t input, int64_t kernel, int64_t stride, int64_t dilation,
-                       Padding padding) {
-  if (kernel < 1 || stride < 1 || dilation < 1) {
-    detail::shape_error(op, "window size, stride and dilation must be >= 1 (got window " + std::to_string(kernel) +
-                                ", stride " + std::to_string(stride) + ", dilation " + std::to_string(dilation) + ")");
-  }
-  WindowAxis a;
-  a.input = input;
-  a.kernel = kernel;
-  a.stride = stride;
-  a.dilation = dilation;
-  const int64_t eff = a.effective_kernel();
-  if (input < 0) {  // unknown (shape rules only)
-    a.output = -1;
-    return a;
-  }
-  if (padding == Padding::valid) {
-    if (input < eff) {
-      detail::shape_error(op, "VALID padding needs the input (" + std::to_string(input) +
-                                  ") to be at least the window's extent (" + std::to_string(eff) + ")");
-    }
-    a.output = (input - eff) / stride + 1;
-  } else {
-    a.output = (input + stride - 1) / stride;
-    const int64_t total = std::max<int64_t>((a.output - 1) * stride + eff - input, 0);
-    a.pad_before = total / 2;
-    a.pad_after = total - a.pad_before;
-  }
-  return a;
-}
 
 namespace {
 
@@ -493,9 +463,14 @@ std::vector<Tensor> conv_gradients(const ConvRecord& r, const Tensor& dy, const 
   const bool real_dx = needs[0] && detail::compute(grads[0], {&dy, &x, &kernel.tensor()});
   const bool real_dk = needs[1] && detail::compute(grads[1], {&dy, &x, &kernel.tensor()});
   const bool bfloat16 = r.dt == DType::bfloat16;
-  if (real_dx || real_dk) {
-    conv_backward(r.g, x, kernel, dy, real_dx ? &grads[0] : nullptr, real_dk ? &grads[1] : nullptr, r.onednn, bfloat16);
-  } else {
+  // A replicated pointwise layer's kernel gradient: the chained products a Dense kernel's takes,
+  // computed here or left to the all-reduce (ops/replicated_kernel_gradient.h); nothing to plan.
+  const bool chained = real_dk && r.kernel_is_variable && !bfloat16 &&
+                       detail::replicated_pointwise_kernel_gradient(r.g, x, dy, grads[1]);
+  if (real_dx || (real_dk && !chained)) {
+    conv_backward(r.g, x, kernel, dy, real_dx ? &grads[0] : nullptr, real_dk && !chained ? &grads[1] : nullptr, r.onednn,
+                  bfloat16);
+  } else if (!chained) {
     plan_backward(r.g, dy, kernel.tensor(), x.dtype() == DType::bfloat16, r.onednn, needs[0], needs[1], bfloat16);
   }
   return grads;

@@ -1,0 +1,172 @@
+// A replicated pointwise convolution's kernel gradient (ops/replicated_kernel_gradient.h): over few
+// rows, keel's chained products, the ones a Dense kernel's gradient takes, computed by the replica or
+// left to the all-reduce; elsewhere oneDNN's product as before. Who computes it, and when, changes
+// neither the numbers nor what each core is charged.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "framework/autodiff/tape.h"
+#include "framework/core/random.h"
+#include "framework/device/chained_product.h"
+#include "framework/device/replica_context.h"
+#include "framework/layers/conv_layers.h"
+#include "framework/layers/core_layers.h"
+#include "framework/layers/initializers.h"
+#include "framework/model/functional.h"
+#include "framework/model/planner.h"
+#include "framework/ops/conv.h"
+#include "framework/ops/ops.h"
+#include "framework/train/losses.h"
+#include "framework/train/optimizers.h"
+
+namespace keel {
+namespace {
+
+// Ramps of period `period` around 0, `step` apart.
+std::vector<float> pointwise_ramp(size_t n, int64_t period, float step) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = step * static_cast<float>(static_cast<int64_t>(i) % period - period / 2);
+  return v;
+}
+
+struct PointwiseGradients {
+  std::vector<float> conv_deferred, conv_whole, dense;  // replica 0's
+  bool deferred = false;                                // the convolution's was left to the all-reduce
+};
+
+// On 2 replicas, the gradient of 0.37 · sum(y) (dy the same everywhere) for a kernel (1, 1, cin,
+// cout) of x (2, hw, hw, cin): conv2d's, deferred then whole, and matmul's for x as (rows, cin).
+PointwiseGradients pointwise_gradients(int64_t hw, int64_t cin, int64_t cout) {
+  ReplicatedStrategy strategy(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.host_threads = 1});
+  const std::vector<float> ks = pointwise_ramp(static_cast<size_t>(cin * cout), 977, 0.001f);
+  std::unique_ptr<Variable> kernel, matrix;
+  {
+    auto scope = strategy.scope();
+    kernel = std::make_unique<Variable>("k", Tensor::from_vector({1, 1, cin, cout}, ks).clone(), true);
+    matrix = std::make_unique<Variable>("w", Tensor::from_vector({cin, cout}, ks).clone(), true);
+  }
+  const std::vector<float> xs = pointwise_ramp(static_cast<size_t>(2 * hw * hw * cin), 331, 0.01f);
+  PointwiseGradients out;
+  strategy.run_replicas([&](ReplicaContext& ctx) {
+    const bool first = ctx.replica_id() == 0;
+    for (bool defer : {true, false}) {
+      ctx.allow_deferred_products(defer);
+      const Tensor x = Tensor::from_vector({2, hw, hw, cin}, xs).clone();
+      GradientTape tape;
+      const Tensor y = ops::conv2d(x, kernel->value(), {1, 1}, ops::Padding::valid);
+      const std::vector<Tensor> g = tape.gradient(ops::reduce_sum(ops::scale(y, 0.37f)), std::vector<Variable*>{kernel.get()});
+      if (defer) {
+        const std::vector<const DeferredProduct*> products = ctx.deferred_products(g);
+        if (first) out.deferred = products.size() == 1 && products[0] != nullptr;
+        ctx.materialize(g[0]);
+      }
+      if (first) (defer ? out.conv_deferred : out.conv_whole) = g[0].to_vector();
+      ctx.allow_deferred_products(false);
+    }
+    const Tensor x2 = Tensor::from_vector({2 * hw * hw, cin}, xs).clone();
+    GradientTape tape;
+    const Tensor y = ops::matmul(x2, matrix->value());
+    const std::vector<Tensor> g = tape.gradient(ops::reduce_sum(ops::scale(y, 0.37f)), std::vector<Variable*>{matrix.get()});
+    if (first) out.dense = g[0].to_vector();
+  });
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// 32 rows of 256 -> 512 channels: the chained products, deferred where the step allows, with the
+// bits of a Dense kernel's gradient over the same rows.
+TEST(ReplicatedPointwiseKernelGradient, FewRowsTakeTheChainedProductsADenseKernelTakes) {
+  const PointwiseGradients g = pointwise_gradients(4, 256, 512);
+  EXPECT_EQ(g.deferred, kChainedProductsVectorized);  // a build without their vector forms leaves them to oneDNN
+  EXPECT_TRUE(same_bits(g.conv_deferred, g.conv_whole));
+  EXPECT_TRUE(same_bits(g.conv_whole, g.dense));
+}
+
+// 200 rows (over the limit of 128), and 128 rows of a gradient smaller than the replicas' operands: oneDNN's
+// product as before, never deferred, equal to the chained products to float32 rounding.
+TEST(ReplicatedPointwiseKernelGradient, ManyRowsOrSmallKernelsStayOneDnns) {
+  for (const auto& [hw, cin, cout] : {std::array<int64_t, 3>{10, 512, 1024}, std::array<int64_t, 3>{8, 64, 256}}) {
+    const PointwiseGradients g = pointwise_gradients(hw, cin, cout);
+    EXPECT_FALSE(g.deferred) << hw << "x" << hw << ", " << cin << " -> " << cout;
+    EXPECT_TRUE(same_bits(g.conv_deferred, g.conv_whole));
+    ASSERT_EQ(g.conv_whole.size(), g.dense.size());
+    for (size_t i = 0; i < g.dense.size(); ++i) {
+      ASSERT_NEAR(g.conv_whole[i], g.dense[i], 1e-5f * (1.0f + std::abs(g.dense[i]))) << "element " << i;
+    }
+  }
+}
+
+struct PointwiseRun {
+  std::vector<std::vector<float>> weights;  // every variable, then every slot
+  std::vector<CoreMemory> memory;
+};
+
+// 6 steps of two pointwise layers (64 -> 256 -> 64 on 4x4 maps, 2 images a replica: 32 rows) on
+// `custom:2`, their kernel gradients deferred to the all-reduce or computed by each replica: the same
+// weights and Adam slots on 1 and 2 host threads, and the same charges per core.
+PointwiseRun train_pointwise(bool defer, int host_threads) {
+  if (defer) {
+    unsetenv("KEEL_DEFERRED_KERNEL_GRADIENTS");
+  } else {
+    setenv("KEEL_DEFERRED_KERNEL_GRADIENTS", "0", 1);
+  }
+  clear_session();
+  set_random_seed(7);
+  ReplicatedStrategy strategy(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.host_threads = host_threads});
+  std::unique_ptr<Model> model;
+  {
+    auto scope = strategy.scope();
+    KerasTensor in = Input({4, 4, 64});
+    KerasTensor x = (*Conv2D(256, 1, {.activation = "relu"}))(in);
+    x = (*Conv2D(64, 1))(x);
+    x = (*GlobalAveragePooling2D())(x);
+    x = (*Dense(10, "softmax"))(x);
+    model = std::make_unique<Functional>(in, x);
+    model->compile(std::make_shared<Adam>(), std::make_shared<CategoricalCrossentropy>());
+  }
+  for (int s = 0; s < 6; ++s) {
+    HostScope host;
+    Batch b{Tensor::empty({4, 4, 4, 64}), Tensor::zeros({4, 10})};
+    Rng rng(900 + static_cast<uint64_t>(s));
+    for (int64_t i = 0; i < b.images.size(); ++i) b.images.data()[i] = rng.next_float();
+    for (int64_t i = 0; i < 4; ++i) b.labels.data()[i * 10 + static_cast<int64_t>(rng.next_below(10))] = 1.0f;
+    model->train_step(b);
+  }
+  PointwiseRun run;
+  for (Variable* v : model->variables()) run.weights.push_back(v->value().to_vector());
+  for (Variable* v : model->optimizer().slot_variables()) run.weights.push_back(v->value().to_vector());
+  run.memory = core_memory(strategy.ledger());
+  unsetenv("KEEL_DEFERRED_KERNEL_GRADIENTS");
+  return run;
+}
+
+TEST(ReplicatedPointwiseKernelGradient, TrainingEndsBitIdenticalAndChargedAlikeDeferredOrNot) {
+  const PointwiseRun reference = train_pointwise(false, 1);
+  for (int threads : {1, 2}) {
+    const PointwiseRun whole = train_pointwise(false, threads), deferred = train_pointwise(true, threads);
+    ASSERT_EQ(whole.weights.size(), reference.weights.size());
+    ASSERT_EQ(deferred.weights.size(), reference.weights.size());
+    for (size_t i = 0; i < reference.weights.size(); ++i) {
+      EXPECT_TRUE(same_bits(whole.weights[i], reference.weights[i])) << threads << " thread(s), whole: weight or slot " << i;
+      EXPECT_TRUE(same_bits(deferred.weights[i], reference.weights[i])) << threads << " thread(s), deferred: weight or slot " << i;
+    }
+    ASSERT_EQ(whole.memory.size(), deferred.memory.size());
+    for (size_t c = 0; c < whole.memory.size(); ++c) {
+      EXPECT_EQ(whole.memory[c].peak, deferred.memory[c].peak) << "core " << c;
+      EXPECT_EQ(whole.memory[c].category_peak, deferred.memory[c].category_peak) << "core " << c;
+      EXPECT_EQ(whole.memory[c].sent_bytes, deferred.memory[c].sent_bytes) << "core " << c;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace keel
