@@ -19,11 +19,11 @@
 #include "framework/layers/core_layers.h"
 #include "framework/layers/initializers.h"
 #include "framework/model/functional.h"
-#include "framework/model/planner.h"
 #include "framework/ops/conv.h"
 #include "framework/ops/ops.h"
 #include "framework/train/losses.h"
 #include "framework/train/optimizers.h"
+#include "tests/support/training_cases.h"
 
 namespace keel {
 namespace {
@@ -105,20 +105,10 @@ TEST(ReplicatedPointwiseKernelGradient, ManyRowsOrSmallKernelsStayOneDnns) {
   }
 }
 
-struct PointwiseRun {
-  std::vector<std::vector<float>> weights;  // every variable, then every slot
-  std::vector<CoreMemory> memory;
-};
-
 // 6 steps of two pointwise layers (64 -> 256 -> 64 on 4x4 maps, 2 images a replica: 32 rows) on
-// `custom:2`, their kernel gradients deferred to the all-reduce or computed by each replica: the same
-// weights and Adam slots on 1 and 2 host threads, and the same charges per core.
-PointwiseRun train_pointwise(bool defer, int host_threads) {
-  if (defer) {
-    unsetenv("KEEL_DEFERRED_KERNEL_GRADIENTS");
-  } else {
-    setenv("KEEL_DEFERRED_KERNEL_GRADIENTS", "0", 1);
-  }
+// `custom:2`, their kernel gradients deferred to the all-reduce or computed by each replica.
+testing::TrainedState train_pointwise(bool defer, int host_threads) {
+  const testing::DeferredKernelGradients setting(defer);
   clear_session();
   set_random_seed(7);
   ReplicatedStrategy strategy(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.host_threads = host_threads});
@@ -133,37 +123,18 @@ PointwiseRun train_pointwise(bool defer, int host_threads) {
     model = std::make_unique<Functional>(in, x);
     model->compile(std::make_shared<Adam>(), std::make_shared<CategoricalCrossentropy>());
   }
-  for (int s = 0; s < 6; ++s) {
-    HostScope host;
-    Batch b{Tensor::empty({4, 4, 4, 64}), Tensor::zeros({4, 10})};
-    Rng rng(900 + static_cast<uint64_t>(s));
-    for (int64_t i = 0; i < b.images.size(); ++i) b.images.data()[i] = rng.next_float();
-    for (int64_t i = 0; i < 4; ++i) b.labels.data()[i * 10 + static_cast<int64_t>(rng.next_below(10))] = 1.0f;
-    model->train_step(b);
-  }
-  PointwiseRun run;
-  for (Variable* v : model->variables()) run.weights.push_back(v->value().to_vector());
-  for (Variable* v : model->optimizer().slot_variables()) run.weights.push_back(v->value().to_vector());
-  run.memory = core_memory(strategy.ledger());
-  unsetenv("KEEL_DEFERRED_KERNEL_GRADIENTS");
-  return run;
+  const testing::Case c{"", {4, 4, 64}, DeviceSpec::custom(2, 0), 2};
+  for (int s = 0; s < 6; ++s) model->train_step(testing::random_batch(c, 900 + static_cast<uint64_t>(s)));
+  return testing::trained_state(*model, strategy.ledger());
 }
 
+// The same weights, Adam slots and charges per core deferred or not, on 1 and 2 host threads.
 TEST(ReplicatedPointwiseKernelGradient, TrainingEndsBitIdenticalAndChargedAlikeDeferredOrNot) {
-  const PointwiseRun reference = train_pointwise(false, 1);
+  const testing::TrainedState reference = train_pointwise(false, 1);
   for (int threads : {1, 2}) {
-    const PointwiseRun whole = train_pointwise(false, threads), deferred = train_pointwise(true, threads);
-    ASSERT_EQ(whole.weights.size(), reference.weights.size());
-    ASSERT_EQ(deferred.weights.size(), reference.weights.size());
-    for (size_t i = 0; i < reference.weights.size(); ++i) {
-      EXPECT_TRUE(same_bits(whole.weights[i], reference.weights[i])) << threads << " thread(s), whole: weight or slot " << i;
-      EXPECT_TRUE(same_bits(deferred.weights[i], reference.weights[i])) << threads << " thread(s), deferred: weight or slot " << i;
-    }
-    ASSERT_EQ(whole.memory.size(), deferred.memory.size());
-    for (size_t c = 0; c < whole.memory.size(); ++c) {
-      EXPECT_EQ(whole.memory[c].peak, deferred.memory[c].peak) << "core " << c;
-      EXPECT_EQ(whole.memory[c].category_peak, deferred.memory[c].category_peak) << "core " << c;
-      EXPECT_EQ(whole.memory[c].sent_bytes, deferred.memory[c].sent_bytes) << "core " << c;
+    for (bool defer : {false, true}) {
+      testing::expect_same_trained_state(reference, train_pointwise(defer, threads),
+                                         std::to_string(threads) + " thread(s), " + (defer ? "deferred" : "whole"));
     }
   }
 }

@@ -25,18 +25,9 @@
 namespace keel {
 namespace {
 
-struct DeferralRun {
-  std::vector<std::vector<float>> weights;  // every variable, then every slot
-  std::vector<CoreMemory> memory;
-};
-
 // 12 steps of the seed MLP on v3-8 (16 per core) on random batches, deferring or not.
-DeferralRun train_mlp(bool defer, int host_threads) {
-  if (defer) {
-    unsetenv("KEEL_DEFERRED_KERNEL_GRADIENTS");
-  } else {
-    setenv("KEEL_DEFERRED_KERNEL_GRADIENTS", "0", 1);
-  }
+testing::TrainedState train_mlp(bool defer, int host_threads) {
+  const testing::DeferredKernelGradients setting(defer);
   clear_session();
   set_random_seed(5);
   const testing::Case c{"mlp", {784}, DeviceSpec::preset("v3-8"), 16};
@@ -47,29 +38,13 @@ DeferralRun train_mlp(bool defer, int host_threads) {
     model = testing::build_compiled(c);
   }
   for (int s = 0; s < 12; ++s) model->train_step(testing::random_batch(c, 300 + static_cast<uint64_t>(s)));
-  DeferralRun run;
-  for (Variable* v : model->variables()) run.weights.push_back(v->value().to_vector());
-  for (Variable* v : model->optimizer().slot_variables()) run.weights.push_back(v->value().to_vector());
-  run.memory = core_memory(strategy.ledger());
-  unsetenv("KEEL_DEFERRED_KERNEL_GRADIENTS");
-  return run;
+  return testing::trained_state(*model, strategy.ledger());
 }
 
 TEST(DeferredKernelGradients, MlpOnV38EndsBitIdenticalAndChargedAlike) {
   for (int threads : {1, 2}) {
-    const DeferralRun whole = train_mlp(false, threads), deferred = train_mlp(true, threads);
-    ASSERT_EQ(whole.weights.size(), deferred.weights.size());
-    for (size_t i = 0; i < whole.weights.size(); ++i) {
-      ASSERT_EQ(whole.weights[i].size(), deferred.weights[i].size());
-      EXPECT_EQ(std::memcmp(whole.weights[i].data(), deferred.weights[i].data(), whole.weights[i].size() * sizeof(float)), 0)
-          << threads << " thread(s): weight or slot " << i << " differs";
-    }
-    ASSERT_EQ(whole.memory.size(), deferred.memory.size());
-    for (size_t c = 0; c < whole.memory.size(); ++c) {
-      EXPECT_EQ(whole.memory[c].peak, deferred.memory[c].peak) << "core " << c;
-      EXPECT_EQ(whole.memory[c].category_peak, deferred.memory[c].category_peak) << "core " << c;
-      EXPECT_EQ(whole.memory[c].sent_bytes, deferred.memory[c].sent_bytes) << "core " << c;
-    }
+    testing::expect_same_trained_state(train_mlp(false, threads), train_mlp(true, threads),
+                                       std::to_string(threads) + " thread(s), deferred");
   }
 }
 
