@@ -78,7 +78,7 @@ PointwiseGradients pointwise_gradients(int64_t hw, int64_t cin, int64_t cout) {
   return out;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+bool pointwise_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
@@ -87,8 +87,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(ReplicatedPointwiseKernelGradient, FewRowsTakeTheChainedProductsADenseKernelTakes) {
   const PointwiseGradients g = pointwise_gradients(4, 256, 512);
   EXPECT_EQ(g.deferred, kChainedProductsVectorized);  // a build without their vector forms leaves them to oneDNN
-  EXPECT_TRUE(same_bits(g.conv_deferred, g.conv_whole));
-  EXPECT_TRUE(same_bits(g.conv_whole, g.dense));
+  EXPECT_TRUE(pointwise_same_bits(g.conv_deferred, g.conv_whole));
+  EXPECT_TRUE(pointwise_same_bits(g.conv_whole, g.dense));
 }
 
 // 200 rows (over the limit of 128), and 128 rows of a gradient smaller than the replicas' operands: oneDNN's
@@ -97,7 +97,7 @@ TEST(ReplicatedPointwiseKernelGradient, ManyRowsOrSmallKernelsStayOneDnns) {
   for (const auto& [hw, cin, cout] : {std::array<int64_t, 3>{10, 512, 1024}, std::array<int64_t, 3>{8, 64, 256}}) {
     const PointwiseGradients g = pointwise_gradients(hw, cin, cout);
     EXPECT_FALSE(g.deferred) << hw << "x" << hw << ", " << cin << " -> " << cout;
-    EXPECT_TRUE(same_bits(g.conv_deferred, g.conv_whole));
+    EXPECT_TRUE(pointwise_same_bits(g.conv_deferred, g.conv_whole));
     ASSERT_EQ(g.conv_whole.size(), g.dense.size());
     for (size_t i = 0; i < g.dense.size(); ++i) {
       ASSERT_NEAR(g.conv_whole[i], g.dense[i], 1e-5f * (1.0f + std::abs(g.dense[i]))) << "element " << i;
