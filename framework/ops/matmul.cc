@@ -1,10 +1,7 @@
 // matmul: (N, K) x (K, M) -> (N, M) through oneDNN's sgemm (ops/gemm.h), on the replica's share of the
 // threads; a replicated layer's kernel gradient through keel's chained products
 // (ops/replicated_kernel_gradient.h).
-#include <algorithm>
-#include <memory>
-#include <span>
-#include <utility>
+#include <vector>
 
 #include "framework/autodiff/tape.h"
 #include "framework/ops/gemm.h"
