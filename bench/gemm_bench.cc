@@ -6,7 +6,8 @@
 // and those kernel gradients with their tree sum (the all-reduce's), apart or fused over tiles of
 // 112 rows (each replica's tile into a scratch that stays in cache, then the tile's tree sum), and
 // keel's chained products (framework/device/chained_product.h, what the step runs now): whether they
-// have oneDNN's bits on this build (each element one chain of fused multiply-adds) and what they cost.
+// have oneDNN's bits on this build (each element one chain of fused multiply-adds) and what they cost,
+// summed and as the replicas' mean (what the step's all-reduce stores).
 // Usage: gemm_bench [repeats]
 #include <algorithm>
 #include <chrono>
@@ -93,11 +94,14 @@ void replica_products(int repeats) {
   std::vector<float> chained(kIn * kOut);
   const double summed_chained =
       best_microseconds(repeats, [&] { keel::chained_products(operands, 0, kIn, 0, kOut, chained.data(), kOut, 1); });
+  std::vector<float> mean(kIn * kOut);  // the replicas' mean, as the step's all-reduce computes it
+  const double mean_chained = best_microseconds(
+      repeats, [&] { keel::chained_products(operands, 0, kIn, 0, kOut, mean.data(), kOut, static_cast<int>(kReplicas)); });
   std::printf("{\"product\": \"kernel gradients of 8 replicas x 16 rows and their tree sum\", \"apart_us\": %.1f, "
               "\"fused_over_112_row_tiles_us\": %.1f, \"same_bits\": %s, \"keel_chained_us\": %.1f, "
-              "\"chained_bits_as_onednn\": %s}\n",
+              "\"chained_bits_as_onednn\": %s, \"keel_chained_mean_us\": %.1f}\n",
               summed_apart, summed_fused, std::equal(sum.begin(), sum.end(), fused.begin()) ? "true" : "false", summed_chained,
-              std::equal(sum.begin(), sum.end(), chained.begin()) ? "true" : "false");
+              std::equal(sum.begin(), sum.end(), chained.begin()) ? "true" : "false", mean_chained);
   std::printf("{\"product\": \"forward, dense: 128x784 . 784x128\", \"onednn_sgemm_us\": %.1f, \"replicas_8x16_us\": %.1f}\n",
               forward_1, forward_8);
   std::printf("{\"product\": \"kernel gradient, dense: (128x784)T . 128x128\", \"onednn_sgemm_us\": %.1f, "

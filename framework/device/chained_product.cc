@@ -101,6 +101,7 @@ struct Simd {
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static Mask mask(int64_t lanes) {
     return lanes >= 16 ? static_cast<Mask>(0xFFFF) : static_cast<Mask>((1u << std::max<int64_t>(lanes, 0)) - 1u);
   }
@@ -118,6 +119,7 @@ struct Simd {
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static Mask mask(int64_t lanes) {
     const int n = static_cast<int>(std::clamp<int64_t>(lanes, 0, 8));
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -170,10 +172,15 @@ void block_simd(std::span<const ChainedOperands> parts, int64_t i, int64_t j, co
     });
   }
   const V dv = Simd::set1(static_cast<float>(divisor));
+  const V scale = Simd::set1(1.0f / static_cast<float>(divisor));
+  const bool multiply = divides_by_reciprocal(divisor);
 #pragma GCC unroll 16
   for (int a = 0; a < IB; ++a) {
 #pragma GCC unroll 16
-    for (int v = 0; v < JV; ++v) Simd::store(masks[v], out + a * ldo + W * v, divisor > 1 ? Simd::div(cur.v[a][v], dv) : cur.v[a][v]);
+    for (int v = 0; v < JV; ++v) {
+      const V s = multiply ? Simd::mul(cur.v[a][v], scale) : divisor > 1 ? Simd::div(cur.v[a][v], dv) : cur.v[a][v];
+      Simd::store(masks[v], out + a * ldo + W * v, s);
+    }
   }
 }
 
@@ -230,6 +237,17 @@ void for_each_block(std::span<const ChainedOperands> parts, int64_t begin, int64
 void chained_products(std::span<const ChainedOperands> parts, int64_t begin, int64_t end, int64_t col_begin,
                       int64_t col_end, float* out, int64_t ldo, int divisor) {
   for_each_block(parts, begin, end, col_begin, col_end, out, ldo, divisor, rows_block);
+}
+
+void chained_value_rows(std::span<const ChainedOperands> parts, int64_t first_row, int64_t product_rows, int64_t begin,
+                        int64_t end, int64_t col_begin, int64_t col_end, float* out, int64_t ldo, int divisor) {
+  const int64_t lo = std::clamp(first_row, begin, end), hi = std::clamp(first_row + product_rows, lo, end);
+  const auto zero_rows = [&](int64_t from, int64_t to) {
+    for (int64_t r = from; r < to; ++r) std::fill(out + (r - begin) * ldo, out + (r - begin) * ldo + (col_end - col_begin), 0.0f);
+  };
+  zero_rows(begin, lo);
+  if (hi > lo) chained_products(parts, lo - first_row, hi - first_row, col_begin, col_end, out + (lo - begin) * ldo, ldo, divisor);
+  zero_rows(hi, end);
 }
 
 namespace detail {

@@ -15,6 +15,7 @@
 // for AVX-512, for AVX2 with FMA, and portably (framework/device/chained_product.cc).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <span>
 
@@ -39,6 +40,14 @@ inline constexpr bool kChainedProductsVectorized = true;
 inline constexpr bool kChainedProductsVectorized = false;
 #endif
 
+// Whether x / divisor is x * (1 / divisor) for every float x, whatever the flush-to-zero mode: for
+// a power of two both are x·2⁻ᵏ correctly rounded (the reciprocal is exact). A vector division costs
+// several multiplications' time (AVX-512: one per 10-16 cycles), so the replicas' means multiply
+// where that gives the same bits.
+inline bool divides_by_reciprocal(int divisor) {
+  return divisor > 1 && std::has_single_bit(static_cast<unsigned>(divisor));
+}
+
 // Rows [begin, end) and columns [col_begin, col_end) of Σ_r parts[r]'s product, summed in
 // ReductionTree's order over the parts (replica ids 0, 1, ... in span order) and divided by
 // `divisor` when it is > 1, into out (its row `begin`, column `col_begin` at out[0]; `ldo` floats a
@@ -49,6 +58,12 @@ inline constexpr int kMaxChainedParts = 256;
 inline constexpr int kChainedBlockRows = 14;
 void chained_products(std::span<const ChainedOperands> parts, int64_t begin, int64_t end, int64_t col_begin,
                       int64_t col_end, float* out, int64_t ldo, int divisor);
+
+// chained_products over the rows of a value whose rows [first_row, first_row + product_rows) are
+// the parts' (summed) product and whose other rows are zeros: rows [begin, end) of the value, as
+// chained_products writes them (out at row begin, column col_begin).
+void chained_value_rows(std::span<const ChainedOperands> parts, int64_t first_row, int64_t product_rows, int64_t begin,
+                        int64_t end, int64_t col_begin, int64_t col_end, float* out, int64_t ldo, int divisor);
 
 namespace detail {
 // chained_products without vector instructions (what a build for a CPU with neither AVX-512 nor AVX2

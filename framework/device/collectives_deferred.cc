@@ -22,18 +22,21 @@ constexpr int64_t kTileFloats = 112 * 128;
 // slot that is ahead to take over a slower one's, few enough that each part is blocks of rows.
 constexpr int kSumPartsPerReplica = 4;
 
-// Elements [lo, hi) of the sum of parts' products (cols floats a row), divided by divisor, into out:
-// whole rows at once, a row cut by lo or hi by its columns.
-void chained_range(std::span<const ChainedOperands> parts, int64_t cols, int64_t lo, int64_t hi, float* out, int divisor) {
+// Elements [lo, hi) of the sum of parts' products (cols floats a row; the value `shape` describes:
+// zeros outside the product's rows), divided by divisor, into out: whole rows at once, a row cut by
+// lo or hi by its columns.
+void chained_range(std::span<const ChainedOperands> parts, const DeferredProduct& shape, int64_t lo, int64_t hi, float* out,
+                   int divisor) {
+  const int64_t cols = shape.cols;
   for (int64_t at = lo; at < hi;) {
     const int64_t row = at / cols, c0 = at % cols;
     if (c0 == 0 && hi - at >= cols) {
       const int64_t rows = (hi - at) / cols;
-      chained_products(parts, row, row + rows, 0, cols, out + (at - lo), cols, divisor);
+      chained_value_rows(parts, shape.first_row, shape.product_row_count(), row, row + rows, 0, cols, out + (at - lo), cols, divisor);
       at += rows * cols;
     } else {
       const int64_t c1 = std::min(cols, c0 + (hi - at));
-      chained_products(parts, row, row + 1, c0, c1, out + (at - lo), cols, divisor);
+      chained_value_rows(parts, shape.first_row, shape.product_row_count(), row, row + 1, c0, c1, out + (at - lo), cols, divisor);
       at += c1 - c0;
     }
   }
@@ -68,8 +71,11 @@ ShardRange InProcessCollectives::summation_share(int64_t elements, int part, int
         const DeferredProduct* d = nullptr;
         for (const Posted& p : posted_) d = d != nullptr ? d : p.deferred_at(i);
         if (d == nullptr || boundary == at) return boundary;
-        const int64_t block = kChainedBlockRows * d->cols;
-        return at + std::min(size, (boundary - at + block / 2) / block * block);
+        // Blocks of the product's rows, counted from its first (the rows before it are zeros).
+        const int64_t block = kChainedBlockRows * d->cols, product = d->first_row * d->cols;
+        const int64_t into = boundary - at - product;
+        const int64_t rounded = into < 0 ? -((-into + block / 2) / block * block) : (into + block / 2) / block * block;
+        return at + std::clamp(product + rounded, int64_t{0}, size);
       }
       at += size;
     }
@@ -101,7 +107,8 @@ int64_t InProcessCollectives::sum_deferred(size_t i, int64_t lo, int64_t hi, std
     const DeferredProduct* d = p.deferred_at(i);
     if (d == nullptr) continue;
     if (shape == nullptr) shape = d;
-    if (d->rows != shape->rows || d->cols != shape->cols) {
+    if (d->rows != shape->rows || d->cols != shape->cols || d->first_row != shape->first_row ||
+        d->product_row_count() != shape->product_row_count()) {
       throw std::logic_error("all_reduce_for_update: replicas deferred products of different shapes");
     }
     chained.push_back(d->operands);
@@ -109,7 +116,7 @@ int64_t InProcessCollectives::sum_deferred(size_t i, int64_t lo, int64_t hi, std
   const int64_t cols = shape->cols;
   if (shape->rows * cols != posted_[0].values[i].size()) throw std::logic_error("all_reduce_for_update: a product of another size");
   if (chained.size() == posted_.size() && chained.size() <= static_cast<size_t>(kMaxChainedParts)) {
-    chained_range(chained, cols, lo, hi, out, divisor);
+    chained_range(chained, *shape, lo, hi, out, divisor);
     return check ? first_non_finite(out, hi - lo) : hi - lo;
   }
   const int64_t tile_rows = std::max<int64_t>(1, kTileFloats / std::max<int64_t>(cols, 1));

@@ -19,11 +19,16 @@ namespace keel {
 
 struct DeferredProduct {
   int64_t rows = 0, cols = 0;  // of the value
-  ChainedOperands operands;    // the value is operands' product, rows x cols
+  ChainedOperands operands;    // the value's rows [first_row, first_row + product_rows) are operands'
+                               // product, its other rows zeros (a single-tap convolution's kernel
+                               // gradient: its tap's (Cin, Cout) slice, ops/replicated_kernel_gradient.h)
+  int64_t first_row = 0;
+  int64_t product_rows = -1;  // -1: the value's rows from first_row on
   std::shared_ptr<const void> owner;  // keeps the operands' memory until the all-reduce has read it
+  int64_t product_row_count() const { return product_rows < 0 ? rows - first_row : product_rows; }
   // Rows [begin, end) of the value into out (`cols` floats a row): the replica's product alone.
   void compute_rows(int64_t begin, int64_t end, float* out) const {
-    chained_products({&operands, 1}, begin, end, 0, cols, out, cols, 1);
+    chained_value_rows({&operands, 1}, first_row, product_row_count(), begin, end, 0, cols, out, cols, 1);
   }
 };
 

@@ -17,7 +17,10 @@ namespace {
 // out[k] = partial[k] / divisor (divisor > 1), else a copy; then the first non-finite of out's `len`
 // elements, or len.
 int64_t store_checked(const float* partial, float* out, int64_t len, int divisor, bool check) {
-  if (divisor > 1) {
+  if (divides_by_reciprocal(divisor)) {  // the same bits as dividing, sooner
+    const float r = 1.0f / static_cast<float>(divisor);
+    for (int64_t k = 0; k < len; ++k) out[k] = partial[k] * r;
+  } else if (divisor > 1) {
     const float n = static_cast<float>(divisor);
     for (int64_t k = 0; k < len; ++k) out[k] = partial[k] / n;
   } else if (out != partial && len > 0) {
@@ -46,7 +49,11 @@ template <int N>
 void tree_rows(std::span<const float* const> in, int64_t at, int64_t len, float* out, int divisor) {
   const float* p[N];
   for (int j = 0; j < N; ++j) p[j] = in[j] + at;
-  if (divisor > 1) {
+  if (divides_by_reciprocal(divisor)) {  // the same bits as dividing, sooner
+    const float r = 1.0f / static_cast<float>(divisor);
+#pragma GCC ivdep
+    for (int64_t k = 0; k < len; ++k) out[k] = tree_at<N>(p, k) * r;
+  } else if (divisor > 1) {
     const float d = static_cast<float>(divisor);
 #pragma GCC ivdep
     for (int64_t k = 0; k < len; ++k) out[k] = tree_at<N>(p, k) / d;

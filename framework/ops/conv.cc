@@ -463,8 +463,9 @@ std::vector<Tensor> conv_gradients(const ConvRecord& r, const Tensor& dy, const 
   const bool real_dx = needs[0] && detail::compute(grads[0], {&dy, &x, &kernel.tensor()});
   const bool real_dk = needs[1] && detail::compute(grads[1], {&dy, &x, &kernel.tensor()});
   const bool bfloat16 = r.dt == DType::bfloat16;
-  // A replicated pointwise layer's kernel gradient: the chained products a Dense kernel's takes,
-  // computed here or left to the all-reduce (ops/replicated_kernel_gradient.h); nothing to plan.
+  // A replicated pointwise (or single-tap) layer's kernel gradient: the chained products a Dense
+  // kernel's takes, computed here or left to the all-reduce (ops/replicated_kernel_gradient.h);
+  // nothing to plan.
   const bool chained = real_dk && r.kernel_is_variable && !bfloat16 &&
                        detail::replicated_pointwise_kernel_gradient(r.g, x, dy, grads[1]);
   if (real_dx || (real_dk && !chained)) {

@@ -18,10 +18,13 @@ namespace keel::ops::detail {
 bool replicated_kernel_gradient(Tensor& grad, const Tensor& a, const Tensor& dy);
 
 // A pointwise convolution's kernel gradient the same way, x (N, H, W, Cin) and dy (N, H, W, Cout) read
-// as (N·H·W, Cin) and (N·H·W, Cout) matrices. Only over few rows (at most 128 pixels a replica), where
-// the replicas' operands are smaller than the gradient itself (rows · (Cin + Cout) <= Cin · Cout: a
-// ResNet's deep layers on small maps, whose kernels are large), since deferring copies them: true
-// where it computed or deferred dk. A function of the shape and the replica count alone.
+// as (N·H·W, Cin) and (N·H·W, Cout) matrices; and a single-tap one's (conv_geometry.h: a 3x3 "same"
+// convolution on 1x1 maps), its tap's (Cin, Cout) slice that product and the other taps' zeros, which
+// the all-reduce then writes once instead of each replica writing and the tree summing them. Only
+// over few rows (at most 128 pixels a replica), where the replicas' operands are smaller than the
+// gradient itself (rows · (Cin + Cout) <= KH · KW · Cin · Cout: a ResNet's deep layers on small maps,
+// whose kernels are large), since deferring copies them: true where it computed or deferred dk. A
+// function of the shape and the replica count alone.
 bool replicated_pointwise_kernel_gradient(const ConvGeometry& g, const Tensor& x, const Tensor& dy, Tensor& dk);
 
 }  // namespace keel::ops::detail

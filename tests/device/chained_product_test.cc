@@ -1,12 +1,15 @@
 #include "framework/device/chained_product.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "framework/core/float_environment.h"
 #include "framework/core/random.h"
 #include "framework/device/collectives.h"
 
@@ -94,11 +97,72 @@ TEST(ChainedProductTest, PartsAreSummedInTheReductionTreesOrderWhateverTheBlock)
   }
 }
 
+// A value whose rows [5, 5 + 21) are the parts' product and whose other rows are zeros: any block of
+// its rows and columns has the bits of zeros and of chained_products' rows shifted by 5.
+TEST(ChainedProductTest, AValuesRowsOutsideTheProductAreZeros) {
+  const int64_t rows = 21, cols = 45, first = 5, value_rows = 33;
+  std::vector<Part> parts;
+  std::vector<ChainedOperands> operands;
+  for (int r = 0; r < 3; ++r) parts.push_back(make_part(16, rows, cols, 70 + static_cast<uint64_t>(r)));
+  for (const Part& p : parts) operands.push_back(p.operands(rows, cols));
+  std::vector<float> product(rows * cols);
+  chained_products(operands, 0, rows, 0, cols, product.data(), cols, 2);
+  std::vector<float> want(value_rows * cols, 0.0f);
+  std::copy(product.begin(), product.end(), want.begin() + first * cols);
+  for (const auto& [begin, end, c0, c1] : std::vector<std::array<int64_t, 4>>{
+           {0, value_rows, 0, cols}, {0, 3, 0, cols}, {3, 9, 7, 40}, {20, 31, 0, 45}, {26, 33, 1, 2}, {6, 7, 0, 45}}) {
+    std::vector<float> got((end - begin) * (c1 - c0), -1.0f);
+    chained_value_rows(operands, first, rows, begin, end, c0, c1, got.data(), c1 - c0, 2);
+    for (int64_t i = begin; i < end; ++i) {
+      EXPECT_EQ(std::memcmp(got.data() + (i - begin) * (c1 - c0), want.data() + i * cols + c0, (c1 - c0) * sizeof(float)), 0)
+          << "rows [" << begin << ", " << end << "), row " << i;
+    }
+  }
+}
+
 TEST(ChainedProductTest, RefusesNoPartsAndMoreThanItsTreeHolds) {
   float out = 0.0f;
   EXPECT_THROW(chained_products({}, 0, 1, 0, 1, &out, 1, 1), std::logic_error);
   const std::vector<ChainedOperands> many(static_cast<size_t>(kMaxChainedParts) + 1);
   EXPECT_THROW(chained_products(many, 0, 1, 0, 1, &out, 1, 1), std::logic_error);
+}
+
+// The means multiply by the reciprocal where the divisor is a power of two: every float, normal,
+// subnormal or not finite, and every result's rounding (into the subnormals too), as dividing gives,
+// with and without flush-to-zero; a divisor of another kind divides.
+TEST(ChainedProductTest, MeansOverPowersOfTwoMultiplyWithTheBitsOfDividing) {
+  EXPECT_FALSE(divides_by_reciprocal(1));
+  EXPECT_FALSE(divides_by_reciprocal(3));
+  EXPECT_FALSE(divides_by_reciprocal(12));
+  for (int k = 1; k <= 8; ++k) EXPECT_TRUE(divides_by_reciprocal(1 << k));
+  Rng rng(11);
+  std::vector<float> x(1 << 16);
+  for (float& v : x) {
+    const auto bits = static_cast<uint32_t>(rng.next_u64());
+    std::memcpy(&v, &bits, sizeof v);  // every exponent, subnormals, infinities and NaNs among them
+  }
+  for (bool flush : {false, true}) {
+    for (int divisor : {2, 8, 64, 256}) {
+      std::vector<float> divided(x.size()), multiplied(x.size());
+      {
+        std::optional<FlushSubnormals> mode;
+        if (flush) mode.emplace();
+        const float d = static_cast<float>(divisor);
+        volatile float r = 1.0f / d;  // as the kernels compute it
+        for (size_t i = 0; i < x.size(); ++i) {
+          divided[i] = x[i] / d;
+          multiplied[i] = x[i] * r;
+        }
+      }
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (std::isnan(divided[i])) {
+          EXPECT_TRUE(std::isnan(multiplied[i]));
+        } else {
+          ASSERT_EQ(std::memcmp(&divided[i], &multiplied[i], sizeof(float)), 0) << x[i] << " / " << divisor;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

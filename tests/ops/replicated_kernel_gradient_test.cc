@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <bit>
+#include <span>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -40,16 +42,17 @@ struct PointwiseGradients {
   bool deferred = false;                                // the convolution's was left to the all-reduce
 };
 
-// On 2 replicas, the gradient of 0.37 · sum(y) (dy the same everywhere) for a kernel (1, 1, cin,
-// cout) of x (2, hw, hw, cin): conv2d's, deferred then whole, and matmul's for x as (rows, cin).
-PointwiseGradients pointwise_gradients(int64_t hw, int64_t cin, int64_t cout) {
+// On 2 replicas, the gradient of 0.37 · sum(y) (dy the same everywhere) for a kernel (k, k, cin,
+// cout) of x (2, hw, hw, cin) ("same" padding: with k = 3 and hw = 1 a single-tap convolution):
+// conv2d's, deferred then whole, and matmul's for x as (rows, cin).
+PointwiseGradients pointwise_gradients(int64_t hw, int64_t cin, int64_t cout, int64_t k = 1) {
   ReplicatedStrategy strategy(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.host_threads = 1});
-  const std::vector<float> ks = pointwise_ramp(static_cast<size_t>(cin * cout), 977, 0.001f);
+  const std::vector<float> ks = pointwise_ramp(static_cast<size_t>(k * k * cin * cout), 977, 0.001f);
   std::unique_ptr<Variable> kernel, matrix;
   {
     auto scope = strategy.scope();
-    kernel = std::make_unique<Variable>("k", Tensor::from_vector({1, 1, cin, cout}, ks).clone(), true);
-    matrix = std::make_unique<Variable>("w", Tensor::from_vector({cin, cout}, ks).clone(), true);
+    kernel = std::make_unique<Variable>("k", Tensor::from_vector({k, k, cin, cout}, ks).clone(), true);
+    matrix = std::make_unique<Variable>("w", Tensor::from_vector({cin, cout}, std::span(ks).first(static_cast<size_t>(cin * cout))).clone(), true);
   }
   const std::vector<float> xs = pointwise_ramp(static_cast<size_t>(2 * hw * hw * cin), 331, 0.01f);
   PointwiseGradients out;
@@ -59,7 +62,7 @@ PointwiseGradients pointwise_gradients(int64_t hw, int64_t cin, int64_t cout) {
       ctx.allow_deferred_products(defer);
       const Tensor x = Tensor::from_vector({2, hw, hw, cin}, xs).clone();
       GradientTape tape;
-      const Tensor y = ops::conv2d(x, kernel->value(), {1, 1}, ops::Padding::valid);
+      const Tensor y = ops::conv2d(x, kernel->value(), {1, 1}, ops::Padding::same);
       const std::vector<Tensor> g = tape.gradient(ops::reduce_sum(ops::scale(y, 0.37f)), std::vector<Variable*>{kernel.get()});
       if (defer) {
         const std::vector<const DeferredProduct*> products = ctx.deferred_products(g);
@@ -105,6 +108,28 @@ TEST(ReplicatedPointwiseKernelGradient, ManyRowsOrSmallKernelsStayOneDnns) {
   }
 }
 
+// A 3x3 "same" convolution on 1x1 maps (2 rows of 256 -> 512 channels): its centre tap's slice is
+// the chained products' (a Dense kernel's gradient over the same rows, bit for bit), the other
+// eight taps' zeros, deferred or not.
+TEST(ReplicatedPointwiseKernelGradient, ASingleTapsSliceIsTheChainedProductsTheOtherTapsZeros) {
+  const int64_t cin = 256, cout = 512, slice = cin * cout;
+  const PointwiseGradients g = pointwise_gradients(1, cin, cout, 3);
+  EXPECT_EQ(g.deferred, kChainedProductsVectorized);
+  EXPECT_TRUE(pointwise_same_bits(g.conv_deferred, g.conv_whole));
+  ASSERT_EQ(g.conv_whole.size(), static_cast<size_t>(9 * slice));
+  const std::vector<float> centre(g.conv_whole.begin() + 4 * slice, g.conv_whole.begin() + 5 * slice);
+  if (kChainedProductsVectorized) EXPECT_TRUE(pointwise_same_bits(centre, g.dense));
+  int64_t nonzero_elsewhere = 0, zero_in_centre = 0;
+  for (int64_t i = 0; i < 9 * slice; ++i) {
+    const bool in_centre = i >= 4 * slice && i < 5 * slice;
+    const uint32_t bits = std::bit_cast<uint32_t>(g.conv_whole[static_cast<size_t>(i)]);
+    if (!in_centre && bits != 0) ++nonzero_elsewhere;  // +0.0 exactly
+    if (in_centre && bits == 0) ++zero_in_centre;
+  }
+  EXPECT_EQ(nonzero_elsewhere, 0);
+  EXPECT_LT(zero_in_centre, slice / 10);
+}
+
 // 6 steps of two pointwise layers (64 -> 256 -> 64 on 4x4 maps, 2 images a replica: 32 rows) on
 // `custom:2`, their kernel gradients deferred to the all-reduce or computed by each replica.
 testing::TrainedState train_pointwise(bool defer, int host_threads) {
@@ -134,6 +159,42 @@ TEST(ReplicatedPointwiseKernelGradient, TrainingEndsBitIdenticalAndChargedAlikeD
   for (int threads : {1, 2}) {
     for (bool defer : {false, true}) {
       testing::expect_same_trained_state(reference, train_pointwise(defer, threads),
+                                         std::to_string(threads) + " thread(s), " + (defer ? "deferred" : "whole"));
+    }
+  }
+}
+
+// 6 steps of two single-tap layers (3x3 "same" on 1x1 maps, 64 -> 256 -> 64, 2 images a replica)
+// and a Dense one on `custom:2`, their kernel gradients deferred to the all-reduce or computed by
+// each replica.
+testing::TrainedState train_single_tap(bool defer, int host_threads) {
+  const testing::DeferredKernelGradients setting(defer);
+  clear_session();
+  set_random_seed(11);
+  ReplicatedStrategy strategy(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.host_threads = host_threads});
+  std::unique_ptr<Model> model;
+  {
+    auto scope = strategy.scope();
+    KerasTensor in = Input({1, 1, 64});
+    KerasTensor x = (*Conv2D(256, {3, 3}, {.padding = "same", .activation = "relu"}))(in);
+    x = (*Conv2D(64, {3, 3}, {.padding = "same"}))(x);
+    x = (*GlobalAveragePooling2D())(x);
+    x = (*Dense(10, "softmax"))(x);
+    model = std::make_unique<Functional>(in, x);
+    model->compile(std::make_shared<Adam>(), std::make_shared<CategoricalCrossentropy>());
+  }
+  const testing::Case c{"", {1, 1, 64}, DeviceSpec::custom(2, 0), 2};
+  for (int s = 0; s < 6; ++s) model->train_step(testing::random_batch(c, 300 + static_cast<uint64_t>(s)));
+  return testing::trained_state(*model, strategy.ledger());
+}
+
+// Single-tap layers too: the all-reduce writes the zeros of the other taps and the chained products
+// of the centre one with the bits each replica's whole gradient and their tree sum give.
+TEST(ReplicatedPointwiseKernelGradient, SingleTapTrainingEndsBitIdenticalAndChargedAlikeDeferredOrNot) {
+  const testing::TrainedState reference = train_single_tap(false, 1);
+  for (int threads : {1, 2}) {
+    for (bool defer : {false, true}) {
+      testing::expect_same_trained_state(reference, train_single_tap(defer, threads),
                                          std::to_string(threads) + " thread(s), " + (defer ? "deferred" : "whole"));
     }
   }
