@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "framework/autodiff/tape.h"
@@ -130,74 +131,59 @@ TEST(ReplicatedPointwiseKernelGradient, ASingleTapsSliceIsTheChainedProductsTheO
   EXPECT_LT(zero_in_centre, slice / 10);
 }
 
-// 6 steps of two pointwise layers (64 -> 256 -> 64 on 4x4 maps, 2 images a replica: 32 rows) on
-// `custom:2`, their kernel gradients deferred to the all-reduce or computed by each replica.
-testing::TrainedState train_pointwise(bool defer, int host_threads) {
+// Two convolution layers (64 -> 256 -> 64, k x k kernels) on hw x hw maps, global average pooling
+// and a Dense layer, trained 6 steps on `custom:2` from seeds of their own, 2 images a replica.
+struct ConvPair {
+  int64_t hw;
+  int kernel;
+  std::string padding;
+  uint64_t model_seed, batch_seed;
+};
+
+// Their kernel gradients deferred to the all-reduce or computed by each replica.
+testing::TrainedState train_conv_pair(const ConvPair& pair, bool defer, int host_threads) {
   const testing::DeferredKernelGradients setting(defer);
   clear_session();
-  set_random_seed(7);
+  set_random_seed(pair.model_seed);
   ReplicatedStrategy strategy(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.host_threads = host_threads});
   std::unique_ptr<Model> model;
   {
     auto scope = strategy.scope();
-    KerasTensor in = Input({4, 4, 64});
-    KerasTensor x = (*Conv2D(256, 1, {.activation = "relu"}))(in);
-    x = (*Conv2D(64, 1))(x);
+    const std::array<int, 2> k{pair.kernel, pair.kernel};
+    KerasTensor in = Input({pair.hw, pair.hw, 64});
+    KerasTensor x = (*Conv2D(256, k, {.padding = pair.padding, .activation = "relu"}))(in);
+    x = (*Conv2D(64, k, {.padding = pair.padding}))(x);
     x = (*GlobalAveragePooling2D())(x);
     x = (*Dense(10, "softmax"))(x);
     model = std::make_unique<Functional>(in, x);
     model->compile(std::make_shared<Adam>(), std::make_shared<CategoricalCrossentropy>());
   }
-  const testing::Case c{"", {4, 4, 64}, DeviceSpec::custom(2, 0), 2};
-  for (int s = 0; s < 6; ++s) model->train_step(testing::random_batch(c, 900 + static_cast<uint64_t>(s)));
+  const testing::Case c{"", {pair.hw, pair.hw, 64}, DeviceSpec::custom(2, 0), 2};
+  for (int s = 0; s < 6; ++s) model->train_step(testing::random_batch(c, pair.batch_seed + static_cast<uint64_t>(s)));
   return testing::trained_state(*model, strategy.ledger());
 }
 
 // The same weights, Adam slots and charges per core deferred or not, on 1 and 2 host threads.
+void expect_trained_alike_deferred_or_not(const ConvPair& pair) {
+  const testing::TrainedState reference = train_conv_pair(pair, false, 1);
+  for (int threads : {1, 2}) {
+    for (bool defer : {false, true}) {
+      testing::expect_same_trained_state(reference, train_conv_pair(pair, defer, threads),
+                                         std::to_string(threads) + " thread(s), " + (defer ? "deferred" : "whole"));
+    }
+  }
+}
+
+// Pointwise layers on 4x4 maps (32 rows a replica).
 TEST(ReplicatedPointwiseKernelGradient, TrainingEndsBitIdenticalAndChargedAlikeDeferredOrNot) {
-  const testing::TrainedState reference = train_pointwise(false, 1);
-  for (int threads : {1, 2}) {
-    for (bool defer : {false, true}) {
-      testing::expect_same_trained_state(reference, train_pointwise(defer, threads),
-                                         std::to_string(threads) + " thread(s), " + (defer ? "deferred" : "whole"));
-    }
-  }
+  expect_trained_alike_deferred_or_not({4, 1, "valid", 7, 900});
 }
 
-// 6 steps of two single-tap layers (3x3 "same" on 1x1 maps, 64 -> 256 -> 64, 2 images a replica)
-// and a Dense one on `custom:2`, their kernel gradients deferred to the all-reduce or computed by
-// each replica.
-testing::TrainedState train_single_tap(bool defer, int host_threads) {
-  const testing::DeferredKernelGradients setting(defer);
-  clear_session();
-  set_random_seed(11);
-  ReplicatedStrategy strategy(DeviceSpec::custom(2, 0), ReplicatedStrategy::Options{.host_threads = host_threads});
-  std::unique_ptr<Model> model;
-  {
-    auto scope = strategy.scope();
-    KerasTensor in = Input({1, 1, 64});
-    KerasTensor x = (*Conv2D(256, {3, 3}, {.padding = "same", .activation = "relu"}))(in);
-    x = (*Conv2D(64, {3, 3}, {.padding = "same"}))(x);
-    x = (*GlobalAveragePooling2D())(x);
-    x = (*Dense(10, "softmax"))(x);
-    model = std::make_unique<Functional>(in, x);
-    model->compile(std::make_shared<Adam>(), std::make_shared<CategoricalCrossentropy>());
-  }
-  const testing::Case c{"", {1, 1, 64}, DeviceSpec::custom(2, 0), 2};
-  for (int s = 0; s < 6; ++s) model->train_step(testing::random_batch(c, 300 + static_cast<uint64_t>(s)));
-  return testing::trained_state(*model, strategy.ledger());
-}
-
-// Single-tap layers too: the all-reduce writes the zeros of the other taps and the chained products
-// of the centre one with the bits each replica's whole gradient and their tree sum give.
+// Single-tap layers (3x3 "same" on 1x1 maps): the all-reduce writes the zeros of the other taps and
+// the chained products of the centre one with the bits each replica's whole gradient and their tree
+// sum give.
 TEST(ReplicatedPointwiseKernelGradient, SingleTapTrainingEndsBitIdenticalAndChargedAlikeDeferredOrNot) {
-  const testing::TrainedState reference = train_single_tap(false, 1);
-  for (int threads : {1, 2}) {
-    for (bool defer : {false, true}) {
-      testing::expect_same_trained_state(reference, train_single_tap(defer, threads),
-                                         std::to_string(threads) + " thread(s), " + (defer ? "deferred" : "whole"));
-    }
-  }
+  expect_trained_alike_deferred_or_not({1, 3, "same", 11, 300});
 }
 
 }  // namespace
