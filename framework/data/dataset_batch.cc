@@ -1,5 +1,6 @@
 // batch(): elements stacked along a new dim 0; rows of from_tensor_slices copied straight into the
-// batch (the row fast path of dataset_node.h).
+// batch (the row fast path of dataset_node.h), and a parallel map's results copied into it by the
+// workers that computed them (map-and-batch fusion, dataset_parallel.cc).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -47,8 +48,9 @@ class BatchNode final : public DatasetNode {
   bool drop_remainder_;
 };
 
-// Stacks elements (all of equal component shapes) into new host tensors along a new dim 0.
-Element stack(const std::vector<Element>& items) {
+}  // namespace
+
+Element stack_elements(const std::vector<Element>& items) {
   const size_t n = items.size();
   const size_t num_components = items[0].size();
   Element out;
@@ -98,12 +100,15 @@ Element stack(const std::vector<Element>& items) {
   return out;
 }
 
+namespace {
+
 class BatchIterator final : public IteratorNode {
  public:
   BatchIterator(const BatchNode& node, uint64_t iteration)
       : node_(node), input_(node.input_->make_iterator(iteration)) {}
   std::optional<Element> next() override {
     if (const RowSource* source = input_->row_source()) return next_rows(*source);
+    if (input_->batches_itself()) return input_->next_batch(node_.batch_size_, node_.drop_remainder_);
     std::vector<Element> items;
     items.reserve(static_cast<size_t>(std::min<int64_t>(node_.batch_size_, 4096)));
     while (static_cast<int64_t>(items.size()) < node_.batch_size_) {
@@ -113,7 +118,7 @@ class BatchIterator final : public IteratorNode {
     }
     if (items.empty()) return std::nullopt;
     if (node_.drop_remainder_ && static_cast<int64_t>(items.size()) < node_.batch_size_) return std::nullopt;
-    return stack(items);
+    return stack_elements(items);
   }
   void save(Position& out) const override { input_->save(out); }
   void restore(const json& state) override { input_->restore(state_field(state, "batch", "input")); }

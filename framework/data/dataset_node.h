@@ -82,7 +82,18 @@ class IteratorNode {
   // The row fast path (above): null for iterators that are not on it.
   virtual const RowSource* row_source() const { return nullptr; }
   virtual std::optional<int64_t> next_row() { throw std::logic_error("next_row() on an iterator without rows"); }
+  // Map-and-batch fusion (tf.data's MapAndBatch; dataset_parallel.cc): an iterator that stacks its own
+  // elements says so, and batch() then takes whole batches from next_batch: what batch(batch_size,
+  // drop_remainder) would make of the next elements, with the same errors and the same saved states.
+  virtual bool batches_itself() const { return false; }
+  virtual std::optional<Element> next_batch(int64_t /*batch_size*/, bool /*drop_remainder*/) {
+    throw std::logic_error("next_batch() on an iterator that does not batch itself");
+  }
 };
+
+// Elements of equal structure stacked along a new dim 0 into host tensors, as batch() stacks them
+// (dataset_batch.cc); a DataError names the first element that does not match element 0.
+Element stack_elements(const std::vector<Element>& items);
 
 class DatasetNode {
  public:

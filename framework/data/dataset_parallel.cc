@@ -3,12 +3,15 @@
 // ops' states, so a state resumes under any thread count.
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
+#include <map>
 #include <exception>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "framework/data/data_error.h"
 #include "framework/data/dataset.h"
@@ -135,12 +138,7 @@ class ParallelMapIterator final : public IteratorNode {
   ~ParallelMapIterator() override { pool_.reset(); }  // joins before the tasks' targets go away
 
   std::optional<Element> next() override {
-    if (!started_) {
-      watermark_position_.clear();
-      input_->save(watermark_position_);
-      pool_ = std::make_unique<ThreadPool>(node_.parallelism_);
-      started_ = true;
-    }
+    start_if_needed();
     top_up();
     if (unreturned_ == 0) return std::nullopt;
     std::shared_ptr<Task> task;
@@ -166,6 +164,32 @@ class ParallelMapIterator final : public IteratorNode {
     top_up();  // keep the workers busy while the caller uses this element
     if (task->error) std::rethrow_exception(task->error);
     return std::move(task->result);
+  }
+
+  // Map-and-batch fusion (dataset_node.h): a deterministic map stacks its own batches. Each element
+  // is copied into its batch by the worker that mapped it (the first to finish allocates the batch),
+  // and the consumer wakes once a batch, when its last element is done; where the elements do not
+  // stack (another structure, a string, an error, the last partial batch) it stacks them in order as
+  // batch() does, with batch()'s errors.
+  bool batches_itself() const override { return node_.deterministic_; }
+  std::optional<Element> next_batch(int64_t n, bool drop_remainder) override {
+    if (batch_size_ == 0) {  // before any element is submitted: every one knows its batch row
+      batch_size_ = n;
+      batch_base_ = next_index_;
+    } else if (batch_size_ != n) {
+      throw std::logic_error("map: next_batch() with another batch size");
+    }
+    start_if_needed();
+    top_up();
+    const size_t m = std::min(static_cast<size_t>(n), window_.size());  // fewer only at the end
+    if (m == 0) return std::nullopt;
+    wait_ready(m);
+    if (std::shared_ptr<BatchBuffer> whole = stacked_batch(m)) {
+      consume(m);
+      top_up();
+      return std::move(whole->stacked);
+    }
+    return batch_in_order(m, n, drop_remainder);
   }
 
   void save(Position& out) const override {
@@ -215,10 +239,19 @@ class ParallelMapIterator final : public IteratorNode {
   }
 
  private:
+  // A batch its elements' workers stack into (map-and-batch fusion), keyed by its first element's index.
+  struct BatchBuffer {
+    int64_t first_index = 0;
+    Element stacked;             // batch_size_ rows of each component
+    std::vector<Shape> shapes;   // an element's components
+  };
   struct Task {
-    std::optional<Element> result;
+    std::optional<Element> result;  // empty where the worker copied it into `buffer`
     std::exception_ptr error;
-    bool ready = false;  // guarded by mu_
+    int64_t first_index = -1, slot = -1;  // fused: its batch's first element and its row there
+    std::shared_ptr<BatchBuffer> buffer;  // guarded by mu_
+    bool ready = false;    // guarded by mu_
+    bool awaited = false;  // guarded by mu_: the consumer waits for it (wait_ready)
   };
   struct Entry {
     int64_t index = 0;       // in the input, from the start of the iteration
@@ -228,7 +261,7 @@ class ParallelMapIterator final : public IteratorNode {
   };
 
   void top_up() {
-    while (!input_done_ && static_cast<int64_t>(window_.size()) < node_.window()) {
+    while (!input_done_ && static_cast<int64_t>(window_.size()) < window()) {
       Entry entry;
       entry.index = next_index_++;
       entry.task = std::make_shared<Task>();
@@ -252,6 +285,10 @@ class ParallelMapIterator final : public IteratorNode {
         advance_watermark();
         continue;
       }
+      if (batch_size_ > 0) {
+        entry.task->first_index = batch_base_ + (entry.index - batch_base_) / batch_size_ * batch_size_;
+        entry.task->slot = entry.index - entry.task->first_index;
+      }
       std::shared_ptr<Task> task = entry.task;
       const int64_t entry_index = entry.index;
       ++unreturned_;
@@ -265,15 +302,143 @@ class ParallelMapIterator final : public IteratorNode {
         } catch (...) {
           error = std::current_exception();
         }
+        std::shared_ptr<BatchBuffer> into;
+        if (!error && task->slot >= 0 && (into = buffer_for(*task, *result))) {
+          copy_into(*into, task->slot, *result);  // a row of its own: outside the lock
+          result.reset();
+        }
+        bool wake = true;
         {
           std::lock_guard lock(mu_);
           task->result = std::move(result);
           task->error = error;
+          task->buffer = std::move(into);
           task->ready = true;
+          if (batch_size_ > 0) wake = task->awaited && --pending_ == 0;  // the batch's last
         }
-        cv_.notify_all();
+        if (wake) cv_.notify_all();
       });
     }
+  }
+
+  void start_if_needed() {
+    if (started_) return;
+    watermark_position_.clear();
+    input_->save(watermark_position_);
+    pool_ = std::make_unique<ThreadPool>(node_.parallelism_);
+    started_ = true;
+  }
+
+  // How many elements may be in flight: with fusion, two batches' worth at least.
+  int64_t window() const { return std::max(node_.window(), 2 * batch_size_); }
+
+  // The buffer of `task`'s batch, made by the first of its elements to finish; null where the result
+  // does not stack into it (a string or abstract component, another structure than the first's).
+  std::shared_ptr<BatchBuffer> buffer_for(const Task& task, const Element& result) {
+    if (result.empty()) return nullptr;
+    for (const Tensor& t : result) {
+      if (t.is_string() || t.dtype() != DType::float32 || t.is_abstract()) return nullptr;
+    }
+    std::lock_guard lock(mu_);
+    std::shared_ptr<BatchBuffer>& b = buffers_[task.first_index];
+    if (!b) {
+      b = std::make_shared<BatchBuffer>();
+      b->first_index = task.first_index;
+      const HostScope host;
+      for (const Tensor& t : result) {
+        Shape batched{batch_size_};
+        batched.insert(batched.end(), t.shape().begin(), t.shape().end());
+        b->stacked.push_back(Tensor::empty(batched));
+        b->shapes.push_back(t.shape());
+      }
+      return b;
+    }
+    if (b->shapes.size() != result.size()) return nullptr;
+    for (size_t c = 0; c < result.size(); ++c) {
+      if (result[c].shape() != b->shapes[c]) return nullptr;
+    }
+    return b;
+  }
+
+  static void copy_into(BatchBuffer& b, int64_t slot, const Element& e) {
+    for (size_t c = 0; c < e.size(); ++c) {
+      const int64_t per = num_elements(b.shapes[c]);
+      if (per > 0) std::memcpy(b.stacked[c].data() + slot * per, e[c].data(), static_cast<size_t>(per) * sizeof(float));
+    }
+  }
+
+  // An element whose worker copied it into its batch: its row there (a view).
+  static Element element_of(Task& task) {
+    if (!task.buffer) return std::move(*task.result);
+    const HostScope host;
+    Element e;
+    for (size_t c = 0; c < task.buffer->stacked.size(); ++c) {
+      e.push_back(task.buffer->stacked[c].slice_rows(task.slot, task.slot + 1).reshape(task.buffer->shapes[c]));
+    }
+    return e;
+  }
+
+  // Returns once the window's first m elements are done: woken by the worker that finishes the last.
+  void wait_ready(size_t m) {
+    std::unique_lock lock(mu_);
+    pending_ = 0;
+    for (size_t k = 0; k < m; ++k) {
+      Task& t = *window_[k].task;
+      t.awaited = !t.ready;
+      pending_ += t.awaited ? 1 : 0;
+    }
+    cv_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+  // The window's first m elements as the batch their workers stacked (each in the same buffer, the
+  // k-th in row k), or null: a partial batch, an error, an element that did not stack, a batch whose
+  // rows were assigned before an error moved the batches' bounds.
+  std::shared_ptr<BatchBuffer> stacked_batch(size_t m) {
+    if (static_cast<int64_t>(m) != batch_size_) return nullptr;
+    std::lock_guard lock(mu_);
+    const std::shared_ptr<BatchBuffer> first = window_[0].task->buffer;
+    if (!first || first->first_index != window_[0].index) return nullptr;
+    for (size_t k = 0; k < m; ++k) {
+      const Task& t = *window_[k].task;
+      if (t.error || t.buffer != first || t.slot != static_cast<int64_t>(k)) return nullptr;
+    }
+    buffers_.erase(buffers_.begin(), buffers_.upper_bound(first->first_index));
+    return first;
+  }
+
+  // Marks the window's first m elements returned and moves the watermark past them.
+  void consume(size_t m) {
+    {
+      std::lock_guard lock(mu_);
+      for (size_t k = 0; k < m; ++k) window_[k].returned = true;
+    }
+    unreturned_ -= static_cast<int64_t>(m);
+    advance_watermark();
+  }
+
+  // batch()'s own way with the next m elements: in order, the first error rethrown after the
+  // elements before it are taken, a partial batch dropped or stacked. Later batches start after the
+  // last element taken.
+  std::optional<Element> batch_in_order(size_t m, int64_t n, bool drop_remainder) {
+    std::vector<Element> items;
+    items.reserve(m);
+    for (size_t k = 0; k < m; ++k) {
+      const std::shared_ptr<Task> task = window_.front().task;
+      consume(1);
+      {
+        std::lock_guard lock(mu_);
+        batch_base_ = window_.empty() ? next_index_ : window_.front().index;  // the next unreturned element
+        buffers_.erase(buffers_.begin(), buffers_.lower_bound(batch_base_));
+      }
+      if (task->error) {
+        top_up();
+        std::rethrow_exception(task->error);
+      }
+      items.push_back(element_of(*task));
+    }
+    top_up();
+    if (drop_remainder && static_cast<int64_t>(items.size()) < n) return std::nullopt;
+    return stack_elements(items);
   }
 
   void push(Entry entry) {
@@ -303,6 +468,10 @@ class ParallelMapIterator final : public IteratorNode {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Entry> window_;          // guarded by mu_ (the consumer alone changes it)
+  int64_t batch_size_ = 0;            // fused: the batch size next_batch() stacks (0: not fused)
+  int64_t batch_base_ = 0;            // fused: an index where a batch starts (they follow every n)
+  int64_t pending_ = 0;               // guarded by mu_: awaited elements not done (wait_ready)
+  std::map<int64_t, std::shared_ptr<BatchBuffer>> buffers_;  // guarded by mu_: by first index
   std::unique_ptr<ThreadPool> pool_;  // last: destroyed (joined) first
 };
 
