@@ -295,30 +295,43 @@ class ParallelMapIterator final : public IteratorNode {
       push(std::move(entry));
       if (!e) continue;
       pool_->submit([this, task, key = ElementKey{iteration_, entry_index}, element = std::move(*e)] {
-        std::optional<Element> result;
-        std::exception_ptr error;
-        try {
-          result = node_.fn_(element, key);
-        } catch (...) {
-          error = std::current_exception();
-        }
-        std::shared_ptr<BatchBuffer> into;
-        if (!error && task->slot >= 0 && (into = buffer_for(*task, *result))) {
-          copy_into(*into, task->slot, *result);  // a row of its own: outside the lock
-          result.reset();
-        }
-        bool wake = true;
-        {
-          std::lock_guard lock(mu_);
-          task->result = std::move(result);
-          task->error = error;
-          task->buffer = std::move(into);
-          task->ready = true;
-          if (batch_size_ > 0) wake = task->awaited && --pending_ == 0;  // the batch's last
-        }
-        if (wake) cv_.notify_all();
+        run(*task, element, key);
       });
     }
+  }
+
+  // A worker's part: the map function on one element, its result kept or (fused) copied into its
+  // batch, then the task marked done, waking the consumer where it waits for it.
+  void run(Task& task, const Element& element, const ElementKey& key) {
+    std::optional<Element> result;
+    std::exception_ptr error;
+    try {
+      result = node_.fn_(element, key);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::shared_ptr<BatchBuffer> into;
+    if (!error && task.slot >= 0) {
+      try {
+        into = buffer_for(task, *result);
+      } catch (...) {  // no memory for the batch: the consumer stacks it in order, as batch() would
+        into = nullptr;
+      }
+      if (into) {
+        copy_into(*into, task.slot, *result);  // a row of its own: outside the lock
+        result.reset();
+      }
+    }
+    bool wake = true;
+    {
+      std::lock_guard lock(mu_);
+      task.result = std::move(result);
+      task.error = error;
+      task.buffer = std::move(into);
+      task.ready = true;
+      if (batch_size_ > 0) wake = task.awaited && --pending_ == 0;  // the batch's last
+    }
+    if (wake) cv_.notify_all();
   }
 
   void start_if_needed() {
