@@ -1,12 +1,13 @@
 // Dataset ops that run user code on worker threads: map(fn, num_parallel_calls) here, interleave() in
 // dataset_interleave.cc. Both produce exactly the sequential order and save exactly the sequential
-// ops' states, so a state resumes under any thread count.
+// ops' states, so a state resumes under any thread count. A deterministic map followed by batch()
+// also stacks the batches itself (map-and-batch fusion, ParallelMapIterator::next_batch).
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
