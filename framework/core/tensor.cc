@@ -290,6 +290,33 @@ Tensor Tensor::rows_moved_to_context(int64_t begin, int64_t end, Category catego
   return Tensor(std::move(moved));
 }
 
+Tensor Tensor::rows_joined(std::span<const Tensor> parts) {
+  if (parts.empty() || !parts[0].defined() || parts[0].rank() < 1 || parts[0].impl_->storage == nullptr) return Tensor();
+  const Impl& first = *parts[0].impl_;
+  const std::shared_ptr<Storage>& source = first.storage->adopted_;
+  if (source == nullptr || !source->charges_.empty() || source->data_ == nullptr) return Tensor();
+  const char* next = static_cast<const char*>(first.storage->data_);
+  int64_t rows = 0;
+  for (const Tensor& part : parts) {
+    if (!part.defined() || part.impl_->storage == nullptr) return Tensor();
+    const Impl& p = *part.impl_;
+    const bool same_rows = p.dtype == first.dtype && p.shape.size() == first.shape.size() &&
+                           std::equal(p.shape.begin() + 1, p.shape.end(), first.shape.begin() + 1);
+    if (p.storage->adopted_ != source || p.offset != 0 || !same_rows || p.storage->data_ != next || p.shape[0] < 1) return Tensor();
+    next += p.storage->bytes_;
+    rows += p.shape[0];
+  }
+  auto joined = std::make_shared<Impl>();
+  joined->shape = first.shape;
+  joined->shape[0] = rows;
+  joined->dtype = first.dtype;
+  joined->storage = source;
+  joined->offset = (static_cast<const char*>(first.storage->data_) - static_cast<const char*>(source->data_)) /
+                   dtype_size(first.dtype);
+  joined->id = next_id();
+  return Tensor(std::move(joined));
+}
+
 void Tensor::copy_from(const Tensor& other) {
   if (other.size() != size() || other.dtype() != dtype()) {
     throw std::invalid_argument("copy_from: " + std::string(dtype_name(other.dtype())) + " " + shape_string(other.shape()) +

@@ -83,6 +83,7 @@ class Storage {
   }
 
  private:
+  friend class Tensor;  // rows_joined reads which buffer a part adopted
   Storage() = default;
   static uint64_t next_id();
   void* data_ = nullptr;
@@ -164,6 +165,12 @@ class Tensor {
   // it has handed on every range (nobody else reads or writes it meanwhile); the memory lives as long
   // as the last tensor over it. std::logic_error on a charged, abstract or viewed tensor.
   Tensor rows_moved_to_context(int64_t begin, int64_t end, Category category, const std::string& owner) const;
+  // The rows of `parts` as one tensor, where each part is rows of one host buffer that
+  // rows_moved_to_context handed on, the parts consecutive there, in order, of one dtype and row
+  // shape (the shards distribute(Batch&&) makes of a batch): a view of that buffer, charged nowhere,
+  // as the batch was. The parts keep their charges: keep them while it is read. Undefined where the
+  // parts are not such rows.
+  static Tensor rows_joined(std::span<const Tensor> parts);
   void copy_from(const Tensor& other);  // same element count
   void fill(float value);
 

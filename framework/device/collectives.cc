@@ -286,10 +286,26 @@ size_t InProcessCollectives::all_reduce_voting(int replica, ReduceOp op, std::sp
   return finish_all_reduce(replica, elements, children.size());
 }
 
-size_t InProcessCollectives::finish_all_reduce(int replica, int64_t elements, size_t children) {
-  barrier_(replica);  // every range is reduced and copied out; the published spans may go
+void InProcessCollectives::record_all_reduce_traffic(int replica, int64_t elements, size_t children) {
   const int64_t links = static_cast<int64_t>(children) + (replica == 0 ? 0 : 1);
   ledger_.core(replica).record_collective(links * bytes_of(elements), links * bytes_of(elements));
+}
+
+void InProcessCollectives::record_host_all_reduce(int replica, std::span<const Tensor> values) {
+  int64_t elements = 0, largest = 0;
+  for (const Tensor& t : values) {
+    if (!t.defined()) continue;
+    elements += t.size();
+    largest = std::max(largest, t.bytes());
+  }
+  const std::vector<int> children = ReductionTree::children(replica, num_replicas_);
+  { const WorkspaceCharge receive(ledger_, replica, children.empty() ? 0 : largest, "all_reduce"); }
+  record_all_reduce_traffic(replica, elements, children.size());
+}
+
+size_t InProcessCollectives::finish_all_reduce(int replica, int64_t elements, size_t children) {
+  barrier_(replica);  // every range is reduced and copied out; the published spans may go
+  record_all_reduce_traffic(replica, elements, children);
   // Written again only after the next all_reduce's first barrier, which this replica must reach first.
   return *std::min_element(non_finite_votes_.begin(), non_finite_votes_.end());
 }

@@ -184,6 +184,10 @@ class InProcessCollectives final : public Collectives {
   // Several processes on one machine, slice_shards results: this process's gradient arena
   // (ProcessGroup::allocate_gradient_arena), the half the next call uses, laid out as its segment.
   GradientArenaPlan gradient_arena_plan(int replica) const override;
+  // What all_reduce of `values` holds and moves on `replica`'s core, where a host program computed
+  // the sums itself (ReplicatedStrategy::record_host_all_reduce): the receive buffer charged and
+  // released, the traffic recorded. No barrier: called for each core by one thread.
+  void record_host_all_reduce(int replica, std::span<const Tensor> values);
 
  private:
   // What each local replica published for the operation in progress (valid between its barriers).
@@ -228,6 +232,8 @@ class InProcessCollectives final : public Collectives {
   // all_reduce_voting's end: the last barrier, the traffic recorded (a replica with `children` in
   // ReductionTree), the votes' minimum.
   size_t finish_all_reduce(int replica, int64_t elements, size_t children);
+  // An all-reduce's traffic of `elements` floats on `replica`'s core: one exchange per tree link.
+  void record_all_reduce_traffic(int replica, int64_t elements, size_t children);
   // Whether any local replica posted tensor i of the values as a DeferredProduct.
   bool posted_deferred(size_t i) const;
   // Part `part` of `parts` of the `elements` an in-process sum computes, after the posts: shard_range's,

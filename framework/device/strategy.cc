@@ -6,6 +6,7 @@
 #include <functional>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -142,6 +143,12 @@ void enter_laid_out_scope_if(std::optional<ContextScope>& scope, int axis, Categ
   }
 }
 
+DeviceContext ReplicatedStrategy::rows_context(Category category) const {
+  DeviceContext ctx = mirrored_context(category);
+  ctx.shard_axis = 0;
+  return ctx;
+}
+
 DeviceContext ReplicatedStrategy::host_context() const {
   DeviceContext ctx;
   ctx.strategy = const_cast<ReplicatedStrategy*>(this);
@@ -259,6 +266,30 @@ void ReplicatedStrategy::run_replicas(const std::function<void(ReplicaContext&)>
     if (e) std::rethrow_exception(e);
   }
   ++step_;
+}
+
+void ReplicatedStrategy::run_host_program(const ReplicaRows& rows, const std::function<void()>& body) {
+  if (processes_ != nullptr || local_replicas_ != num_replicas() || rows.replicas() != num_replicas()) {
+    throw std::logic_error("run_host_program: one process running every replica, one row range each");
+  }
+  for (int r = 0; r < rows.replicas(); ++r) {
+    const ShardRange mine = shard_range(rows.total(), num_replicas(), r);
+    if (mine.begin != rows.begin(r) || mine.end != rows.end(r)) {
+      throw std::logic_error("run_host_program: replica " + std::to_string(r) + "'s rows are not its shard of the batch");
+    }
+  }
+  {
+    ContextScope on_cores(rows_context());
+    ReplicaRowsScope in_rows(&rows);
+    KernelThreadsScope share(host_threads_);
+    const FlushSubnormals flush;  // as every replica's fiber
+    body();
+  }
+  ++step_;
+}
+
+void ReplicatedStrategy::record_host_all_reduce(std::span<const Tensor> values) {
+  for (int r = first_local_; r < first_local_ + local_replicas_; ++r) collectives_->record_host_all_reduce(r, values);
 }
 
 void ReplicatedStrategy::sync_replica_local_state(ReplicaContext& ctx) {

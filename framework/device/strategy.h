@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "framework/device/layout.h"
 #include "framework/device/ledger.h"
 #include "framework/device/replica_context.h"
+#include "framework/device/replica_rows.h"
 #include "framework/device/replica_scheduler.h"
 #include "framework/device/sharding.h"
 
@@ -139,6 +141,9 @@ class ReplicatedStrategy {
   // Like mirrored_context, but each core is charged only its block of `axis` of a new tensor (a
   // variable a LayoutMap splits, or its optimizer slots).
   DeviceContext laid_out_context(Category category, int axis) const;
+  // Like mirrored_context, but each core is charged only its replica's rows of a new tensor (its
+  // shard_range of dimension 0; a tensor of rank 0 whole): a host program's batch-shaped tensors.
+  DeviceContext rows_context(Category category = Category::activations) const;
   // A host context matching this strategy (abstract when planning).
   DeviceContext host_context() const;
   // The context of code running for `core` (its ledger; new tensors are `category`).
@@ -198,6 +203,17 @@ class ReplicatedStrategy {
   // ReplicaContext; then the replica-local states marked during the step are synced; then step()
   // advances. Rethrows the first replica's error (the others are cancelled at their next barrier).
   void run_replicas(const std::function<void(ReplicaContext&)>& body);
+  // Runs body() once for all the replicas of this process, as one host program over their rows
+  // (framework/device/replica_rows.h): on this thread with every compute thread as its share, new
+  // tensors in rows_context(), `rows` as the thread's ReplicaRows; then step() advances, as after
+  // run_replicas. No ReplicaContext and no collective: the program computes what the replicas would
+  // exchange (record_host_all_reduce). One process whose replicas are all local, each with the rows
+  // shard_range gives it (std::logic_error otherwise).
+  void run_host_program(const ReplicaRows& rows, const std::function<void()>& body);
+  // What an all_reduce of `values` (every replica's, of these shapes) holds and moves on each core,
+  // for a host program that computed their sums itself: each core's receive buffer, charged and
+  // released, and its traffic, as InProcessCollectives counts them.
+  void record_host_all_reduce(std::span<const Tensor> values);
   // Whether the running run_replicas combines replica-local state when it ends: whether any
   // ReplicaLocalState existed when it started (ReplicaLocalState::live).
   bool syncs_local_state() const { return syncs_local_state_; }

@@ -190,6 +190,7 @@ StepTotals Model::train_step_on_cores(std::vector<Batch> shards) {
   }
   const Tensor& some_images = shards[static_cast<size_t>(strategy_->first_local_replica())].images;
   build(Shape(some_images.shape().begin() + 1, some_images.shape().end()));
+  if (steps_as_host_program(shards)) return train_step_as_host_program(std::move(shards));
   const std::vector<Variable*> vars = trainable_variables();
   const bool sparse = loss_->sparse_labels(), top_k = has_top_k(metrics_);
   std::vector<StepTotals> per_replica(static_cast<size_t>(n));

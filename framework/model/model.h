@@ -52,6 +52,8 @@ inline constexpr int kTopK = 5;
 // std::invalid_argument naming the metric and what to use instead, for an unknown name, a top-k
 // metric for the other kind of labels, or a name given twice.
 void check_metrics(const std::vector<std::string>& metrics, bool sparse_labels);
+// Whether any of compile()'s metrics is a top-k accuracy.
+bool has_top_k(const std::vector<std::string>& metrics);
 
 // A training step whose loss or gradients were not all finite (a diverging run). The optimizer
 // skips an update with a non-finite gradient (framework/train/optimizers.h), so the variables and
@@ -202,6 +204,13 @@ class Model {
   // them): forward, loss, gradients, all-reduce, update. Each replica releases its shard once its
   // forward and backward passes are done.
   StepTotals train_step_on_cores(std::vector<Batch> shards);
+  // Whether train_step_on_cores runs `shards` as one host program for all the replicas
+  // (framework/model/host_step.cc): the same step to the bit and on every core's ledger, each op run
+  // once instead of once per replica. Where the model treats each row alone (a Sequential of Dense,
+  // Activation and Flatten layers in float32, a cross-entropy loss, no remat), on two or more
+  // replicas in one process with nothing partitioned, and the shards are of equal rows, a multiple of
+  // 16. KEEL_HOST_PROGRAM=0: never.
+  bool steps_as_host_program(const std::vector<Batch>& shards) const;
   // Forward in inference mode; loss and correct predictions summed over the batch.
   StepTotals test_step(const Batch& global);
   // Set by the last train_step when its loss or gradients were not finite; nullopt otherwise.
@@ -215,6 +224,7 @@ class Model {
   Tensor call_layer(Layer& layer, const Tensor& x, bool training) const;
 
  private:
+  StepTotals train_step_as_host_program(std::vector<Batch> shards);
   // ZeRO-3: the BackwardOwnerFn that gathers each layer's weights for its backward; null otherwise.
   BackwardOwnerFn weights_gatherer() const;
   // fit()'s steps over one epoch; false when a callback stopped training before the epoch's end.

@@ -1,5 +1,6 @@
 // Elementwise ops and reshapes: bias_add, add, scale, reshape.
 #include "framework/autodiff/tape.h"
+#include "framework/ops/host_program.h"
 #include "framework/ops/op_util.h"
 #include "framework/ops/ops.h"
 
@@ -58,7 +59,12 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
         const int64_t channels = bias_shape[0];
         grads[1] = detail::grad_buffer(bias_shape, bias_is_variable, bias_placement);
         if (detail::compute(grads[1], {&dy[0]}) && channels > 0) {
-          detail::parallel_column_sums(dy[0].data(), dy[0].size() / channels, channels, grads[1].data());
+          const ReplicaRows* rows = detail::rows_of(dy[0]);
+          if (rows != nullptr && bias_is_variable) {  // a host program: the replicas' mean
+            detail::replica_mean_column_sums(dy[0], grads[1].data(), *rows);
+          } else {
+            detail::parallel_column_sums(dy[0].data(), dy[0].size() / channels, channels, grads[1].data());
+          }
         }
       }
       return grads;

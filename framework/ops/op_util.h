@@ -12,6 +12,7 @@
 #include "framework/device/context.h"
 #include "framework/device/gradient_placement.h"
 #include "framework/device/ledger.h"
+#include "framework/device/replica_rows.h"
 #include "framework/device/strategy.h"
 #include "framework/ops/precision.h"
 
@@ -39,15 +40,18 @@ inline Category variable_gradient_category() {
   return sharded ? Category::workspace : Category::gradients;
 }
 
-// A buffer for the gradient of `input` (variable_gradient_category for a trainable variable).
-inline Tensor grad_buffer(const Tensor& input) {
-  if (input.is_trainable_variable()) return Tensor::empty(input.shape(), variable_gradient_category(), device_context().owner);
-  return Tensor::empty(input.shape());
-}
+// A buffer for the gradient of a tensor of `shape` (variable_gradient_category for a trainable
+// variable). A variable's is charged whole on every core in a host program (device/replica_rows.h),
+// as each replica holds its own.
 inline Tensor grad_buffer(const Shape& shape, bool is_variable) {
-  if (is_variable) return Tensor::empty(shape, variable_gradient_category(), device_context().owner);
-  return Tensor::empty(shape);
+  if (!is_variable) return Tensor::empty(shape);
+  if (replica_rows() == nullptr) return Tensor::empty(shape, variable_gradient_category(), device_context().owner);
+  DeviceContext whole = device_context();
+  whole.shard_axis = -1;
+  const ContextScope on_every_core(std::move(whole));
+  return Tensor::empty(shape, variable_gradient_category(), device_context().owner);
 }
+inline Tensor grad_buffer(const Tensor& input) { return grad_buffer(input.shape(), input.is_trainable_variable()); }
 // What a trainable variable's gradient is placed by (GradientPlacement: its value's storage id),
 // taken when the op is recorded; 0 for anything else.
 inline uint64_t placement_key(const Tensor& t) {

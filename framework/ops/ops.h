@@ -34,6 +34,9 @@ Tensor column_parallel_matmul(const Tensor& x, const Tensor& kernel, const Tenso
 // Sum / mean of all elements -> scalar (shape ()).
 Tensor reduce_sum(const Tensor& x);
 Tensor reduce_mean(const Tensor& x);
+// In a host program (framework/device/replica_rows.h): x (rows,) -> (replicas,), each replica's
+// reduce_mean over its rows, the same bits; backward gives each row its replica's gradient / its rows.
+Tensor replica_means(const Tensor& x);
 
 // Per-example cross-entropy (N,) from logits (N, C). `labels` are probabilities (N, C)
 // (tf.nn.softmax_cross_entropy_with_logits) or class ids (N,) as floats (the sparse form).

@@ -239,6 +239,31 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
   return GradientUpdate{};
 }
 
+GradientUpdate Optimizer::apply_replica_means(const std::vector<Tensor>& means, const std::vector<Variable*>& vars,
+                                              ReplicatedStrategy& strategy) {
+  if (means.size() != vars.size()) {
+    throw std::invalid_argument("apply_replica_means: " + std::to_string(means.size()) + " gradients for " +
+                                std::to_string(vars.size()) + " variables");
+  }
+  if (current_replica_context() != nullptr) throw std::logic_error("apply_replica_means: inside a run, use apply_gradients");
+  if (!built()) {
+    const ContextScope mirrored(strategy.mirrored_context());  // as merge_call creates them
+    build(vars);
+  }
+  check(means, vars, GradientForm::local, 0, 1);
+  const int64_t step = iterations_ + 1;
+  strategy.record_host_all_reduce(means);
+  const size_t bad = first_non_finite(means, vars, /*grads_are_shards=*/false, 0, 1);
+  if (bad < vars.size()) return GradientUpdate{false, vars[bad]->name()};
+  std::vector<UpdateSpan> spans;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (means[i].defined() && !vars[i]->value().is_abstract()) spans.push_back(span_of(vars[i], means[i].data(), false, 0, 1));
+  }
+  update_in_pieces(spans, step);
+  iterations_ = step;
+  return GradientUpdate{};
+}
+
 void Optimizer::share_update(ReplicaContext& ctx, std::vector<Tensor>& updated) {
   const ShardingMode shard = ctx.strategy().shard();
   if (shard == ShardingMode::optimizer || shard == ShardingMode::gradients) {

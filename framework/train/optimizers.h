@@ -35,6 +35,7 @@
 namespace keel {
 
 class ReplicaContext;
+class ReplicatedStrategy;
 
 // keras.optimizers.schedules: the learning rate as a function of the optimizer's iterations (the
 // number of updates already applied), so a resumed run continues on exactly the same schedule.
@@ -151,6 +152,14 @@ class Optimizer {
   // `checked`: the gradients' GradientCheck, where one replica computes the step (else ignored).
   GradientUpdate apply_gradients(std::vector<Tensor> grads, const std::vector<Variable*>& vars,
                                  GradientForm form = GradientForm::local, const GradientCheck* checked = nullptr);
+  // The update of a host program (framework/device/replica_rows.h: one program for every replica of
+  // a process, Model::train_step_on_cores), called in it: `means` are the replicas' mean gradients
+  // already, which ops computed as apply_gradients' all-reduce would. Applied as apply_gradients
+  // inside a run applies them, to the same bits: the slots created mirrored the first time, the
+  // all-reduce's buffers and traffic recorded on every core (ReplicatedStrategy::
+  // record_host_all_reduce), the whole step skipped where a mean is not finite.
+  GradientUpdate apply_replica_means(const std::vector<Tensor>& means, const std::vector<Variable*>& vars,
+                                     ReplicatedStrategy& strategy);
   // Creates the slots for `vars` now (before restoring a checkpoint); no-op if already built.
   void build(const std::vector<Variable*>& vars);
   bool built() const { return built_; }
