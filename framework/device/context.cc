@@ -38,7 +38,8 @@ bool charge_new_storage(int64_t bytes, Category category, const std::string& own
         const std::shared_ptr<CoreLedger>& core = ledger.core_ptr(c);
         if (ctx.shard_axis >= 0 && ctx.shard_axis < static_cast<int>(shape.size()) && elements > 0) {
           // Core c holds its block of the laid-out axis (shard_range of that axis), nothing else.
-          Shape block = shape;
+          thread_local Shape block;  // reused: a host program charges every tensor to every core
+          block.assign(shape.begin(), shape.end());
           const size_t a = static_cast<size_t>(ctx.shard_axis);
           block[a] = shard_range(shape[a], ledger.num_cores(), c).size();
           const int64_t kept = num_elements(block);

@@ -115,6 +115,7 @@ StepTotals Model::train_step_as_host_program(std::vector<Batch> shards) {
   Ledger& ledger = strategy_->ledger();
   strategy_->run_host_program(rows, [&] {
     std::vector<Tensor> grads;
+    GradientCheck check(vars.size());  // each mean checked as backward finishes it, still in the caches
     {
       const std::vector<Batch> on_cores = std::move(shards);  // released last, as each replica's shard
       const Batch all{joined(on_cores, &Batch::images), joined(on_cores, &Batch::labels)};
@@ -123,7 +124,7 @@ StepTotals Model::train_step_as_host_program(std::vector<Batch> shards) {
       Tensor y = call(all.images, /*training=*/true);
       Tensor losses = ops::replica_means(loss_->per_example(all.labels, y));  // each replica's loss
       ledger.mark("backward");
-      grads = tape.gradient(losses, vars);  // the replicas' means (ops/host_program.h)
+      grads = tape.gradient(losses, vars, check.hook(nullptr));  // the replicas' means (ops/host_program.h)
       for (int r = 0; r < rows.replicas(); ++r) {
         StepTotals& t = per_replica[static_cast<size_t>(r)];
         const Tensor labels = all.labels.slice_rows(rows.begin(r), rows.end(r)), pred = y.slice_rows(rows.begin(r), rows.end(r));
@@ -135,7 +136,7 @@ StepTotals Model::train_step_as_host_program(std::vector<Batch> shards) {
       }
     }
     ledger.mark("apply_gradients");
-    update = optimizer_->apply_replica_means(grads, vars, *strategy_);
+    update = optimizer_->apply_replica_means(grads, vars, *strategy_, &check);
   });
   return step_totals(per_replica, update, step);
 }

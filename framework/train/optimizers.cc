@@ -240,7 +240,7 @@ GradientUpdate Optimizer::apply_gradients(std::vector<Tensor> grads, const std::
 }
 
 GradientUpdate Optimizer::apply_replica_means(const std::vector<Tensor>& means, const std::vector<Variable*>& vars,
-                                              ReplicatedStrategy& strategy) {
+                                              ReplicatedStrategy& strategy, const GradientCheck* checked) {
   if (means.size() != vars.size()) {
     throw std::invalid_argument("apply_replica_means: " + std::to_string(means.size()) + " gradients for " +
                                 std::to_string(vars.size()) + " variables");
@@ -253,7 +253,8 @@ GradientUpdate Optimizer::apply_replica_means(const std::vector<Tensor>& means, 
   check(means, vars, GradientForm::local, 0, 1);
   const int64_t step = iterations_ + 1;
   strategy.record_host_all_reduce(means);
-  const size_t bad = first_non_finite(means, vars, /*grads_are_shards=*/false, 0, 1);
+  const size_t bad = checked != nullptr && checked->variables() == vars.size() ? checked->first_non_finite()
+                                                                               : first_non_finite(means, vars, false, 0, 1);
   if (bad < vars.size()) return GradientUpdate{false, vars[bad]->name()};
   std::vector<UpdateSpan> spans;
   for (size_t i = 0; i < vars.size(); ++i) {

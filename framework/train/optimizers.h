@@ -157,9 +157,10 @@ class Optimizer {
   // already, which ops computed as apply_gradients' all-reduce would. Applied as apply_gradients
   // inside a run applies them, to the same bits: the slots created mirrored the first time, the
   // all-reduce's buffers and traffic recorded on every core (ReplicatedStrategy::
-  // record_host_all_reduce), the whole step skipped where a mean is not finite.
+  // record_host_all_reduce), the whole step skipped where a mean is not finite (`checked`: the means'
+  // GradientCheck, if backward checked them).
   GradientUpdate apply_replica_means(const std::vector<Tensor>& means, const std::vector<Variable*>& vars,
-                                     ReplicatedStrategy& strategy);
+                                     ReplicatedStrategy& strategy, const GradientCheck* checked = nullptr);
   // Creates the slots for `vars` now (before restoring a checkpoint); no-op if already built.
   void build(const std::vector<Variable*>& vars);
   bool built() const { return built_; }
