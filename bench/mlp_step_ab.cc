@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,8 +74,19 @@ int main(int argc, char** argv) {
   const std::string device_a = argc > 4 ? argv[1] : "cpu", device_b = argc > 4 ? argv[3] : "v3-8";
   const int64_t per_a = argc > 4 ? std::atoll(argv[2]) : 128, per_b = argc > 4 ? std::atoll(argv[4]) : 16;
   const int rounds = argc > 5 ? std::max(1, std::atoi(argv[5])) : 30;
+  if ((argc != 1 && argc != 5 && argc != 6) || per_a < 1 || per_a > 65536 || per_b < 1 || per_b > 65536) {
+    std::fprintf(stderr, "usage: mlp_step_ab [DEVICE_A PER_CORE_A DEVICE_B PER_CORE_B [ROUNDS]] (rows a core 1-65536)\n");
+    return 2;
+  }
   keel::set_random_seed(0);
-  Side a = make_side(device_a, per_a), b = make_side(device_b, per_b);
+  Side a, b;
+  try {
+    a = make_side(device_a, per_a);
+    b = make_side(device_b, per_b);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mlp_step_ab: %s\n", e.what());
+    return 2;
+  }
   time_steps(a, 50);  // warm-up: slots, the allocator's blocks, oneDNN's kernels
   time_steps(b, 50);
   std::vector<double> ta, tb, ratio;

@@ -48,8 +48,8 @@ Tensor replica_means(const Tensor& x) {
   Tensor y = Tensor::empty({replicas});
   if (detail::compute(y, {&x})) {
     for (int r = 0; r < replicas; ++r) {
-      // reduce_scaled's arithmetic over the replica's rows (each replica's start is aligned as its
-      // own tensor would be: ReplicatedStrategy::run_host_program's callers keep rows in multiples of 16).
+      // reduce_scaled's arithmetic over the replica's rows (each replica's start aligned as its own
+      // tensor's would be: Model::steps_as_host_program takes shards of multiples of 16 rows).
       const ConstArrayMap part(x.data() + rows->begin(r), rows->rows(r));
       y.data()[r] = static_cast<float>(part.cast<double>().sum() * factors[static_cast<size_t>(r)]);
     }
