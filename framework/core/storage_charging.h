@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,10 +18,12 @@ class CoreLedger;
 
 // One core's charge for one buffer. The ledger is held weakly: a buffer may outlive the strategy whose
 // ledger charged it (a layer kept after its model, which owned the strategy, is gone), and then there
-// is nothing left to release it from.
+// is nothing left to release it from. `core` is the ledger's address, to be used only while `ledger`
+// (or a pointer sharing its lifetime: the cores of one Ledger) is alive.
 struct StorageCharge {
   std::weak_ptr<CoreLedger> ledger;
   uint64_t handle;
+  CoreLedger* core = nullptr;
 };
 
 namespace device_hooks {
@@ -34,8 +37,9 @@ const std::string& default_owner();
 // abstract (the buffer gets no storage).
 bool charge_new_storage(int64_t bytes, Category category, const std::string& owner, const Shape& shape,
                         std::vector<StorageCharge>& charges);
-void release(const StorageCharge& charge);
-void retag(const StorageCharge& charge, Category category, const std::string& owner);
+// Releases / re-charges a buffer's charges (those of one Ledger's cores under one lock).
+void release(std::span<const StorageCharge> charges);
+void retag(std::span<const StorageCharge> charges, Category category, const std::string& owner);
 
 }  // namespace device_hooks
 }  // namespace keel

@@ -60,7 +60,7 @@ std::shared_ptr<Storage> Storage::adopt(std::shared_ptr<Storage> source, int64_t
 }
 
 Storage::~Storage() {
-  for (const Charge& c : charges_) device_hooks::release(c);
+  if (!charges_.empty()) device_hooks::release(charges_);
   if (owned_) host_free(data_, static_cast<size_t>(bytes_));
 }
 
@@ -76,7 +76,7 @@ void Storage::relocate(void* memory, bool copy) {
 }
 
 void Storage::retag(Category category, const std::string& owner) {
-  for (const Charge& c : charges_) device_hooks::retag(c, category, owner);
+  device_hooks::retag(charges_, category, owner);
 }
 
 namespace {

@@ -26,43 +26,70 @@ const std::string& default_owner() { return device_context().owner; }
 bool charge_new_storage(int64_t bytes, Category category, const std::string& owner, const Shape& shape,
                         std::vector<StorageCharge>& charges) {
   const DeviceContext& ctx = device_context();
-  if (ctx.ledger != nullptr) {
-    Ledger& ledger = *ctx.ledger;
-    if (ctx.core >= 0) {
-      const std::shared_ptr<CoreLedger>& core = ledger.core_ptr(ctx.core);
-      charges.push_back({core, core->charge(bytes, category, owner, shape)});
+  if (ctx.ledger == nullptr) return ctx.abstract;
+  Ledger& ledger = *ctx.ledger;
+  if (ctx.core >= 0) {
+    const std::shared_ptr<CoreLedger>& core = ledger.core_ptr(ctx.core);
+    charges.push_back({core, core->charge(bytes, category, owner, shape), core.get()});
+    return ctx.abstract;
+  }
+  charges.reserve(static_cast<size_t>(ledger.num_cores()));
+  const int64_t elements = num_elements(shape);
+  const CoreLedger::Held held = ledger.core(0).hold();  // every core's: they share it
+  for (int c = 0; c < ledger.num_cores(); ++c) {
+    const std::shared_ptr<CoreLedger>& core = ledger.core_ptr(c);
+    uint64_t handle = 0;
+    if (ctx.shard_axis >= 0 && ctx.shard_axis < static_cast<int>(shape.size()) && elements > 0) {
+      // Core c holds its block of the laid-out axis (shard_range of that axis), nothing else.
+      thread_local Shape block;  // reused: a host program charges every tensor to every core
+      block.assign(shape.begin(), shape.end());
+      const size_t a = static_cast<size_t>(ctx.shard_axis);
+      block[a] = shard_range(shape[a], ledger.num_cores(), c).size();
+      handle = core->charge(num_elements(block) * (bytes / elements), category, owner, block, held);
+    } else if (ctx.sharded && elements > 0) {
+      // Core c holds the elements shard_range gives it, and nothing else of this buffer.
+      const int64_t shard = shard_range(elements, ledger.num_cores(), c).size();
+      handle = core->charge(shard * (bytes / elements), category, owner, {shard}, held);
     } else {
-      charges.reserve(static_cast<size_t>(ledger.num_cores()));
-      const int64_t elements = num_elements(shape);
-      for (int c = 0; c < ledger.num_cores(); ++c) {
-        const std::shared_ptr<CoreLedger>& core = ledger.core_ptr(c);
-        if (ctx.shard_axis >= 0 && ctx.shard_axis < static_cast<int>(shape.size()) && elements > 0) {
-          // Core c holds its block of the laid-out axis (shard_range of that axis), nothing else.
-          thread_local Shape block;  // reused: a host program charges every tensor to every core
-          block.assign(shape.begin(), shape.end());
-          const size_t a = static_cast<size_t>(ctx.shard_axis);
-          block[a] = shard_range(shape[a], ledger.num_cores(), c).size();
-          const int64_t kept = num_elements(block);
-          charges.push_back({core, core->charge(kept * (bytes / elements), category, owner, block)});
-        } else if (ctx.sharded && elements > 0) {
-          // Core c holds the elements shard_range gives it, and nothing else of this buffer.
-          const int64_t shard = shard_range(elements, ledger.num_cores(), c).size();
-          charges.push_back({core, core->charge(shard * (bytes / elements), category, owner, {shard})});
-        } else {
-          charges.push_back({core, core->charge(bytes, category, owner, shape)});
-        }
-      }
+      handle = core->charge(bytes, category, owner, shape, held);
     }
+    charges.push_back({core, handle, core.get()});
   }
   return ctx.abstract;
 }
 
-void release(const StorageCharge& charge) {
-  if (std::shared_ptr<CoreLedger> ledger = charge.ledger.lock()) ledger->release(charge.handle);
+namespace {
+
+// Whether two charges' ledgers share one lifetime (and so, in a Ledger, one lock).
+bool same_lifetime(const StorageCharge& a, const StorageCharge& b) {
+  return !a.ledger.owner_before(b.ledger) && !b.ledger.owner_before(a.ledger);
 }
 
-void retag(const StorageCharge& charge, Category category, const std::string& owner) {
-  if (std::shared_ptr<CoreLedger> ledger = charge.ledger.lock()) ledger->retag(charge.handle, category, owner);
+// Runs `fn(charge, held)` on each charge whose ledger is alive, taking a lock once for a run of
+// charges on the cores of one Ledger.
+template <class Fn>
+void for_each_held(std::span<const StorageCharge> charges, Fn fn) {
+  for (size_t i = 0; i < charges.size();) {
+    size_t end = i + 1;
+    while (end < charges.size() && same_lifetime(charges[end], charges[i])) ++end;
+    if (const std::shared_ptr<CoreLedger> alive = charges[i].ledger.lock()) {
+      const CoreLedger::Held held = alive->hold();
+      for (size_t j = i; j < end; ++j) fn(charges[j], held);
+    }
+    i = end;
+  }
+}
+
+}  // namespace
+
+void release(std::span<const StorageCharge> charges) {
+  for_each_held(charges, [](const StorageCharge& c, const CoreLedger::Held& held) { c.core->release(c.handle, held); });
+}
+
+void retag(std::span<const StorageCharge> charges, Category category, const std::string& owner) {
+  for_each_held(charges, [&](const StorageCharge& c, const CoreLedger::Held& held) {
+    c.core->retag(c.handle, category, owner, held);
+  });
 }
 
 }  // namespace device_hooks

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <limits>
 #include <sstream>
 
@@ -38,7 +39,20 @@ void add_release(MemoryStat& s, int64_t bytes) {
 }  // namespace
 
 uint64_t CoreLedger::charge(int64_t bytes, Category category, std::string_view owner, const Shape& shape) {
-  std::lock_guard<std::mutex> lock(mu_);
+  return charge(bytes, category, owner, shape, hold());
+}
+
+void CoreLedger::release(uint64_t handle) { release(handle, hold()); }
+
+void CoreLedger::retag(uint64_t handle, Category category, std::string owner) { retag(handle, category, owner, hold()); }
+
+void CoreLedger::check_held(const Held& held) const {
+  if (held.mutex() != &mu_ || !held.owns_lock()) throw std::logic_error("CoreLedger: called without its lock held");
+}
+
+uint64_t CoreLedger::charge(int64_t bytes, Category category, std::string_view owner, const Shape& shape,
+                            const Held& held) {
+  check_held(held);
   // Checked: a plan without a budget may sum tensors no real core could hold.
   const int64_t in_use_after = checked_add(total_.current, bytes, "the bytes charged to one core");
   if (capacity_ > 0 && in_use_after > capacity_) {
@@ -75,8 +89,8 @@ LiveAllocation* CoreLedger::find_live(uint64_t handle) {
   return slot.used && slot.generation == static_cast<uint32_t>(handle >> 32) ? &slot.a : nullptr;
 }
 
-void CoreLedger::release(uint64_t handle) {
-  std::lock_guard<std::mutex> lock(mu_);
+void CoreLedger::release(uint64_t handle, const Held& held) {
+  check_held(held);
   LiveAllocation* a = find_live(handle);
   if (a == nullptr) return;
   add_release(stats_[static_cast<int>(a->category)], a->bytes);
@@ -88,8 +102,8 @@ void CoreLedger::release(uint64_t handle) {
   --live_count_;
 }
 
-void CoreLedger::retag(uint64_t handle, Category category, std::string owner) {
-  std::lock_guard<std::mutex> lock(mu_);
+void CoreLedger::retag(uint64_t handle, Category category, const std::string& owner, const Held& held) {
+  check_held(held);
   LiveAllocation* found = find_live(handle);
   if (found == nullptr) return;
   LiveAllocation& a = *found;
@@ -99,7 +113,7 @@ void CoreLedger::retag(uint64_t handle, Category category, std::string owner) {
     add_charge(stats_[static_cast<int>(category)], a.bytes);
     a.category = category;
   }
-  a.owner = std::move(owner);
+  a.owner = owner;
   if (recording_) log(LedgerEventKind::retag, handle, a, from);
 }
 
@@ -227,9 +241,16 @@ std::string CoreLedger::exhausted_report(int64_t bytes, Category category, const
   return os.str();
 }
 
+struct Ledger::Cores {
+  std::mutex mu;
+  std::deque<CoreLedger> cores;  // never moved: each core's address is its pointers'
+};
+
 Ledger::Ledger(DeviceSpec spec) : spec_(std::move(spec)) {
+  const auto block = std::make_shared<Cores>();
   for (int i = 0; i < spec_.cores; ++i) {
-    cores_.push_back(std::make_shared<CoreLedger>(i, spec_.hbm_bytes_per_core));
+    CoreLedger& core = block->cores.emplace_back(i, spec_.hbm_bytes_per_core, block->mu);
+    cores_.push_back(std::shared_ptr<CoreLedger>(block, &core));
   }
 }
 

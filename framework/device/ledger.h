@@ -87,7 +87,9 @@ class ResourceExhausted : public std::runtime_error {
 
 class CoreLedger {
  public:
-  CoreLedger(int core, int64_t capacity_bytes) : core_(core), capacity_(capacity_bytes) {}
+  // With a lock of its own, or (`shared`, as Ledger's cores) one it shares with other cores.
+  CoreLedger(int core, int64_t capacity_bytes) : core_(core), capacity_(capacity_bytes), mu_(own_mu_) {}
+  CoreLedger(int core, int64_t capacity_bytes, std::mutex& shared) : core_(core), capacity_(capacity_bytes), mu_(shared) {}
   CoreLedger(const CoreLedger&) = delete;
   CoreLedger& operator=(const CoreLedger&) = delete;
 
@@ -97,6 +99,15 @@ class CoreLedger {
   // Moves a live allocation to another category/owner (e.g. a backward result that becomes a
   // variable's gradient). Peaks of the destination are updated; the total does not change.
   void retag(uint64_t handle, Category category, std::string owner);
+
+  // This core's lock, which every core of one Ledger shares: taken once, charges, releases and
+  // retags of one buffer on all of them run under it (a mirrored tensor's charges), each checking
+  // that `held` is its lock. std::logic_error otherwise.
+  using Held = std::unique_lock<std::mutex>;
+  Held hold() const { return Held(mu_); }
+  uint64_t charge(int64_t bytes, Category category, std::string_view owner, const Shape& shape, const Held& held);
+  void release(uint64_t handle, const Held& held);
+  void retag(uint64_t handle, Category category, const std::string& owner, const Held& held);
 
   void record_host_to_core(int64_t bytes);
   void record_core_to_host(int64_t bytes);
@@ -127,9 +138,12 @@ class CoreLedger {
   // The live allocation `handle` names, or nullptr (released, or never charged here).
   LiveAllocation* find_live(uint64_t handle);
 
+  void check_held(const Held& held) const;
+
   const int core_;
   const int64_t capacity_;  // 0: no budget
-  mutable std::mutex mu_;
+  mutable std::mutex own_mu_;
+  std::mutex& mu_;  // own_mu_, or the lock of the Ledger's cores
   std::array<MemoryStat, kNumCategories> stats_{};
   MemoryStat total_{};
   TransferStat transfers_{};
@@ -150,7 +164,9 @@ class CoreLedger {
   std::vector<LedgerEvent> events_;
 };
 
-// One CoreLedger per core of a DeviceSpec.
+// One CoreLedger per core of a DeviceSpec. The cores share one lock and one lifetime: a mirrored
+// tensor's charges on all of them take the lock once (device_hooks, framework/device/context.cc),
+// and while one core's pointer lives, all do.
 class Ledger {
  public:
   explicit Ledger(DeviceSpec spec);
@@ -165,8 +181,9 @@ class Ledger {
   void mark(const std::string& label);  // the same label in every core's log
 
  private:
+  struct Cores;
   DeviceSpec spec_;
-  std::vector<std::shared_ptr<CoreLedger>> cores_;
+  std::vector<std::shared_ptr<CoreLedger>> cores_;  // each aliases one shared Cores
 };
 
 }  // namespace keel

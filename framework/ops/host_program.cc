@@ -2,6 +2,8 @@
 #include "framework/ops/host_program.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -48,12 +50,13 @@ const ReplicaRows* rows_of(const Tensor& x) {
   return rows != nullptr && x.defined() && x.rank() >= 1 && x.dim(0) == rows->total() ? rows : nullptr;
 }
 
-void replica_products(Tensor& y, const Tensor& a, const Tensor& b, bool transpose_b, const ReplicaRows& rows) {
-  const int64_t k = a.dim(1), m = y.dim(1);
-  const float* in = a.data();
-  float* out = y.data();
-  const ConstMatrixMap bm = b.matrix();
-  const double flops = 2.0 * static_cast<double>(a.dim(0)) * static_cast<double>(k) * static_cast<double>(m);
+namespace {
+
+// y's rows of each replica = its rows of `in` (N x k) · b: one product per replica's rows, each on one
+// thread, as each replica computes its own.
+void products_by_replica(float* out, const float* in, int64_t k, int64_t m, const ConstMatrixMap& bm, bool transpose_b,
+                         const ReplicaRows& rows) {
+  const double flops = 2.0 * static_cast<double>(rows.total()) * static_cast<double>(k) * static_cast<double>(m);
   parallel_for(
       rows.replicas(),
       [&](int64_t r) {
@@ -67,6 +70,86 @@ void replica_products(Tensor& y, const Tensor& a, const Tensor& b, bool transpos
         }
       },
       threads_worth(flops, kGemmMinFlopsPerThread));
+}
+
+// The same as one product over all the rows (gemm's tiles, as a one-replica step computes it).
+void product_whole(float* out, const float* in, int64_t k, int64_t m, const ConstMatrixMap& bm, bool transpose_b,
+                   int64_t total) {
+  const ConstMatrixMap a(in, total, k);
+  if (transpose_b) {
+    gemm(MatrixMap(out, total, m), a, bm.transpose());
+  } else {
+    gemm(MatrixMap(out, total, m), a, bm);
+  }
+}
+
+// A 64-byte aligned block of `floats` in `buffer`, filled with values of many magnitudes and both signs.
+float* probe_operand(std::vector<float>& buffer, int64_t floats, uint64_t& state) {
+  buffer.assign(static_cast<size_t>(floats) + 16, 0.0f);
+  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
+  float* p = reinterpret_cast<float*>((address + 63) & ~uintptr_t{63});
+  for (int64_t i = 0; i < floats; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const float unit = static_cast<float>(state >> 40) / static_cast<float>(1ull << 24);  // [0, 1)
+    p[i] = std::ldexp(unit - 0.5f, static_cast<int>((state >> 32) % 9) - 4);
+  }
+  return p;
+}
+
+}  // namespace
+
+// Whether one product over every replica's rows gives each row the bits of its replica's own product.
+// With Debian's oneDNN 2.6 on x86 an element's value depends on the inner dimension alone (ops/sgemm.h),
+// so it does, and the host program saves the replicas' calls (on `v3-8` x 16 rows, 8 sgemm calls
+// and 8 packings of the weights become gemm's 4); but that is a property of a library build, not a
+// promise. So it is checked, once per shape and thread, on operands laid out as the step's (each
+// replica's rows where they are in the batch, 64-byte aligned): an order of summation that differs
+// anywhere shows in the bits of some element of random operands. Where it does, the replicas' products.
+bool products_split_alike(const ReplicaRows& rows, int64_t k, int64_t m, bool transpose_b) {
+  struct Known {
+    std::vector<int64_t> rows;
+    int64_t k, m;
+    bool transpose_b, alike;
+  };
+  thread_local std::vector<Known> known;
+  const auto same_rows = [&rows](const std::vector<int64_t>& counts) {
+    if (static_cast<int>(counts.size()) != rows.replicas()) return false;
+    for (int r = 0; r < rows.replicas(); ++r) {
+      if (counts[static_cast<size_t>(r)] != rows.rows(r)) return false;
+    }
+    return true;
+  };
+  for (const Known& s : known) {
+    if (s.k == k && s.m == m && s.transpose_b == transpose_b && same_rows(s.rows)) return s.alike;
+  }
+  std::vector<float> a_buffer, b_buffer;
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  const float* a = probe_operand(a_buffer, rows.total() * k, state);
+  const float* b = probe_operand(b_buffer, k * m, state);
+  std::vector<float> apart_buffer, whole_buffer;
+  float* apart = probe_operand(apart_buffer, rows.total() * m, state);
+  float* whole = probe_operand(whole_buffer, rows.total() * m, state);
+  const ConstMatrixMap bm(b, transpose_b ? m : k, transpose_b ? k : m);
+  products_by_replica(apart, a, k, m, bm, transpose_b, rows);
+  product_whole(whole, a, k, m, bm, transpose_b, rows.total());
+  const bool alike = std::equal(apart, apart + rows.total() * m, whole, [](float x, float y) {
+    return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y);
+  });
+  if (known.size() >= 64) known.clear();  // a model has a few shapes; a long-lived thread sees more
+  std::vector<int64_t> counts;
+  for (int r = 0; r < rows.replicas(); ++r) counts.push_back(rows.rows(r));
+  known.push_back({std::move(counts), k, m, transpose_b, alike});
+  return alike;
+}
+
+void replica_products(Tensor& y, const Tensor& a, const Tensor& b, bool transpose_b, const ReplicaRows& rows) {
+  const int64_t k = a.dim(1), m = y.dim(1);
+  const ConstMatrixMap bm = b.matrix();
+  if (products_split_alike(rows, k, m, transpose_b)) {
+    product_whole(y.data(), a.data(), k, m, bm, transpose_b, rows.total());
+  } else {
+    products_by_replica(y.data(), a.data(), k, m, bm, transpose_b, rows);
+  }
 }
 
 void replica_mean_kernel_gradient(Tensor& grad, const Tensor& a, const Tensor& dy, const ReplicaRows& rows) {

@@ -14,10 +14,14 @@ namespace keel::ops::detail {
 // total); nullptr elsewhere, and outside a host program.
 const ReplicaRows* rows_of(const Tensor& x);
 
-// y (N, M) = a (N, K) · b (K, M), or · bᵀ for b (M, K) with `transpose_b`: one product per replica's
-// rows, as each replica computes its own (ops/gemm.h: oneDNN's bits depend on the product's shape).
-// Replicas run on the thread's share of the compute threads, each product on one.
+// y (N, M) = a (N, K) · b (K, M), or · bᵀ for b (M, K) with `transpose_b`, each replica's rows with
+// the bits of its own product: one product over all the rows where that gives them (checked once
+// per shape and thread on random operands: oneDNN 2.6 computes an element from the inner dimension
+// alone, ops/sgemm.h, but no library promises it), else one product per replica's rows, replicas on
+// the thread's share of the compute threads, each product on one.
 void replica_products(Tensor& y, const Tensor& a, const Tensor& b, bool transpose_b, const ReplicaRows& rows);
+// Whether replica_products takes one product over all the rows for this shape (the check above).
+bool products_split_alike(const ReplicaRows& rows, int64_t k, int64_t m, bool transpose_b);
 
 // grad (K, M) = the mean over replicas of each one's aᵀ · dy over its rows, with the bits of the
 // optimizer's all-reduce of the replicas' own gradients: keel's chained products where the shape

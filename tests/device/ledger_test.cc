@@ -281,6 +281,46 @@ TEST(LedgerTensorTest, ATensorMayOutliveItsLedger) {
   t = Tensor();                                       // nothing to release
 }
 
+TEST(LedgerTest, CoresShareOneLockAndOneLifetime) {
+  std::weak_ptr<CoreLedger> first;
+  std::shared_ptr<CoreLedger> last;
+  {
+    Ledger ledger(DeviceSpec::custom(4, 0));
+    {
+      const CoreLedger::Held held = ledger.core(0).hold();
+      ledger.core(2).charge(64, Category::workspace, "w", {16}, held);  // core 0's lock is core 2's
+    }
+    EXPECT_EQ(ledger.core(2).total().current, 64);
+    CoreLedger alone(0, 0);
+    const CoreLedger::Held other = alone.hold();
+    EXPECT_THROW(ledger.core(1).charge(4, Category::workspace, "w", {1}, other), std::logic_error) << "another lock";
+    first = ledger.core_ptr(0);
+    last = ledger.core_ptr(3);
+  }
+  EXPECT_FALSE(first.expired()) << "one core's pointer keeps every core of its ledger";
+  last.reset();
+  EXPECT_TRUE(first.expired());
+}
+
+TEST(LedgerTensorTest, AMirroredTensorsChargesAreReleasedAndRetaggedTogether) {
+  Ledger ledger(DeviceSpec::custom(3, 0));
+  ledger.record_events(true);
+  {
+    ContextScope scope(on_ledger(ledger, -1, Category::activations));
+    Tensor t = Tensor::zeros({4});
+    t.storage().retag(Category::gradients, "g");
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(ledger.core(c).stat(Category::gradients).current, 16) << c;
+  }
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(ledger.core(c).total().current, 0) << c;
+    const std::vector<LedgerEvent> events = ledger.core(c).events();
+    ASSERT_EQ(events.size(), 3u) << c;
+    EXPECT_EQ(events[1].kind, LedgerEventKind::retag);
+    EXPECT_EQ(events[2].kind, LedgerEventKind::release);
+    EXPECT_EQ(events[2].category, Category::gradients);
+  }
+}
+
 TEST(LedgerTensorTest, ExplicitCategoryAndOwnerOverrideTheContextDefault) {
   Ledger ledger(DeviceSpec::custom(1, 0));
   ContextScope scope(on_ledger(ledger, 0));
