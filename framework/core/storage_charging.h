@@ -18,12 +18,15 @@ class CoreLedger;
 
 // One core's charge for one buffer. The ledger is held weakly: a buffer may outlive the strategy whose
 // ledger charged it (a layer kept after its model, which owned the strategy, is gone), and then there
-// is nothing left to release it from. `core` is the ledger's address, to be used only while `ledger`
-// (or a pointer sharing its lifetime: the cores of one Ledger) is alive.
+// is nothing left to release it from. A buffer charged on every core of one Ledger holds it once: its
+// first charge holds `ledger`, the others (`with_previous`) hold none and share the first's lifetime
+// (a Ledger's cores live and die together). `core` is the charge's ledger, to be used only while
+// that lifetime lasts.
 struct StorageCharge {
-  std::weak_ptr<CoreLedger> ledger;
+  std::weak_ptr<CoreLedger> ledger;  // empty where with_previous
   uint64_t handle;
   CoreLedger* core = nullptr;
+  bool with_previous = false;
 };
 
 namespace device_hooks {

@@ -201,11 +201,21 @@ void rows_simd(std::span<const ChainedOperands> parts, int64_t i, int64_t col_be
 // 32 columns (28 chains in 32 registers: each dy vector loaded feeds 14 multiply-adds; with blocks
 // of 8 rows, as before 2026-11-29, bench/gemm_bench's keel_chained_us was 215-221 us against 197-210
 // on an Intel Xeon), fewer (the end of a range) as 8, 4, 2 and 1 rows by blocks with as many chains
-// in flight. AVX2: blocks of 4 rows by 16 columns, 2 by 32, 1 by 32.
+// in flight; a range of at most 16 columns (a 10-class layer's kernel) in blocks of one vector, 14
+// rows and fewer (half the multiply-adds of 32-column blocks there). AVX2: blocks of 4 rows by 16
+// columns, 2 by 32, 1 by 32.
 void rows_block(std::span<const ChainedOperands> parts, int64_t i, int rows, int64_t col_begin, int64_t col_end,
                 float* out, int64_t ldo, int divisor) {
   int a = 0;
 #if defined(__AVX512F__)
+  if (col_end - col_begin <= Simd::kLanes) {  // one vector of columns: no chains over masked-off lanes
+    if (rows - a >= 14) rows_simd<14, 1>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 14;
+    if (rows - a >= 8) rows_simd<8, 1>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 8;
+    if (rows - a >= 4) rows_simd<4, 1>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 4;
+    if (rows - a >= 2) rows_simd<2, 1>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 2;
+    if (rows - a >= 1) rows_simd<1, 1>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor);
+    return;
+  }
   if (rows - a >= 14) rows_simd<14, 2>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 14;
   if (rows - a >= 8) rows_simd<8, 2>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 8;
   if (rows - a >= 4) rows_simd<4, 4>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 4;

@@ -53,25 +53,24 @@ bool charge_new_storage(int64_t bytes, Category category, const std::string& own
     } else {
       handle = core->charge(bytes, category, owner, shape, held);
     }
-    charges.push_back({core, handle, core.get()});
+    if (c == 0) {
+      charges.push_back({core, handle, core.get()});
+    } else {
+      charges.push_back({{}, handle, core.get(), /*with_previous=*/true});  // no weak count to move: core 0's
+    }
   }
   return ctx.abstract;
 }
 
 namespace {
 
-// Whether two charges' ledgers share one lifetime (and so, in a Ledger, one lock).
-bool same_lifetime(const StorageCharge& a, const StorageCharge& b) {
-  return !a.ledger.owner_before(b.ledger) && !b.ledger.owner_before(a.ledger);
-}
-
-// Runs `fn(charge, held)` on each charge whose ledger is alive, taking a lock once for a run of
-// charges on the cores of one Ledger.
+// Runs `fn(charge, held)` on each charge whose ledger is alive, taking its lock once for a charge
+// and those charged with it on the other cores of its Ledger.
 template <class Fn>
 void for_each_held(std::span<const StorageCharge> charges, Fn fn) {
   for (size_t i = 0; i < charges.size();) {
     size_t end = i + 1;
-    while (end < charges.size() && same_lifetime(charges[end], charges[i])) ++end;
+    while (end < charges.size() && charges[end].with_previous) ++end;
     if (const std::shared_ptr<CoreLedger> alive = charges[i].ledger.lock()) {
       const CoreLedger::Held held = alive->hold();
       for (size_t j = i; j < end; ++j) fn(charges[j], held);

@@ -96,20 +96,15 @@ float* probe_operand(std::vector<float>& buffer, int64_t floats, uint64_t& state
   return p;
 }
 
-}  // namespace
-
-// Whether one product over every replica's rows gives each row the bits of its replica's own product.
-// With Debian's oneDNN 2.6 on x86 an element's value depends on the inner dimension alone (ops/sgemm.h),
-// so it does, and the host program saves the replicas' calls (on `v3-8` x 16 rows, 8 sgemm calls
-// and 8 packings of the weights become gemm's 4); but that is a property of a library build, not a
-// promise. So it is checked, once per shape and thread, on operands laid out as the step's (each
-// replica's rows where they are in the batch, 64-byte aligned): an order of summation that differs
-// anywhere shows in the bits of some element of random operands. Where it does, the replicas' products.
-bool products_split_alike(const ReplicaRows& rows, int64_t k, int64_t m, bool transpose_b) {
+// A shape's answer to one of the checks below, computed once per thread and remembered (a model has
+// a few shapes; a long-lived thread that sees more forgets them all past 64).
+template <class Check>
+bool remembered(int kind, const ReplicaRows& rows, int64_t k, int64_t m, Check check) {
   struct Known {
+    int kind;
     std::vector<int64_t> rows;
     int64_t k, m;
-    bool transpose_b, alike;
+    bool answer;
   };
   thread_local std::vector<Known> known;
   const auto same_rows = [&rows](const std::vector<int64_t>& counts) {
@@ -120,26 +115,42 @@ bool products_split_alike(const ReplicaRows& rows, int64_t k, int64_t m, bool tr
     return true;
   };
   for (const Known& s : known) {
-    if (s.k == k && s.m == m && s.transpose_b == transpose_b && same_rows(s.rows)) return s.alike;
+    if (s.kind == kind && s.k == k && s.m == m && same_rows(s.rows)) return s.answer;
   }
-  std::vector<float> a_buffer, b_buffer;
-  uint64_t state = 0x9e3779b97f4a7c15ull;
-  const float* a = probe_operand(a_buffer, rows.total() * k, state);
-  const float* b = probe_operand(b_buffer, k * m, state);
-  std::vector<float> apart_buffer, whole_buffer;
-  float* apart = probe_operand(apart_buffer, rows.total() * m, state);
-  float* whole = probe_operand(whole_buffer, rows.total() * m, state);
-  const ConstMatrixMap bm(b, transpose_b ? m : k, transpose_b ? k : m);
-  products_by_replica(apart, a, k, m, bm, transpose_b, rows);
-  product_whole(whole, a, k, m, bm, transpose_b, rows.total());
-  const bool alike = std::equal(apart, apart + rows.total() * m, whole, [](float x, float y) {
-    return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y);
-  });
-  if (known.size() >= 64) known.clear();  // a model has a few shapes; a long-lived thread sees more
+  const bool answer = check();
+  if (known.size() >= 64) known.clear();
   std::vector<int64_t> counts;
   for (int r = 0; r < rows.replicas(); ++r) counts.push_back(rows.rows(r));
-  known.push_back({std::move(counts), k, m, transpose_b, alike});
-  return alike;
+  known.push_back({kind, std::move(counts), k, m, answer});
+  return answer;
+}
+
+bool same_bits(const float* a, const float* b, int64_t n) {
+  return std::equal(a, a + n, b, [](float x, float y) { return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y); });
+}
+
+}  // namespace
+
+// Whether one product over every replica's rows gives each row the bits of its replica's own product.
+// With Debian's oneDNN 2.6 on x86 an element's value depends on the inner dimension alone (ops/sgemm.h),
+// so it does, and the host program saves the replicas' calls (on `v3-8` x 16 rows, 8 sgemm calls
+// and 8 packings of the weights become gemm's 4); but that is a property of a library build, not a
+// promise. So it is checked, once per shape and thread, on operands laid out as the step's (each
+// replica's rows where they are in the batch, 64-byte aligned): an order of summation that differs
+// anywhere shows in the bits of some element of random operands. Where it does, the replicas' products.
+bool products_split_alike(const ReplicaRows& rows, int64_t k, int64_t m, bool transpose_b) {
+  return remembered(transpose_b ? 1 : 0, rows, k, m, [&] {
+    std::vector<float> a_buffer, b_buffer, apart_buffer, whole_buffer;
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    const float* a = probe_operand(a_buffer, rows.total() * k, state);
+    const float* b = probe_operand(b_buffer, k * m, state);
+    float* apart = probe_operand(apart_buffer, rows.total() * m, state);
+    float* whole = probe_operand(whole_buffer, rows.total() * m, state);
+    const ConstMatrixMap bm(b, transpose_b ? m : k, transpose_b ? k : m);
+    products_by_replica(apart, a, k, m, bm, transpose_b, rows);
+    product_whole(whole, a, k, m, bm, transpose_b, rows.total());
+    return same_bits(apart, whole, rows.total() * m);
+  });
 }
 
 void replica_products(Tensor& y, const Tensor& a, const Tensor& b, bool transpose_b, const ReplicaRows& rows) {
@@ -152,25 +163,28 @@ void replica_products(Tensor& y, const Tensor& a, const Tensor& b, bool transpos
   }
 }
 
-void replica_mean_kernel_gradient(Tensor& grad, const Tensor& a, const Tensor& dy, const ReplicaRows& rows) {
+namespace {
+
+// out (k x m) = the replicas' mean of x_rᵀ · d_r over their n rows each, by keel's chained products
+// (the tree's sums and divisor in registers).
+void mean_chained(float* out, const float* x, const float* d, int64_t k, int64_t m, int64_t n, const ReplicaRows& rows) {
   const int replicas = rows.replicas();
-  const int64_t n = equal_rows(rows, "matmul"), k = a.dim(1), m = dy.dim(1);
-  const float* x = a.data();
-  const float* d = dy.data();
-  float* out = grad.data();
+  std::vector<ChainedOperands> parts;
+  for (int r = 0; r < replicas; ++r) parts.push_back({x + rows.begin(r) * k, k, d + rows.begin(r) * m, m, n});
   const double flops = 2.0 * static_cast<double>(k) * static_cast<double>(m) * static_cast<double>(n) * replicas;
-  if (chained_kernel_gradient(k, m, n, replicas) && replicas <= kMaxChainedParts) {
-    std::vector<ChainedOperands> parts;
-    for (int r = 0; r < replicas; ++r) parts.push_back({x + rows.begin(r) * k, k, d + rows.begin(r) * m, m, n});
-    parallel_for(
-        (k + kChainedTaskRows - 1) / kChainedTaskRows,
-        [&](int64_t t) {
-          const int64_t begin = t * kChainedTaskRows, end = std::min(k, begin + kChainedTaskRows);
-          chained_value_rows(parts, 0, k, begin, end, 0, m, out + begin * m, m, replicas);
-        },
-        threads_worth(flops, kGemmMinFlopsPerThread));
-    return;
-  }
+  parallel_for(
+      (k + kChainedTaskRows - 1) / kChainedTaskRows,
+      [&](int64_t t) {
+        const int64_t begin = t * kChainedTaskRows, end = std::min(k, begin + kChainedTaskRows);
+        chained_value_rows(parts, 0, k, begin, end, 0, m, out + begin * m, m, replicas);
+      },
+      threads_worth(flops, kGemmMinFlopsPerThread));
+}
+
+// The same by each replica's oneDNN product and the collectives' tree mean.
+void mean_by_replica(float* out, const float* x, const float* d, int64_t k, int64_t m, int64_t n, const ReplicaRows& rows) {
+  const int replicas = rows.replicas();
+  const double flops = 2.0 * static_cast<double>(k) * static_cast<double>(m) * static_cast<double>(n) * replicas;
   int64_t stride = 0;
   float* partial = replica_scratch(replicas, k * m, stride);
   parallel_for(
@@ -185,6 +199,39 @@ void replica_mean_kernel_gradient(Tensor& grad, const Tensor& a, const Tensor& d
   std::vector<const float*> parts;
   for (int r = 0; r < replicas; ++r) parts.push_back(partial + r * stride);
   tree_sum_into(parts, out, k * m, replicas, /*check=*/false);
+}
+
+}  // namespace
+
+// Whether a small kernel gradient (one the per-replica step leaves to oneDNN and the all-reduce:
+// ops/gemm.h chained_kernel_gradient) comes out of the chained products with the same bits: where
+// each replica's product over its few rows is one chain of multiply-adds in row order, as oneDNN 2.6
+// computes it, they do, in one pass instead of a oneDNN call per replica and a tree sum (the seed
+// MLP's 128 x 10 kernel on `v3-8`: 8 calls). Checked once per shape and thread, as
+// products_split_alike is.
+bool chained_mean_alike(const ReplicaRows& rows, int64_t k, int64_t m, int64_t n) {
+  if (!kChainedProductsVectorized || rows.replicas() > kMaxChainedParts || k * m >= kMinChainedElements) return false;
+  return remembered(2, rows, k, m, [&] {
+    std::vector<float> x_buffer, d_buffer, apart_buffer, chained_buffer;
+    uint64_t state = 0x2545f4914f6cdd1dull;
+    const float* x = probe_operand(x_buffer, rows.total() * k, state);
+    const float* d = probe_operand(d_buffer, rows.total() * m, state);
+    float* apart = probe_operand(apart_buffer, k * m, state);
+    float* chained = probe_operand(chained_buffer, k * m, state);
+    mean_by_replica(apart, x, d, k, m, n, rows);
+    mean_chained(chained, x, d, k, m, n, rows);
+    return same_bits(apart, chained, k * m);
+  });
+}
+
+void replica_mean_kernel_gradient(Tensor& grad, const Tensor& a, const Tensor& dy, const ReplicaRows& rows) {
+  const int replicas = rows.replicas();
+  const int64_t n = equal_rows(rows, "matmul"), k = a.dim(1), m = dy.dim(1);
+  if ((chained_kernel_gradient(k, m, n, replicas) && replicas <= kMaxChainedParts) || chained_mean_alike(rows, k, m, n)) {
+    mean_chained(grad.data(), a.data(), dy.data(), k, m, n, rows);
+  } else {
+    mean_by_replica(grad.data(), a.data(), dy.data(), k, m, n, rows);
+  }
 }
 
 void replica_mean_column_sums(const Tensor& dy, float* out, const ReplicaRows& rows) {

@@ -25,9 +25,13 @@ bool products_split_alike(const ReplicaRows& rows, int64_t k, int64_t m, bool tr
 
 // grad (K, M) = the mean over replicas of each one's aᵀ · dy over its rows, with the bits of the
 // optimizer's all-reduce of the replicas' own gradients: keel's chained products where the shape
-// takes them (ops/gemm.h chained_kernel_gradient), else each replica's oneDNN product and the
-// collectives' tree mean. Every replica's rows must be as many (std::logic_error otherwise).
+// takes them (ops/gemm.h chained_kernel_gradient) or gives the same bits (chained_mean_alike), else
+// each replica's oneDNN product and the collectives' tree mean. Every replica's rows must be as many
+// (std::logic_error otherwise).
 void replica_mean_kernel_gradient(Tensor& grad, const Tensor& a, const Tensor& dy, const ReplicaRows& rows);
+// Whether replica_mean_kernel_gradient takes the chained products for a gradient the per-replica
+// step leaves to oneDNN (small ones: checked once per shape and thread, as products_split_alike).
+bool chained_mean_alike(const ReplicaRows& rows, int64_t k, int64_t m, int64_t n);
 
 // out (C) = the mean over replicas of the column sums of each one's rows of dy (N, C): a bias's
 // gradient, as bias_add's backward and the all-reduce give it.

@@ -43,7 +43,7 @@ const Kernel kKernels[] = {&chained_products, &detail::chained_products_portable
 
 // The definition, written out: one fused multiply-add per row, in row order, from zero.
 TEST(ChainedProductTest, EveryElementIsOneChainOfFusedMultiplyAddsInRowOrder) {
-  for (const auto& [inner, rows, cols] : std::vector<std::array<int64_t, 3>>{{16, 19, 70}, {1, 8, 32}, {37, 3, 5}, {0, 9, 17}}) {
+  for (const auto& [inner, rows, cols] : std::vector<std::array<int64_t, 3>>{{16, 19, 70}, {1, 8, 32}, {37, 3, 5}, {0, 9, 17}, {16, 29, 10}, {5, 14, 16}}) {
     const Part p = make_part(inner, rows, cols, static_cast<uint64_t>(inner * 100 + rows));
     std::vector<float> want(static_cast<size_t>(rows * cols));
     for (int64_t i = 0; i < rows; ++i) {

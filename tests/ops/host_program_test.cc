@@ -1,7 +1,9 @@
 // ops/host_program.h: replica_products gives each replica's rows the bits of that replica's own
 // product (a tensor of its rows alone, as the per-replica step computes it), whether it takes one
-// product over all the rows or one per replica; and products_split_alike's answer, from its own
-// random operands, holds for other operands of the shape.
+// product over all the rows or one per replica; replica_mean_kernel_gradient gives a small kernel's
+// gradient the bits of each replica's oneDNN product and the all-reduce's tree mean, whether by the
+// chained products or not; and the checks' answers, from their own random operands, hold for other
+// operands of the shape.
 #include "framework/ops/host_program.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "framework/device/chained_product.h"
+#include "framework/device/collectives.h"
 #include "framework/ops/gemm.h"
 #include "tests/support/grad_check.h"
 
@@ -74,6 +78,52 @@ TEST(HostProgramTest, ReplicaProductsHaveEachReplicasBits) {
   }
   const ReplicaRows long_rows(std::vector<int64_t>(8, 32));
   EXPECT_FALSE(ops::detail::products_split_alike(long_rows, 2048, 16, false)) << "the whole product is cut into segments";
+}
+
+struct GradientCase {
+  int replicas;
+  int64_t rows_each, k, m;
+};
+
+// The seed MLP's 128 x 10 kernel on `v3-8`, 3 replicas, and a wide one still under the chained
+// products' size (the per-replica step leaves all three to oneDNN and the all-reduce).
+const GradientCase kGradientCases[] = {{8, 16, 128, 10}, {3, 32, 100, 12}, {4, 16, 40, 300}};
+
+TEST(HostProgramTest, SmallKernelGradientsHaveTheAllReducesBits) {
+  for (const GradientCase& c : kGradientCases) {
+    const std::string what = std::to_string(c.replicas) + " x " + std::to_string(c.rows_each) + " rows, " +
+                             std::to_string(c.k) + " x " + std::to_string(c.m);
+    ASSERT_LT(c.k * c.m, ops::detail::kMinChainedElements) << what;
+    const ReplicaRows rows(std::vector<int64_t>(static_cast<size_t>(c.replicas), c.rows_each));
+    const Tensor x = random_host({rows.total(), c.k}, -1.0f, 1.0f, 21), dy = random_host({rows.total(), c.m}, -1.0f, 1.0f, 22);
+    // Each replica's product in a tensor of its own, then the collectives' tree mean.
+    std::vector<Tensor> own;
+    std::vector<const float*> in;
+    for (int r = 0; r < c.replicas; ++r) {
+      Tensor xr = Tensor::empty({c.rows_each, c.k}), dr = Tensor::empty({c.rows_each, c.m});
+      std::memcpy(xr.data(), x.data() + rows.begin(r) * c.k, static_cast<size_t>(xr.size()) * sizeof(float));
+      std::memcpy(dr.data(), dy.data() + rows.begin(r) * c.m, static_cast<size_t>(dr.size()) * sizeof(float));
+      own.push_back(Tensor::empty({c.k, c.m}));
+      ops::detail::gemm(own.back().matrix(), xr.matrix().transpose(), dr.matrix());
+      in.push_back(own.back().data());
+    }
+    std::vector<float> want(static_cast<size_t>(c.k * c.m));
+    tree_sum_into(in, want.data(), c.k * c.m, c.replicas, /*check=*/false);
+
+    Tensor got = Tensor::empty({c.k, c.m});
+    ops::detail::replica_mean_kernel_gradient(got, x, dy, rows);
+    EXPECT_TRUE(bits_equal(got.data(), want.data(), got.size())) << what;
+
+    std::vector<ChainedOperands> parts;
+    for (int r = 0; r < c.replicas; ++r) {
+      parts.push_back({x.data() + rows.begin(r) * c.k, c.k, dy.data() + rows.begin(r) * c.m, c.m, c.rows_each});
+    }
+    std::vector<float> chained(want.size());
+    chained_products(parts, 0, c.k, 0, c.m, chained.data(), c.m, c.replicas);
+    EXPECT_EQ(ops::detail::chained_mean_alike(rows, c.k, c.m, c.rows_each),
+              kChainedProductsVectorized && bits_equal(chained.data(), want.data(), c.k * c.m))
+        << what;
+  }
 }
 
 }  // namespace
