@@ -6,7 +6,7 @@
 // [begin(r), end(r)) of dimension 0 of every batch-shaped tensor. Ops read this thread's ReplicaRows
 // wherever a replica's result depends on which rows are its own, and compute what the replicas and
 // their all-reduce would have:
-//   - a matrix product over rows: one product per replica's rows (ops::matmul), the replica's shape;
+//   - a matrix product over rows: each replica's rows get the bits of its own product (ops::matmul);
 //   - a variable's gradient: the replicas' mean, summed in the collectives' tree order (ops::matmul's
 //     kernel, ops::bias_add's bias), as the optimizer's all-reduce gives it;
 //   - the loss: each replica's mean over its rows (ops::replica_means).

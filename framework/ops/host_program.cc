@@ -27,13 +27,18 @@ constexpr int64_t kChainedTaskRows = 4 * kChainedBlockRows;
 // Host memory of the calling thread for the replicas' partial results, reused, outside the ledger
 // (as gemm_scratch): `parts` slots of `each` floats, every slot 64-byte aligned, as a tensor's buffer
 // is, so that each replica's kernels run on the alignment they have on its own buffer.
+// The first 64-byte boundary in `buffer`, which holds at least 16 floats more than are used past it.
+float* aligned_in(std::vector<float>& buffer) {
+  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
+  return reinterpret_cast<float*>((address + 63) & ~uintptr_t{63});
+}
+
 float* replica_scratch(int parts, int64_t each, int64_t& stride) {
   stride = (each + 15) / 16 * 16;
   thread_local std::vector<float> scratch;
   const size_t floats = static_cast<size_t>(parts) * static_cast<size_t>(stride) + 16;
   if (scratch.size() < floats) scratch.resize(floats);
-  const auto address = reinterpret_cast<uintptr_t>(scratch.data());
-  return reinterpret_cast<float*>((address + 63) & ~uintptr_t{63});
+  return aligned_in(scratch);
 }
 
 int64_t equal_rows(const ReplicaRows& rows, const char* op) {
@@ -86,8 +91,7 @@ void product_whole(float* out, const float* in, int64_t k, int64_t m, const Cons
 // A 64-byte aligned block of `floats` in `buffer`, filled with values of many magnitudes and both signs.
 float* probe_operand(std::vector<float>& buffer, int64_t floats, uint64_t& state) {
   buffer.assign(static_cast<size_t>(floats) + 16, 0.0f);
-  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
-  float* p = reinterpret_cast<float*>((address + 63) & ~uintptr_t{63});
+  float* p = aligned_in(buffer);
   for (int64_t i = 0; i < floats; ++i) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     const float unit = static_cast<float>(state >> 40) / static_cast<float>(1ull << 24);  // [0, 1)
@@ -96,12 +100,15 @@ float* probe_operand(std::vector<float>& buffer, int64_t floats, uint64_t& state
   return p;
 }
 
+// The checks below, each remembered per shape.
+enum class CheckKind { product, product_transposed, chained_mean };
+
 // A shape's answer to one of the checks below, computed once per thread and remembered (a model has
 // a few shapes; a long-lived thread that sees more forgets them all past 64).
 template <class Check>
-bool remembered(int kind, const ReplicaRows& rows, int64_t k, int64_t m, Check check) {
+bool remembered(CheckKind kind, const ReplicaRows& rows, int64_t k, int64_t m, Check check) {
   struct Known {
-    int kind;
+    CheckKind kind;
     std::vector<int64_t> rows;
     int64_t k, m;
     bool answer;
@@ -139,7 +146,7 @@ bool same_bits(const float* a, const float* b, int64_t n) {
 // replica's rows where they are in the batch, 64-byte aligned): an order of summation that differs
 // anywhere shows in the bits of some element of random operands. Where it does, the replicas' products.
 bool products_split_alike(const ReplicaRows& rows, int64_t k, int64_t m, bool transpose_b) {
-  return remembered(transpose_b ? 1 : 0, rows, k, m, [&] {
+  return remembered(transpose_b ? CheckKind::product_transposed : CheckKind::product, rows, k, m, [&] {
     std::vector<float> a_buffer, b_buffer, apart_buffer, whole_buffer;
     uint64_t state = 0x9e3779b97f4a7c15ull;
     const float* a = probe_operand(a_buffer, rows.total() * k, state);
@@ -211,7 +218,7 @@ void mean_by_replica(float* out, const float* x, const float* d, int64_t k, int6
 // products_split_alike is.
 bool chained_mean_alike(const ReplicaRows& rows, int64_t k, int64_t m, int64_t n) {
   if (!kChainedProductsVectorized || rows.replicas() > kMaxChainedParts || k * m >= kMinChainedElements) return false;
-  return remembered(2, rows, k, m, [&] {
+  return remembered(CheckKind::chained_mean, rows, k, m, [&] {
     std::vector<float> x_buffer, d_buffer, apart_buffer, chained_buffer;
     uint64_t state = 0x2545f4914f6cdd1dull;
     const float* x = probe_operand(x_buffer, rows.total() * k, state);

@@ -20,7 +20,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const DType dt = compute_dtype();
   const detail::Operand ao = detail::operand(a, dt), bo = detail::operand(b, dt);
   Tensor y = detail::output_buffer({a.dim(0), b.dim(1)}, dt);
-  // In a host program (framework/device/replica_rows.h), one product per replica's rows.
+  // In a host program (framework/device/replica_rows.h), each replica's rows with its own product's bits.
   const ReplicaRows* rows = detail::rows_of(a);
   if (rows != nullptr) {
     detail::count_forward_flops_by_rows(2 * a.dim(1) * b.dim(1), *rows);
