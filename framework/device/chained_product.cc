@@ -1,7 +1,7 @@
-// chained_products: blocks of 14 rows x 32 columns of the result (a range's last rows: 8 x 32, 4 x 64,
-// 2 x 128, 1 x 128), each replica's chain accumulated in registers (28, 16 or 8 AVX-512 vectors), then
-// added to the partial sums of the replicas before it as the binomial tree adds them (a stack of one
-// partial block per tree level), then divided and stored.
+// chained_products: blocks of 7 rows x 32 columns of the result (a range's last rows: 4 x 64, 2 x 128,
+// 1 x 128), each replica's chain accumulated in registers (14 AVX-512 vectors, two replicas' blocks
+// at a time and added there; 16 or 8), then added to the partial sums of the replicas before them as
+// the binomial tree adds them (a stack of one partial block per tree level), then divided and stored.
 // With AVX2 and FMA the same in 8-lane vectors (blocks of 4 rows x 16 columns); with neither, the same
 // arithmetic through std::fma. The same bits on every path.
 #include "framework/device/chained_product.h"
@@ -29,11 +29,12 @@ constexpr int64_t kPrefetchRows = 4;
 // added in front of it (left + right, as ReductionTree's nodes add their children); what stays
 // incomplete waits at its level. After the last part, the waiting partials are added from the lowest
 // level up: a node's sum is its own block followed by its children's, and the later children's
-// subtrees are the lower levels.
+// subtrees are the lower levels. From level 1 (`first_level`), for an odd r whose pair r - 1, r is
+// already added in `cur` (the level-0 addition, done in registers).
 template <class Block, class AddLeft>
-void tree_step(int r, int parts, Block& cur, Block* stack, AddLeft add_left) {
-  int level = 0;
-  for (int bit = r; (bit & 1) != 0; bit >>= 1, ++level) add_left(stack[level], cur);
+void tree_step(int r, int parts, Block& cur, Block* stack, AddLeft add_left, int first_level = 0) {
+  int level = first_level;
+  for (int bit = r >> first_level; (bit & 1) != 0; bit >>= 1, ++level) add_left(stack[level], cur);
   if (r != parts - 1) {
     stack[level] = cur;
     return;
@@ -128,49 +129,59 @@ struct Simd {
 #endif
 
 #if defined(KEEL_CHAINED_SIMD)
-// A block of IB rows and JV vectors of columns (masks: each vector's columns), IB x JV chains in
-// flight: enough to keep the FMA units busy through the FMA's latency.
+// A block of IB rows and JV vectors of columns (masks: each vector's columns).
 template <int IB, int JV>
-void block_simd(std::span<const ChainedOperands> parts, int64_t i, int64_t j, const Simd::Mask* masks, float* out,
-                int64_t ldo, int divisor) {
+struct Block {
+  Simd::V v[IB][JV];
+};
+
+// right = left + right, vector by vector (a tree node's addition).
+template <int IB, int JV>
+inline void add_left(const Block<IB, JV>& left, Block<IB, JV>& right) {
+#pragma GCC unroll 16
+  for (int a = 0; a < IB; ++a) {
+#pragma GCC unroll 16
+    for (int v = 0; v < JV; ++v) right.v[a][v] = Simd::add(left.v[a][v], right.v[a][v]);
+  }
+}
+
+// One part's product over the block, IB x JV chains in flight: enough to keep the FMA units busy
+// through the FMA's latency.
+template <int IB, int JV>
+inline __attribute__((always_inline)) void chain_simd(const ChainedOperands& p, int64_t i, int64_t j,
+                                                      const Simd::Mask* masks, Block<IB, JV>& cur) {
   using V = Simd::V;
   constexpr int W = Simd::kLanes;
-  struct Block {
-    V v[IB][JV];
-  };
-  Block cur, stack[kLevels];
-  const int n = static_cast<int>(parts.size());
-  for (int r = 0; r < n; ++r) {
-    const ChainedOperands& p = parts[static_cast<size_t>(r)];
+#pragma GCC unroll 16
+  for (int a = 0; a < IB; ++a) {
+#pragma GCC unroll 16
+    for (int v = 0; v < JV; ++v) cur.v[a][v] = Simd::zero();
+  }
+  const float* x = p.x + i;
+  const float* dy = p.dy + j;
+  const int64_t ldx = p.ldx, ldy = p.ldy;
+  // Unrolled: a 7 x 2 block's loop, not unrolled, took 1.8 times as long on an AMD EPYC.
+#pragma GCC unroll 4
+  for (int64_t k = p.inner; k > 0; --k, x += ldx, dy += ldy) {
+    _mm_prefetch(reinterpret_cast<const char*>(x + kPrefetchRows * ldx), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(dy + kPrefetchRows * ldy), _MM_HINT_T0);
+    V d[JV];
+#pragma GCC unroll 16
+    for (int v = 0; v < JV; ++v) d[v] = Simd::load(masks[v], dy + W * v);
 #pragma GCC unroll 16
     for (int a = 0; a < IB; ++a) {
+      const V xa = Simd::set1(x[a]);
 #pragma GCC unroll 16
-      for (int v = 0; v < JV; ++v) cur.v[a][v] = Simd::zero();
+      for (int v = 0; v < JV; ++v) cur.v[a][v] = Simd::fma(xa, d[v], cur.v[a][v]);
     }
-    const float* x = p.x + i;
-    const float* dy = p.dy + j;
-    const int64_t ldx = p.ldx, ldy = p.ldy;
-    for (int64_t k = p.inner; k > 0; --k, x += ldx, dy += ldy) {
-      _mm_prefetch(reinterpret_cast<const char*>(x + kPrefetchRows * ldx), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(dy + kPrefetchRows * ldy), _MM_HINT_T0);
-      V d[JV];
-#pragma GCC unroll 16
-      for (int v = 0; v < JV; ++v) d[v] = Simd::load(masks[v], dy + W * v);
-#pragma GCC unroll 16
-      for (int a = 0; a < IB; ++a) {
-        const V xa = Simd::set1(x[a]);
-#pragma GCC unroll 16
-        for (int v = 0; v < JV; ++v) cur.v[a][v] = Simd::fma(xa, d[v], cur.v[a][v]);
-      }
-    }
-    tree_step(r, n, cur, stack, [](const Block& left, Block& right) {
-#pragma GCC unroll 16
-      for (int a = 0; a < IB; ++a) {
-#pragma GCC unroll 16
-        for (int v = 0; v < JV; ++v) right.v[a][v] = Simd::add(left.v[a][v], right.v[a][v]);
-      }
-    });
   }
+}
+
+// The block's sum divided by `divisor`, stored.
+template <int IB, int JV>
+void store_block(const Block<IB, JV>& cur, const Simd::Mask* masks, float* out, int64_t ldo, int divisor) {
+  using V = Simd::V;
+  constexpr int W = Simd::kLanes;
   const V dv = Simd::set1(static_cast<float>(divisor));
   const V scale = Simd::set1(1.0f / static_cast<float>(divisor));
   const bool multiply = divides_by_reciprocal(divisor);
@@ -184,26 +195,67 @@ void block_simd(std::span<const ChainedOperands> parts, int64_t i, int64_t j, co
   }
 }
 
-// Rows [i, i + IB) over columns [col_begin, col_end) in blocks of JV vectors.
+// The parts one at a time, each block added into the tree's stack (stored there but the last).
 template <int IB, int JV>
+void block_simd(std::span<const ChainedOperands> parts, int64_t i, int64_t j, const Simd::Mask* masks, float* out,
+                int64_t ldo, int divisor) {
+  Block<IB, JV> cur, stack[kLevels];
+  const int n = static_cast<int>(parts.size());
+  for (int r = 0; r < n; ++r) {
+    chain_simd(parts[static_cast<size_t>(r)], i, j, masks, cur);
+    tree_step(r, n, cur, stack, add_left<IB, JV>);
+  }
+  store_block(cur, masks, out, ldo, divisor);
+}
+
+// The parts two at a time: a pair's products in two register blocks (the first waiting while the
+// second is computed), added there: the tree's level 0 without a store, half the stores and reloads
+// of block_simd.
+template <int IB, int JV>
+void block_pairs_simd(std::span<const ChainedOperands> parts, int64_t i, int64_t j, const Simd::Mask* masks,
+                      float* out, int64_t ldo, int divisor) {
+  Block<IB, JV> left, cur, stack[kLevels];
+  const int n = static_cast<int>(parts.size());
+  int r = 0;
+  for (; r + 1 < n; r += 2) {
+    chain_simd(parts[static_cast<size_t>(r)], i, j, masks, left);
+    chain_simd(parts[static_cast<size_t>(r + 1)], i, j, masks, cur);
+    add_left(left, cur);
+    tree_step(r + 1, n, cur, stack, add_left<IB, JV>, 1);
+  }
+  if (r < n) {  // an odd count's last part
+    chain_simd(parts[static_cast<size_t>(r)], i, j, masks, cur);
+    tree_step(r, n, cur, stack, add_left<IB, JV>);
+  }
+  store_block(cur, masks, out, ldo, divisor);
+}
+
+// Rows [i, i + IB) over columns [col_begin, col_end) in blocks of JV vectors, parts two at a time
+// where kPairs.
+template <int IB, int JV, bool kPairs = false>
 void rows_simd(std::span<const ChainedOperands> parts, int64_t i, int64_t col_begin, int64_t col_end, float* out,
                int64_t ldo, int divisor) {
   constexpr int W = Simd::kLanes;
   for (int64_t j = col_begin; j < col_end; j += W * JV) {
     Simd::Mask masks[JV];
     for (int v = 0; v < JV; ++v) masks[v] = Simd::mask(col_end - j - W * v);
-    block_simd<IB, JV>(parts, i, j, masks, out + (j - col_begin), ldo, divisor);
+    if constexpr (kPairs) {
+      block_pairs_simd<IB, JV>(parts, i, j, masks, out + (j - col_begin), ldo, divisor);
+    } else {
+      block_simd<IB, JV>(parts, i, j, masks, out + (j - col_begin), ldo, divisor);
+    }
   }
 }
 #endif
 
-// Up to kRowBlock rows [i, i + rows) over columns [col_begin, col_end). AVX-512: 14 rows by blocks of
-// 32 columns (28 chains in 32 registers: each dy vector loaded feeds 14 multiply-adds; with blocks
-// of 8 rows, as before 2026-11-29, bench/gemm_bench's keel_chained_us was 215-221 us against 197-210
-// on an Intel Xeon), fewer (the end of a range) as 8, 4, 2 and 1 rows by blocks with as many chains
-// in flight; a range of at most 16 columns (a 10-class layer's kernel) in blocks of one vector, 14
-// rows and fewer (half the multiply-adds of 32-column blocks there). AVX2: blocks of 4 rows by 16
-// columns, 2 by 32, 1 by 32.
+// Up to kRowBlock rows [i, i + rows) over columns [col_begin, col_end). AVX-512: 7 rows by blocks of
+// 32 columns, parts two at a time (2 x 14 chains in 32 registers: each dy vector loaded feeds 7
+// multiply-adds, and a pair's sum never leaves the registers: 14-row blocks of one part at a time
+// stored and read back 7 x 28 vectors a block for 8 parts; bench/gemm_bench's keel_chained_mean_us
+// on an AMD EPYC went from 124-128 to 121-122 us), the last rows of a range as 4, 2 and 1 rows by
+// blocks with as many chains in flight; a range of at most 16 columns (a 10-class layer's kernel) in
+// blocks of one vector, 14 rows and fewer (half the multiply-adds of 32-column blocks there). AVX2:
+// blocks of 4 rows by 16 columns, 2 by 32, 1 by 32.
 void rows_block(std::span<const ChainedOperands> parts, int64_t i, int rows, int64_t col_begin, int64_t col_end,
                 float* out, int64_t ldo, int divisor) {
   int a = 0;
@@ -216,8 +268,7 @@ void rows_block(std::span<const ChainedOperands> parts, int64_t i, int rows, int
     if (rows - a >= 1) rows_simd<1, 1>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor);
     return;
   }
-  if (rows - a >= 14) rows_simd<14, 2>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 14;
-  if (rows - a >= 8) rows_simd<8, 2>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 8;
+  for (; rows - a >= 7; a += 7) rows_simd<7, 2, true>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor);
   if (rows - a >= 4) rows_simd<4, 4>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 4;
   if (rows - a >= 2) rows_simd<2, 8>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor), a += 2;
   if (rows - a >= 1) rows_simd<1, 8>(parts, i + a, col_begin, col_end, out + a * ldo, ldo, divisor);
