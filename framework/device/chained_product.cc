@@ -199,7 +199,7 @@ void store_block(const Block<IB, JV>& cur, const Simd::Mask* masks, float* out, 
 template <int IB, int JV>
 void block_simd(std::span<const ChainedOperands> parts, int64_t i, int64_t j, const Simd::Mask* masks, float* out,
                 int64_t ldo, int divisor) {
-  Block<IB, JV> cur, stack[kLevels];
+  Block<IB, JV> cur{}, stack[kLevels];  // {}: what the compiler cannot see, that parts is never empty
   const int n = static_cast<int>(parts.size());
   for (int r = 0; r < n; ++r) {
     chain_simd(parts[static_cast<size_t>(r)], i, j, masks, cur);
