@@ -16,17 +16,16 @@ namespace keel {
 
 class CoreLedger;
 
-// One core's charge for one buffer. The ledger is held weakly: a buffer may outlive the strategy whose
-// ledger charged it (a layer kept after its model, which owned the strategy, is gone), and then there
-// is nothing left to release it from. A buffer charged on every core of one Ledger holds it once: its
-// first charge holds `ledger`, the others (`with_previous`) hold none and share the first's lifetime
-// (a Ledger's cores live and die together). `core` is the charge's ledger, to be used only while
-// that lifetime lasts.
+// One core's charge for one buffer, or (`all_cores`) its charge on every core of a Ledger at once,
+// one record (CoreLedger::charge_all) through the Ledger's core 0. The ledger is held weakly: a buffer
+// may outlive the strategy whose ledger charged it (a layer kept after its model, which owned the
+// strategy, is gone), and then there is nothing left to release it from. `core` is the charge's
+// ledger, to be used only while `ledger` lives.
 struct StorageCharge {
-  std::weak_ptr<CoreLedger> ledger;  // empty where with_previous
+  std::weak_ptr<CoreLedger> ledger;
   uint64_t handle;
   CoreLedger* core = nullptr;
-  bool with_previous = false;
+  bool all_cores = false;  // handle names a record of every core (release_all, retag_all)
 };
 
 namespace device_hooks {
@@ -40,7 +39,7 @@ const std::string& default_owner();
 // abstract (the buffer gets no storage).
 bool charge_new_storage(int64_t bytes, Category category, const std::string& owner, const Shape& shape,
                         std::vector<StorageCharge>& charges);
-// Releases / re-charges a buffer's charges (those of one Ledger's cores under one lock).
+// Releases / re-charges a buffer's charges.
 void release(std::span<const StorageCharge> charges);
 void retag(std::span<const StorageCharge> charges, Category category, const std::string& owner);
 

@@ -33,61 +33,59 @@ bool charge_new_storage(int64_t bytes, Category category, const std::string& own
     charges.push_back({core, core->charge(bytes, category, owner, shape), core.get()});
     return ctx.abstract;
   }
-  charges.reserve(static_cast<size_t>(ledger.num_cores()));
+  // Every core: one record (CoreLedger::charge_all), of each core's share where the context lays the
+  // buffer out (shard_range of an axis, or of its elements).
+  const int n = ledger.num_cores();
   const int64_t elements = num_elements(shape);
-  const CoreLedger::Held held = ledger.core(0).hold();  // every core's: they share it
-  for (int c = 0; c < ledger.num_cores(); ++c) {
-    const std::shared_ptr<CoreLedger>& core = ledger.core_ptr(c);
-    uint64_t handle = 0;
-    if (ctx.shard_axis >= 0 && ctx.shard_axis < static_cast<int>(shape.size()) && elements > 0) {
-      // Core c holds its block of the laid-out axis (shard_range of that axis), nothing else.
-      thread_local Shape block;  // reused: a host program charges every tensor to every core
-      block.assign(shape.begin(), shape.end());
-      const size_t a = static_cast<size_t>(ctx.shard_axis);
-      block[a] = shard_range(shape[a], ledger.num_cores(), c).size();
-      handle = core->charge(num_elements(block) * (bytes / elements), category, owner, block, held);
-    } else if (ctx.sharded && elements > 0) {
-      // Core c holds the elements shard_range gives it, and nothing else of this buffer.
-      const int64_t shard = shard_range(elements, ledger.num_cores(), c).size();
-      handle = core->charge(shard * (bytes / elements), category, owner, {shard}, held);
-    } else {
-      handle = core->charge(bytes, category, owner, shape, held);
-    }
-    if (c == 0) {
-      charges.push_back({core, handle, core.get()});
-    } else {
-      charges.push_back({{}, handle, core.get(), /*with_previous=*/true});  // no weak count to move: core 0's
-    }
+  CoreShare share;
+  thread_local std::vector<int64_t> units;  // reused: a host program charges every tensor to every core
+  if (ctx.shard_axis >= 0 && ctx.shard_axis < static_cast<int>(shape.size()) && elements > 0) {
+    const size_t a = static_cast<size_t>(ctx.shard_axis);
+    share = {CoreShare::Kind::axis_block, ctx.shard_axis, {}, (bytes / elements) * (elements / shape[a])};
+    units.resize(static_cast<size_t>(n));
+    for (int c = 0; c < n; ++c) units[static_cast<size_t>(c)] = shard_range(shape[a], n, c).size();
+  } else if (ctx.sharded && elements > 0) {
+    share = {CoreShare::Kind::flat, -1, {}, bytes / elements};
+    units.resize(static_cast<size_t>(n));
+    for (int c = 0; c < n; ++c) units[static_cast<size_t>(c)] = shard_range(elements, n, c).size();
   }
+  if (share.kind != CoreShare::Kind::whole) share.units = units;
+  charges.reserve(charges.size() + 1);  // nothing to throw between the charge and its record here
+  const std::shared_ptr<CoreLedger>& first = ledger.core_ptr(0);
+  const CoreLedger::Held held = first->hold();  // every core's: they share it
+  charges.push_back({first, first->charge_all(bytes, category, owner, shape, share, held), first.get(), true});
   return ctx.abstract;
 }
 
 namespace {
 
-// Runs `fn(charge, held)` on each charge whose ledger is alive, taking its lock once for a charge
-// and those charged with it on the other cores of its Ledger.
+// Runs `fn(charge, held)` on each charge whose ledger is alive, under its lock.
 template <class Fn>
 void for_each_held(std::span<const StorageCharge> charges, Fn fn) {
-  for (size_t i = 0; i < charges.size();) {
-    size_t end = i + 1;
-    while (end < charges.size() && charges[end].with_previous) ++end;
-    if (const std::shared_ptr<CoreLedger> alive = charges[i].ledger.lock()) {
-      const CoreLedger::Held held = alive->hold();
-      for (size_t j = i; j < end; ++j) fn(charges[j], held);
-    }
-    i = end;
+  for (const StorageCharge& c : charges) {
+    if (const std::shared_ptr<CoreLedger> alive = c.ledger.lock()) fn(c, alive->hold());
   }
 }
 
 }  // namespace
 
 void release(std::span<const StorageCharge> charges) {
-  for_each_held(charges, [](const StorageCharge& c, const CoreLedger::Held& held) { c.core->release(c.handle, held); });
+  for_each_held(charges, [](const StorageCharge& c, const CoreLedger::Held& held) {
+    if (c.all_cores) {
+      c.core->release_all(c.handle, held);
+    } else {
+      c.core->release(c.handle, held);
+    }
+  });
 }
 
 void retag(std::span<const StorageCharge> charges, Category category, const std::string& owner) {
   for_each_held(charges, [&](const StorageCharge& c, const CoreLedger::Held& held) {
-    c.core->retag(c.handle, category, owner, held);
+    if (c.all_cores) {
+      c.core->retag_all(c.handle, category, owner, held);
+    } else {
+      c.core->retag(c.handle, category, owner, held);
+    }
   });
 }
 

@@ -36,7 +36,59 @@ void add_release(MemoryStat& s, int64_t bytes) {
   s.free_count += 1;
 }
 
+// A handle's bit that names an all-core record, not a core's own slot (whose indices stay below it).
+constexpr uint64_t kAllCoresBit = uint64_t{1} << 31;
+
+// The shape core c holds of a buffer of shape `whole` divided as `kind` (units: its rows or elements).
+Shape share_shape(const Shape& whole, CoreShare::Kind kind, int axis, int64_t units) {
+  if (kind == CoreShare::Kind::flat) return {units};
+  Shape block = whole;
+  if (kind == CoreShare::Kind::axis_block) block[static_cast<size_t>(axis)] = units;
+  return block;
+}
+
 }  // namespace
+
+// A buffer charged on every core at once (CoreLedger::charge_all).
+struct AllCoresRecord {
+  LiveAllocation a;  // the whole buffer's bytes and shape
+  CoreShare::Kind kind = CoreShare::Kind::whole;
+  int axis = -1;
+  std::vector<int64_t> units;  // each core's rows or elements (axis_block, flat)
+  int64_t unit_bytes = 0;
+  uint32_t generation = 0;
+  bool used = false;
+
+  int64_t bytes_on(int core) const {
+    return kind == CoreShare::Kind::whole ? a.bytes : units[static_cast<size_t>(core)] * unit_bytes;
+  }
+  LiveAllocation on(int core) const {
+    const int64_t u = kind == CoreShare::Kind::whole ? 0 : units[static_cast<size_t>(core)];
+    return {bytes_on(core), a.category, a.owner, share_shape(a.shape, kind, axis, u)};
+  }
+};
+
+struct LedgerCores {
+  std::mutex mu;
+  std::deque<CoreLedger> cores;  // never moved: each core's address is its pointers'
+  std::vector<AllCoresRecord> records;  // slots reused once released, as a core's own
+  std::vector<uint32_t> free_records;
+
+  AllCoresRecord* find(uint64_t handle) {
+    const uint64_t index = handle & 0xffffffffu;
+    if ((index & kAllCoresBit) == 0 || (index & ~kAllCoresBit) >= records.size()) return nullptr;
+    AllCoresRecord& r = records[index & ~kAllCoresBit];
+    return r.used && r.generation == static_cast<uint32_t>(handle >> 32) ? &r : nullptr;
+  }
+};
+
+CoreLedger::CoreLedger(int core, int64_t capacity_bytes, LedgerCores& shared)
+    : core_(core), capacity_(capacity_bytes), mu_(shared.mu), shared_(&shared) {}
+
+LedgerCores& CoreLedger::shared() const {
+  if (shared_ == nullptr) throw std::logic_error("CoreLedger: an all-core charge on a core outside a Ledger");
+  return *shared_;
+}
 
 uint64_t CoreLedger::charge(int64_t bytes, Category category, std::string_view owner, const Shape& shape) {
   return charge(bytes, category, owner, shape, hold());
@@ -65,7 +117,7 @@ uint64_t CoreLedger::charge(int64_t bytes, Category category, std::string_view o
     index = free_slots_.back();
     free_slots_.pop_back();
   } else {
-    if (slots_.size() >= std::numeric_limits<uint32_t>::max()) throw std::length_error("too many live allocations on one core");
+    if (slots_.size() >= kAllCoresBit) throw std::length_error("too many live allocations on one core");
     index = static_cast<uint32_t>(slots_.size());
     slots_.emplace_back();
   }
@@ -115,6 +167,86 @@ void CoreLedger::retag(uint64_t handle, Category category, const std::string& ow
   }
   a.owner = owner;
   if (recording_) log(LedgerEventKind::retag, handle, a, from);
+}
+
+uint64_t CoreLedger::charge_all(int64_t bytes, Category category, std::string_view owner, const Shape& shape,
+                                const CoreShare& share, const Held& held) {
+  check_held(held);
+  LedgerCores& s = shared();
+  const bool whole = share.kind == CoreShare::Kind::whole;
+  if (!whole && share.units.size() != s.cores.size()) throw std::logic_error("CoreLedger::charge_all: one share per core");
+  for (CoreLedger& c : s.cores) {  // every core's budget first: all charged, or none
+    const int64_t b = whole ? bytes : share.units[static_cast<size_t>(c.core_)] * share.unit_bytes;
+    const int64_t in_use_after = checked_add(c.total_.current, b, "the bytes charged to one core");
+    if (c.capacity_ > 0 && in_use_after > c.capacity_) {
+      const int64_t u = whole ? 0 : share.units[static_cast<size_t>(c.core_)];
+      throw ResourceExhausted(c.core_, b, c.exhausted_report(b, category, std::string(owner),
+                                                             share_shape(shape, share.kind, share.axis, u)));
+    }
+  }
+  uint32_t index;
+  if (!s.free_records.empty()) {
+    index = s.free_records.back();
+    s.free_records.pop_back();
+  } else {
+    if (s.records.size() >= kAllCoresBit) throw std::length_error("too many live allocations on one ledger");
+    index = static_cast<uint32_t>(s.records.size());
+    s.records.emplace_back();
+  }
+  AllCoresRecord& r = s.records[index];
+  r.used = true;
+  ++r.generation;
+  r.a.bytes = bytes;
+  r.a.category = category;
+  r.a.owner.assign(owner);
+  r.a.shape.assign(shape.begin(), shape.end());
+  r.kind = share.kind;
+  r.axis = share.axis;
+  r.units.assign(share.units.begin(), share.units.end());
+  r.unit_bytes = share.unit_bytes;
+  const uint64_t handle = (static_cast<uint64_t>(r.generation) << 32) | kAllCoresBit | index;
+  for (CoreLedger& c : s.cores) {
+    const int64_t b = r.bytes_on(c.core_);
+    add_charge(c.stats_[static_cast<int>(category)], b);
+    add_charge(c.total_, b);
+    ++c.live_count_;
+    if (c.recording_) c.log(LedgerEventKind::charge, handle, r.on(c.core_), category);
+  }
+  return handle;
+}
+
+void CoreLedger::release_all(uint64_t handle, const Held& held) {
+  check_held(held);
+  LedgerCores& s = shared();
+  AllCoresRecord* r = s.find(handle);
+  if (r == nullptr) return;
+  for (CoreLedger& c : s.cores) {
+    const int64_t b = r->bytes_on(c.core_);
+    add_release(c.stats_[static_cast<int>(r->a.category)], b);
+    add_release(c.total_, b);
+    --c.live_count_;
+    if (c.recording_) c.log(LedgerEventKind::release, handle, r->on(c.core_), r->a.category);
+  }
+  r->used = false;
+  s.free_records.push_back(static_cast<uint32_t>(handle & ~kAllCoresBit & 0xffffffffu));
+}
+
+void CoreLedger::retag_all(uint64_t handle, Category category, const std::string& owner, const Held& held) {
+  check_held(held);
+  LedgerCores& s = shared();
+  AllCoresRecord* r = s.find(handle);
+  if (r == nullptr) return;
+  const Category from = r->a.category;
+  r->a.category = category;
+  r->a.owner = owner;
+  for (CoreLedger& c : s.cores) {
+    if (from != category) {
+      const int64_t b = r->bytes_on(c.core_);
+      add_release(c.stats_[static_cast<int>(from)], b);
+      add_charge(c.stats_[static_cast<int>(category)], b);
+    }
+    if (c.recording_) c.log(LedgerEventKind::retag, handle, r->on(c.core_), from);
+  }
 }
 
 void CoreLedger::log(LedgerEventKind kind, uint64_t handle, const LiveAllocation& a, Category from) {
@@ -183,13 +315,15 @@ TransferStat CoreLedger::transfers() const {
   return transfers_;
 }
 
-std::vector<LiveAllocation> CoreLedger::live_allocations() const {
+std::vector<LiveAllocation> CoreLedger::sorted_live() const {
   std::vector<LiveAllocation> out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    out.reserve(live_count_);
-    for (const Slot& slot : slots_) {
-      if (slot.used) out.push_back(slot.a);
+  out.reserve(live_count_);
+  for (const Slot& slot : slots_) {
+    if (slot.used) out.push_back(slot.a);
+  }
+  if (shared_ != nullptr) {
+    for (const AllCoresRecord& r : shared_->records) {
+      if (r.used) out.push_back(r.on(core_));
     }
   }
   std::stable_sort(out.begin(), out.end(), [](const LiveAllocation& a, const LiveAllocation& b) {
@@ -197,6 +331,11 @@ std::vector<LiveAllocation> CoreLedger::live_allocations() const {
     return a.owner < b.owner;
   });
   return out;
+}
+
+std::vector<LiveAllocation> CoreLedger::live_allocations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sorted_live();
 }
 
 void CoreLedger::reset_peaks() {
@@ -220,17 +359,10 @@ std::string CoreLedger::exhausted_report(int64_t bytes, Category category, const
     os << " " << category_name(static_cast<Category>(c)) << "=" << stats_[c].current;
   }
   os << "\n  largest live allocations:\n";
-  std::vector<const LiveAllocation*> sorted;
-  for (const Slot& slot : slots_) {
-    if (slot.used) sorted.push_back(&slot.a);
-  }
-  std::stable_sort(sorted.begin(), sorted.end(), [](const LiveAllocation* a, const LiveAllocation* b) {
-    if (a->bytes != b->bytes) return a->bytes > b->bytes;
-    return a->owner < b->owner;
-  });
+  const std::vector<LiveAllocation> sorted = sorted_live();
   const size_t shown = std::min<size_t>(sorted.size(), 10);
   for (size_t i = 0; i < shown; ++i) {
-    const LiveAllocation& a = *sorted[i];
+    const LiveAllocation& a = sorted[i];
     char line[64];
     std::snprintf(line, sizeof line, "    %12lld bytes  %-11s ", static_cast<long long>(a.bytes),
                   category_name(a.category));
@@ -241,15 +373,10 @@ std::string CoreLedger::exhausted_report(int64_t bytes, Category category, const
   return os.str();
 }
 
-struct Ledger::Cores {
-  std::mutex mu;
-  std::deque<CoreLedger> cores;  // never moved: each core's address is its pointers'
-};
-
 Ledger::Ledger(DeviceSpec spec) : spec_(std::move(spec)) {
-  const auto block = std::make_shared<Cores>();
+  const auto block = std::make_shared<LedgerCores>();
   for (int i = 0; i < spec_.cores; ++i) {
-    CoreLedger& core = block->cores.emplace_back(i, spec_.hbm_bytes_per_core, block->mu);
+    CoreLedger& core = block->cores.emplace_back(i, spec_.hbm_bytes_per_core, *block);
     cores_.push_back(std::shared_ptr<CoreLedger>(block, &core));
   }
 }

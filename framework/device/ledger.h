@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -85,11 +86,22 @@ class ResourceExhausted : public std::runtime_error {
   int64_t requested_bytes_;
 };
 
+// How a buffer charged on every core of a Ledger at once (CoreLedger::charge_all) divides among them.
+struct CoreShare {
+  enum class Kind { whole, axis_block, flat };
+  Kind kind = Kind::whole;         // whole: each core holds all of it (a mirrored tensor)
+  int axis = -1;                   // axis_block: each core holds units[c] rows of this axis, nothing else
+  std::span<const int64_t> units;  // axis_block: each core's rows; flat: each core's elements (a flat shard)
+  int64_t unit_bytes = 0;          // bytes of one such row or element
+};
+
+struct LedgerCores;  // a Ledger's cores, their lock and their records of all-core charges (ledger.cc)
+
 class CoreLedger {
  public:
-  // With a lock of its own, or (`shared`, as Ledger's cores) one it shares with other cores.
+  // With a lock of its own, or (`shared`: a Ledger's core) the lock and records of its Ledger's cores.
   CoreLedger(int core, int64_t capacity_bytes) : core_(core), capacity_(capacity_bytes), mu_(own_mu_) {}
-  CoreLedger(int core, int64_t capacity_bytes, std::mutex& shared) : core_(core), capacity_(capacity_bytes), mu_(shared) {}
+  CoreLedger(int core, int64_t capacity_bytes, LedgerCores& shared);
   CoreLedger(const CoreLedger&) = delete;
   CoreLedger& operator=(const CoreLedger&) = delete;
 
@@ -108,6 +120,17 @@ class CoreLedger {
   uint64_t charge(int64_t bytes, Category category, std::string_view owner, const Shape& shape, const Held& held);
   void release(uint64_t handle, const Held& held);
   void retag(uint64_t handle, Category category, const std::string& owner, const Held& held);
+
+  // A buffer charged on every core of this core's Ledger at once (mirrored, or each core its share):
+  // one record for all of them, its owner and shape stored once (a host program charges each of its
+  // step's tensors to all 8 cores of a v3-8: per-core records were 1.7% of the seed MLP's step), and
+  // each core's statistics, live allocations and event log as if it had been charged there alone.
+  // If any core would pass its budget, nothing is charged: ResourceExhausted for the first such
+  // core. The handle is for release_all / retag_all; std::logic_error outside a Ledger.
+  uint64_t charge_all(int64_t bytes, Category category, std::string_view owner, const Shape& shape,
+                      const CoreShare& share, const Held& held);
+  void release_all(uint64_t handle, const Held& held);
+  void retag_all(uint64_t handle, Category category, const std::string& owner, const Held& held);
 
   void record_host_to_core(int64_t bytes);
   void record_core_to_host(int64_t bytes);
@@ -135,8 +158,13 @@ class CoreLedger {
   std::string exhausted_report(int64_t bytes, Category category, const std::string& owner,
                                const Shape& shape) const;
   void log(LedgerEventKind kind, uint64_t handle, const LiveAllocation& a, Category from);
-  // The live allocation `handle` names, or nullptr (released, or never charged here).
+  // The live allocation `handle` names, or nullptr (released, never charged here, or an all-core
+  // record's handle).
   LiveAllocation* find_live(uint64_t handle);
+  // This core's live allocations, its own and its share of the all-core records, largest first
+  // (with the lock held).
+  std::vector<LiveAllocation> sorted_live() const;
+  LedgerCores& shared() const;  // std::logic_error outside a Ledger
 
   void check_held(const Held& held) const;
 
@@ -144,6 +172,7 @@ class CoreLedger {
   const int64_t capacity_;  // 0: no budget
   mutable std::mutex own_mu_;
   std::mutex& mu_;  // own_mu_, or the lock of the Ledger's cores
+  LedgerCores* shared_ = nullptr;  // a Ledger's core: its cores and their all-core records
   std::array<MemoryStat, kNumCategories> stats_{};
   MemoryStat total_{};
   TransferStat transfers_{};
@@ -165,8 +194,8 @@ class CoreLedger {
 };
 
 // One CoreLedger per core of a DeviceSpec. The cores share one lock and one lifetime: a mirrored
-// tensor's charges on all of them take the lock once (device_hooks, framework/device/context.cc),
-// and while one core's pointer lives, all do.
+// tensor's charge on all of them takes the lock once and is one record (CoreLedger::charge_all, by
+// device_hooks in framework/device/context.cc), and while one core's pointer lives, all do.
 class Ledger {
  public:
   explicit Ledger(DeviceSpec spec);
@@ -181,9 +210,8 @@ class Ledger {
   void mark(const std::string& label);  // the same label in every core's log
 
  private:
-  struct Cores;
   DeviceSpec spec_;
-  std::vector<std::shared_ptr<CoreLedger>> cores_;  // each aliases one shared Cores
+  std::vector<std::shared_ptr<CoreLedger>> cores_;  // each aliases one shared LedgerCores
 };
 
 }  // namespace keel

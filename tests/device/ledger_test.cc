@@ -259,7 +259,8 @@ TEST(LedgerTensorTest, MirroredTensorIsChargedOnEveryCore) {
       EXPECT_EQ(ledger.core(c).stat(Category::parameters).current, 400) << c;
       EXPECT_EQ(ledger.core(c).stat(Category::parameters).alloc_count, 1) << c;
     }
-    EXPECT_EQ(t.storage().charges().size(), 4u);
+    ASSERT_EQ(t.storage().charges().size(), 1u);  // one record of every core
+    EXPECT_TRUE(t.storage().charges()[0].all_cores);
   }
   for (int c = 0; c < 4; ++c) EXPECT_EQ(ledger.core(c).stat(Category::parameters).current, 0) << c;
 }
@@ -272,7 +273,7 @@ TEST(LedgerTensorTest, ATensorMayOutliveItsLedger) {
     Ledger ledger(DeviceSpec::custom(2, 0));
     ContextScope scope(on_ledger(ledger, -1, Category::parameters));
     t = Tensor::zeros({10});
-    ASSERT_EQ(t.storage().charges().size(), 2u);
+    ASSERT_EQ(t.storage().charges().size(), 1u);
     t.storage().retag(Category::optimizer, "moved");
     EXPECT_EQ(ledger.core(1).stat(Category::optimizer).current, 40);
   }
@@ -300,6 +301,108 @@ TEST(LedgerTest, CoresShareOneLockAndOneLifetime) {
   EXPECT_FALSE(first.expired()) << "one core's pointer keeps every core of its ledger";
   last.reset();
   EXPECT_TRUE(first.expired());
+}
+
+// One record for every core (CoreLedger::charge_all): each core's stats, live allocations and event
+// log are those of a charge of its own, next to one that is.
+TEST(LedgerTest, AnAllCoreRecordIsEachCoresOwnCharge) {
+  Ledger ledger(DeviceSpec::custom(3, 0));
+  ledger.record_events(true);
+  uint64_t all = 0, own = 0;
+  {
+    const CoreLedger::Held held = ledger.core(0).hold();
+    own = ledger.core(1).charge(8, Category::workspace, "own", {2}, held);
+    all = ledger.core(0).charge_all(40, Category::parameters, "dense/kernel", {2, 5}, {}, held);
+  }
+  EXPECT_NE(all, own);
+  for (int c = 0; c < 3; ++c) {
+    const MemoryStat p = ledger.core(c).stat(Category::parameters);
+    EXPECT_EQ(p.current, 40) << c;
+    EXPECT_EQ(p.peak, 40) << c;
+    EXPECT_EQ(p.alloc_count, 1) << c;
+    EXPECT_EQ(ledger.core(c).total().current, c == 1 ? 48 : 40) << c;
+    const std::vector<LiveAllocation> live = ledger.core(c).live_allocations();
+    ASSERT_EQ(live.size(), c == 1 ? 2u : 1u) << c;
+    EXPECT_EQ(live[0].owner, "dense/kernel");
+    EXPECT_EQ(live[0].shape, (Shape{2, 5}));
+    EXPECT_EQ(live[0].bytes, 40);
+  }
+  ledger.core(2).release(all);  // a core's own release does not take a record's handle
+  EXPECT_EQ(ledger.core(2).total().current, 40);
+  ledger.core(0).release(own);  // nor a record's release a core's own handle
+  EXPECT_EQ(ledger.core(1).total().current, 48);
+  {
+    const CoreLedger::Held held = ledger.core(0).hold();
+    ledger.core(2).retag_all(all, Category::gradients, "dense/kernel:grad", held);  // any core of the ledger
+    ledger.core(0).release_all(all, held);
+    ledger.core(0).release_all(all, held);  // twice: harmless
+  }
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(ledger.core(c).total().current, c == 1 ? 8 : 0) << c;
+    EXPECT_EQ(ledger.core(c).stat(Category::gradients).freed, 40) << c;
+    EXPECT_EQ(ledger.core(c).stat(Category::parameters).freed, 40) << c;
+    const std::vector<LedgerEvent> e = ledger.core(c).events();
+    ASSERT_EQ(e.size(), c == 1 ? 4u : 3u) << c;
+    const size_t first = c == 1 ? 1 : 0;
+    EXPECT_EQ(e[first].kind, LedgerEventKind::charge);
+    EXPECT_EQ(e[first].handle, all);
+    EXPECT_EQ(e[first].shape, (Shape{2, 5}));
+    EXPECT_EQ(e[first].current[static_cast<size_t>(Category::parameters)], 40);
+    EXPECT_EQ(e[first + 1].kind, LedgerEventKind::retag);
+    EXPECT_EQ(e[first + 1].from_category, Category::parameters);
+    EXPECT_EQ(e[first + 1].owner, "dense/kernel:grad");
+    EXPECT_EQ(e[first + 2].kind, LedgerEventKind::release);
+    EXPECT_EQ(e[first + 2].category, Category::gradients);
+    EXPECT_EQ(e[first + 2].total, c == 1 ? 8 : 0);
+  }
+}
+
+// Each core's share of a buffer laid out along an axis, or flat: its own bytes and shape.
+TEST(LedgerTest, AnAllCoreRecordChargesEachCoreItsShare) {
+  Ledger ledger(DeviceSpec::custom(3, 0));
+  const std::vector<int64_t> rows{3, 3, 2}, elements{14, 13, 13};
+  uint64_t block = 0, flat = 0;
+  {
+    const CoreLedger::Held held = ledger.core(0).hold();
+    block = ledger.core(0).charge_all(160, Category::activations, "x", {8, 5},
+                                      {CoreShare::Kind::axis_block, 0, rows, 20}, held);
+    flat = ledger.core(0).charge_all(80, Category::optimizer, "m", {4, 10}, {CoreShare::Kind::flat, -1, elements, 2}, held);
+  }
+  for (int c = 0; c < 3; ++c) {
+    const size_t i = static_cast<size_t>(c);
+    EXPECT_EQ(ledger.core(c).stat(Category::activations).current, rows[i] * 20) << c;
+    EXPECT_EQ(ledger.core(c).stat(Category::optimizer).current, elements[i] * 2) << c;
+    for (const LiveAllocation& a : ledger.core(c).live_allocations()) {
+      const Shape want = a.owner == "x" ? Shape{rows[i], 5} : Shape{elements[i]};
+      EXPECT_EQ(a.shape, want) << c << " " << a.owner;
+    }
+  }
+  {
+    const CoreLedger::Held held = ledger.core(0).hold();
+    ledger.core(0).release_all(block, held);
+    ledger.core(0).release_all(flat, held);
+  }
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(ledger.core(c).total().current, 0) << c;
+}
+
+// All or nothing: a record that one core cannot hold charges none, and says which core and share.
+TEST(LedgerTest, AnAllCoreRecordThatOneCoreCannotHoldChargesNone) {
+  Ledger ledger(DeviceSpec::custom(3, 1000));
+  const uint64_t hog = ledger.core(2).charge(900, Category::workspace, "hog", {225});
+  const std::vector<int64_t> rows{4, 4, 4};
+  try {
+    ledger.core(0).charge_all(480, Category::activations, "x", {12, 10}, {CoreShare::Kind::axis_block, 0, rows, 40},
+                              ledger.core(0).hold());
+    ADD_FAILURE() << "core 2 has 100 bytes free";
+  } catch (const ResourceExhausted& e) {
+    EXPECT_EQ(e.core(), 2);
+    EXPECT_EQ(e.requested_bytes(), 160);
+    EXPECT_THAT(e.what(), HasSubstr("'x' (4, 10)"));
+  }
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(ledger.core(c).stat(Category::activations).alloc_count, 0) << c;
+  ledger.core(2).release(hog);
+  CoreLedger alone(0, 0);
+  EXPECT_THROW(alone.charge_all(4, Category::workspace, "w", {1}, {}, alone.hold()), std::logic_error) << "no ledger";
 }
 
 TEST(LedgerTensorTest, AMirroredTensorsChargesAreReleasedAndRetaggedTogether) {
@@ -355,8 +458,10 @@ TEST(LedgerTensorTest, TensorThatDoesNotFitThrowsAndChargesNothing) {
   const uint64_t hog = ledger.core(1).charge(kMiB - 4096 - 100, Category::workspace, "hog", {});
   const MemoryStat c0 = ledger.core(0).total();
   EXPECT_THROW(Tensor::zeros({1024}), ResourceExhausted);
-  // Core 0's charge (made before core 1 refused) is rolled back.
+  // Core 0, which would have had room, is not charged either.
   EXPECT_EQ(ledger.core(0).total().current, c0.current);
+  EXPECT_EQ(ledger.core(0).total().alloc_count, c0.alloc_count);
+  EXPECT_EQ(ledger.core(0).total().peak, c0.peak);
   EXPECT_EQ(ledger.core(1).total().current, kMiB - 100);
   ledger.core(1).release(hog);
 }

@@ -203,7 +203,10 @@ TEST(LayerCallTest, WeightsBuiltInAStrategyScopeAreMirrored) {
   for (int c = 0; c < 4; ++c) {
     EXPECT_EQ(s.ledger().core(c).stat(Category::parameters).current, (10 * 2 + 2 + 10) * 4) << "core " << c;
   }
-  for (Variable* v : p.weights()) EXPECT_EQ(v->value().storage().charges().size(), 4u) << v->name();
+  for (Variable* v : p.weights()) {  // one record of all four cores (CoreLedger::charge_all)
+    ASSERT_EQ(v->value().storage().charges().size(), 1u) << v->name();
+    EXPECT_TRUE(v->value().storage().charges()[0].all_cores) << v->name();
+  }
 }
 
 TEST(LayerCallTest, SingleInputLayersRefuseSeveralOrNoInputs) {
