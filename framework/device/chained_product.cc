@@ -251,8 +251,9 @@ void rows_simd(std::span<const ChainedOperands> parts, int64_t i, int64_t col_be
 // Up to kRowBlock rows [i, i + rows) over columns [col_begin, col_end). AVX-512: 7 rows by blocks of
 // 32 columns, parts two at a time (2 x 14 chains in 32 registers: each dy vector loaded feeds 7
 // multiply-adds, and a pair's sum never leaves the registers: 14-row blocks of one part at a time
-// stored and read back 7 x 28 vectors a block for 8 parts; bench/gemm_bench's keel_chained_mean_us
-// on an AMD EPYC went from 124-128 to 121-122 us), the last rows of a range as 4, 2 and 1 rows by
+// stored and read back 7 x 28 vectors a block for 8 parts; on an AMD EPYC the seed MLP's step on
+// `v3-8` went from 0.933 to 0.945 of `cpu`'s speed, two alternate runs of each build of
+// KEEL_NUM_THREADS=1 build/bench/mlp_step_ab), the last rows of a range as 4, 2 and 1 rows by
 // blocks with as many chains in flight; a range of at most 16 columns (a 10-class layer's kernel) in
 // blocks of one vector, 14 rows and fewer (half the multiply-adds of 32-column blocks there). AVX2:
 // blocks of 4 rows by 16 columns, 2 by 32, 1 by 32.
