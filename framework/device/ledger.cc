@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
-#include <limits>
 #include <sstream>
 
 namespace keel {
@@ -38,6 +37,19 @@ void add_release(MemoryStat& s, int64_t bytes) {
 
 // A handle's bit that names an all-core record, not a core's own slot (whose indices stay below it).
 constexpr uint64_t kAllCoresBit = uint64_t{1} << 31;
+
+// A free slot of `slots` (one released before, or a new one), its index below kAllCoresBit.
+template <class Slot>
+uint32_t take_slot(std::vector<Slot>& slots, std::vector<uint32_t>& free_slots, const char* what) {
+  if (!free_slots.empty()) {
+    const uint32_t index = free_slots.back();
+    free_slots.pop_back();
+    return index;
+  }
+  if (slots.size() >= kAllCoresBit) throw std::length_error(std::string("too many live allocations on ") + what);
+  slots.emplace_back();
+  return static_cast<uint32_t>(slots.size() - 1);
+}
 
 // The shape core c holds of a buffer of shape `whole` divided as `kind` (units: its rows or elements).
 Shape share_shape(const Shape& whole, CoreShare::Kind kind, int axis, int64_t units) {
@@ -112,15 +124,7 @@ uint64_t CoreLedger::charge(int64_t bytes, Category category, std::string_view o
   }
   add_charge(stats_[static_cast<int>(category)], bytes);
   add_charge(total_, bytes);
-  uint32_t index;
-  if (!free_slots_.empty()) {
-    index = free_slots_.back();
-    free_slots_.pop_back();
-  } else {
-    if (slots_.size() >= kAllCoresBit) throw std::length_error("too many live allocations on one core");
-    index = static_cast<uint32_t>(slots_.size());
-    slots_.emplace_back();
-  }
+  const uint32_t index = take_slot(slots_, free_slots_, "one core");
   Slot& slot = slots_[index];
   slot.used = true;
   ++slot.generation;  // from 1: no handle is 0 (a mark's)
@@ -176,7 +180,8 @@ uint64_t CoreLedger::charge_all(int64_t bytes, Category category, std::string_vi
   const bool whole = share.kind == CoreShare::Kind::whole;
   if (!whole && share.units.size() != s.cores.size()) throw std::logic_error("CoreLedger::charge_all: one share per core");
   for (CoreLedger& c : s.cores) {  // every core's budget first: all charged, or none
-    const int64_t b = whole ? bytes : share.units[static_cast<size_t>(c.core_)] * share.unit_bytes;
+    const int64_t b =
+        whole ? bytes : checked_mul(share.units[static_cast<size_t>(c.core_)], share.unit_bytes, "a core's share");
     const int64_t in_use_after = checked_add(c.total_.current, b, "the bytes charged to one core");
     if (c.capacity_ > 0 && in_use_after > c.capacity_) {
       const int64_t u = whole ? 0 : share.units[static_cast<size_t>(c.core_)];
@@ -184,15 +189,7 @@ uint64_t CoreLedger::charge_all(int64_t bytes, Category category, std::string_vi
                                                              share_shape(shape, share.kind, share.axis, u)));
     }
   }
-  uint32_t index;
-  if (!s.free_records.empty()) {
-    index = s.free_records.back();
-    s.free_records.pop_back();
-  } else {
-    if (s.records.size() >= kAllCoresBit) throw std::length_error("too many live allocations on one ledger");
-    index = static_cast<uint32_t>(s.records.size());
-    s.records.emplace_back();
-  }
+  const uint32_t index = take_slot(s.records, s.free_records, "one ledger");
   AllCoresRecord& r = s.records[index];
   r.used = true;
   ++r.generation;

@@ -123,7 +123,7 @@ class CoreLedger {
 
   // A buffer charged on every core of this core's Ledger at once (mirrored, or each core its share):
   // one record for all of them, its owner and shape stored once (a host program charges each of its
-  // step's tensors to all 8 cores of a v3-8: per-core records were 1.7% of the seed MLP's step), and
+  // step's tensors to all 8 cores of a v3-8, each a record in a slot the step's data had evicted), and
   // each core's statistics, live allocations and event log as if it had been charged there alone.
   // If any core would pass its budget, nothing is charged: ResourceExhausted for the first such
   // core. The handle is for release_all / retag_all; std::logic_error outside a Ledger.
