@@ -7,6 +7,9 @@
 //   ... train|infer [--shard none|optimizer|gradients|full] [--remat none|segments]
 //       [--precision float32|mixed_bfloat16]   (memory savers)
 //   ... train [--optimizer sgd|adam]
+//   ... train|infer --against DEVICE [--round-steps K]   (both devices in one process, a step of each in turn: the
+//                                      ratio of their speeds where a 2-core virtual machine drifts
+//                                      10-30% between minutes, which separate runs cannot resolve)
 //   ... train|infer [--fuse on|off]   (BatchNormalization + ReLU (+ Add) as one op and the convolutions'
 //                                      bias in oneDNN's kernel, the default, or every layer's ops on their own)
 //
@@ -16,6 +19,9 @@
 //
 // train: one warm-up step, then --steps timed calls of Model::train_step on one resident batch.
 // infer: one warm-up, then --steps timed calls of Model::predict on the batch (inference mode).
+// With --against, each of --steps rounds times --round-steps steps (1) of --device and as many of
+// DEVICE (in turns: A B, B A, ...); the JSON line adds DEVICE's figures (against_*), each round's DEVICE step time /
+// --device's (round_ratios: --device's speed relative to DEVICE's) and their median and quartiles.
 // Both print one JSON line with images_per_sec and the achieved GFLOP/s, counted analytically: the
 // multiply-adds of every Conv2D and Dense layer, x2 for FLOPs, x3 for a training step (forward,
 // input gradient, weight gradient; the first convolution's input gradient, which keel skips, is
@@ -31,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +59,8 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   std::string mode;
   std::string device = "cpu";
+  std::string against;  // empty: --device alone
+  int round_steps = 1;   // --against: steps of each side a round
   int64_t image = 224;
   int64_t batch = 8;
   int steps = 3;
@@ -67,7 +76,7 @@ constexpr int64_t kClasses = 10;
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "resnet_bench: %s\nusage: resnet_bench train|infer|memory [--device cpu|custom:N] [--image 224] "
-               "[--batch 8] [--steps 3]\n",
+               "[--batch 8] [--steps 3] [--against DEVICE [--round-steps K]]\n",
                why.c_str());
   std::exit(2);
 }
@@ -80,6 +89,8 @@ Args parse(int argc, char** argv) {
   for (int i = 2; i < argc; i += 2) {
     if (i + 1 >= argc) usage(std::string("missing value for ") + argv[i]);
     if (!std::strcmp(argv[i], "--device")) a.device = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--against")) a.against = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--round-steps")) a.round_steps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--image")) a.image = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--batch")) a.batch = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--steps")) a.steps = std::atoi(argv[i + 1]);
@@ -93,6 +104,8 @@ Args parse(int argc, char** argv) {
     else usage(std::string("unknown option ") + argv[i]);
   }
   if (a.image < 32 || a.batch < 1 || a.steps < 1) usage("--image >= 32, --batch >= 1, --steps >= 1");
+  if (a.round_steps < 1 || a.round_steps > 1000) usage("--round-steps 1-1000");
+  if (a.mode == "memory" && !a.against.empty()) usage("--against times train or infer steps; memory plans one device");
   if (a.optimizer != "sgd" && a.optimizer != "adam") usage("--optimizer sgd|adam");
   return a;
 }
@@ -151,45 +164,90 @@ keel::Batch synthetic_batch(const keel::ReplicatedStrategy& strategy, int64_t ba
   return b;
 }
 
-int run_timed(const Args& a) {
-  keel::set_random_seed(0);
-  keel::ReplicatedStrategy strategy(device_spec(a.device), keel::ReplicatedStrategy::Options{.shard = a.shard});
+// One device's model and batch, and its steps' times.
+struct Side {
+  std::unique_ptr<keel::ReplicatedStrategy> strategy;
   std::unique_ptr<keel::Model> model;
-  {
-    auto scope = strategy.scope();
-    const keel::mixed_precision::GlobalPolicyScope policy(keel::mixed_precision::Policy(a.precision));
-    model = build_resnet50(a.image, a.optimizer, a.fuse);
-    model->set_remat(a.remat);
-  }
-  const keel::Batch batch = synthetic_batch(strategy, a.batch, a.image);
-  const bool train = a.mode == "train";
-  auto step = [&] {
-    if (train) {
-      model->train_step(batch);
-    } else {
-      model->predict(batch.images, a.batch);
-    }
-  };
-  step();  // warm-up: first-touch of the weights, the optimizer's slots, the allocator's cache
+  keel::Batch batch;
   std::vector<double> seconds;
-  for (int i = 0; i < a.steps; ++i) {
-    const auto start = Clock::now();
-    step();
-    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+};
+
+Side make_side(const Args& a, const std::string& device) {
+  keel::set_random_seed(0);
+  Side s;
+  s.strategy = std::make_unique<keel::ReplicatedStrategy>(device_spec(device), keel::ReplicatedStrategy::Options{.shard = a.shard});
+  {
+    auto scope = s.strategy->scope();
+    const keel::mixed_precision::GlobalPolicyScope policy(keel::mixed_precision::Policy(a.precision));
+    s.model = build_resnet50(a.image, a.optimizer, a.fuse);
+    s.model->set_remat(a.remat);
   }
+  s.batch = synthetic_batch(*s.strategy, a.batch, a.image);
+  return s;
+}
+
+// Seconds a step of the side, over `steps` steps.
+double step(const Args& a, Side& s, int steps = 1) {
+  const auto start = Clock::now();
+  for (int i = 0; i < steps; ++i) {
+    if (a.mode == "train") {
+      s.model->train_step(s.batch);
+    } else {
+      s.model->predict(s.batch.images, a.batch);
+    }
+  }
+  return std::chrono::duration<double>(Clock::now() - start).count() / steps;
+}
+
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+void print_side(const Args& a, const std::string& device, const Side& s, const char* prefix) {
   double total = 0;
-  for (double s : seconds) total += s;
-  const double images_per_sec = static_cast<double>(a.batch) * a.steps / total;
-  const double flops_per_image = forward_flops_per_image(*model) * (train ? 3 : 1);
-  std::printf("{\"framework\": \"keel\", \"mode\": \"%s\", \"device\": \"%s\", \"shard\": \"%s\", \"remat\": \"%s\", "
-              "\"precision\": \"%s\", \"optimizer\": \"%s\", \"replicas\": %d, \"image\": %lld, "
-              "\"batch\": %lld, \"steps\": %d, \"images_per_sec\": %.3f, \"mean_step_seconds\": %.4f, "
-              "\"best_step_seconds\": %.4f, \"gflop_per_image\": %.4f, \"gflops\": %.2f}\n",
-              a.mode.c_str(), a.device.c_str(), keel::sharding_mode_name(a.shard), keel::remat_name(a.remat).c_str(),
-              a.precision.c_str(), a.optimizer.c_str(), strategy.num_replicas(), static_cast<long long>(a.image),
-              static_cast<long long>(a.batch), a.steps, images_per_sec, total / a.steps,
-              *std::min_element(seconds.begin(), seconds.end()), flops_per_image * 1e-9,
-              flops_per_image * images_per_sec * 1e-9);
+  for (double t : s.seconds) total += t;
+  const double images_per_sec = static_cast<double>(a.batch) * static_cast<double>(s.seconds.size()) / total;
+  const double flops_per_image = forward_flops_per_image(*s.model) * (a.mode == "train" ? 3 : 1);
+  std::printf("\"%sdevice\": \"%s\", \"%sreplicas\": %d, \"%simages_per_sec\": %.3f, \"%smean_step_seconds\": %.4f, "
+              "\"%sbest_step_seconds\": %.4f, \"%sgflop_per_image\": %.4f, \"%sgflops\": %.2f",
+              prefix, device.c_str(), prefix, s.strategy->num_replicas(), prefix, images_per_sec, prefix,
+              total / static_cast<double>(s.seconds.size()), prefix, *std::min_element(s.seconds.begin(), s.seconds.end()),
+              prefix, flops_per_image * 1e-9, prefix, flops_per_image * images_per_sec * 1e-9);
+}
+
+int run_timed(const Args& a) {
+  Side main_side = make_side(a, a.device);
+  Side other = a.against.empty() ? Side{} : make_side(a, a.against);
+  // Warm-up: first-touch of the weights, the optimizer's slots, the allocator's cache.
+  step(a, main_side);
+  if (other.model) step(a, other);
+  std::vector<double> ratio;
+  for (int i = 0; i < a.steps; ++i) {
+    if (!other.model) {
+      main_side.seconds.push_back(step(a, main_side));
+      continue;
+    }
+    // A B, then B A: neither side always runs right after the other.
+    if (i % 2 == 1) other.seconds.push_back(step(a, other, a.round_steps));
+    main_side.seconds.push_back(step(a, main_side, a.round_steps));
+    if (i % 2 == 0) other.seconds.push_back(step(a, other, a.round_steps));
+    ratio.push_back(other.seconds.back() / main_side.seconds.back());
+  }
+  std::printf("{\"framework\": \"keel\", \"mode\": \"%s\", \"shard\": \"%s\", \"remat\": \"%s\", "
+              "\"precision\": \"%s\", \"optimizer\": \"%s\", \"image\": %lld, \"batch\": %lld, \"steps\": %d, ",
+              a.mode.c_str(), keel::sharding_mode_name(a.shard), keel::remat_name(a.remat).c_str(), a.precision.c_str(),
+              a.optimizer.c_str(), static_cast<long long>(a.image), static_cast<long long>(a.batch), a.steps);
+  print_side(a, a.device, main_side, "");
+  if (other.model) {
+    std::printf(", ");
+    print_side(a, a.against, other, "against_");
+    std::printf(", \"speed_over_against\": %.3f, \"p25\": %.3f, \"p75\": %.3f, \"round_ratios\": [", quantile(ratio, 0.5),
+                quantile(ratio, 0.25), quantile(ratio, 0.75));
+    for (size_t i = 0; i < ratio.size(); ++i) std::printf("%s%.4f", i ? ", " : "", ratio[i]);
+    std::printf("]");
+  }
+  std::printf("}\n");
   return 0;
 }
 

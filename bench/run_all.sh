@@ -10,7 +10,10 @@
 # (installed here if missing), OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset for its commands, on
 # torch.set_num_threads(T), for the MLP also with torch.set_flush_denormal(True) (config `flush`: subnormals
 # zero, as keel computes them). Repeats are interleaved (every configuration once, then again), the best
-# of them counts, and each side's best thread count is what its ratio uses.
+# of them counts, and each side's best thread count is what its ratio uses. keel's `custom:T` against
+# `cpu` is one process running both, a step (ResNet50 at 32x32: 3 steps) of each in turn, and its
+# ratio the median over every round of every repeat of the two step times' ratio: as separate runs,
+# training at 224x224 gave 0.94 and 0.85 in two runs of this script (2026-11-30), nothing changed.
 # Writes a Markdown report to stdout and the numbers to $JSON: per run the throughput, the achieved
 # GFLOP/s (analytic FLOPs: 2 x multiply-adds, x3 for a training step) and the fraction of this
 # machine's fp32 FMA peak (bench/fma_peak, best of 3, per core x the threads the run used).
@@ -75,13 +78,14 @@ for t in "${THREAD_COUNTS[@]}"; do
   runs+=("mlp keel v3-8 $t|KEEL_NUM_THREADS=$t $BENCH/mlp_throughput --device v3-8 --batch-per-core 16 --epochs $EPOCHS")
   runs+=("mlp pytorch - $t|torch_at_its_best bench/torch_mlp_bench.py --batch 128 --epochs $EPOCHS --threads $t")
   runs+=("mlp pytorch flush $t|torch_at_its_best bench/torch_mlp_bench.py --batch 128 --epochs $EPOCHS --threads $t --flush-denormal")
-  for w in "train32 train 32 32 $STEPS_32" "train224 train 224 8 $STEPS_224" "infer224 infer 224 8 $STEPS_224"; do
-    read -r name mode image batch steps <<<"$w"
+  for w in "train32 train 32 32 $STEPS_32 3" "train224 train 224 8 $STEPS_224 1" "infer224 infer 224 8 $STEPS_224 1"; do
+    read -r name mode image batch steps round_steps <<<"$w"
     common="--image $image --batch $batch --steps $steps"
     [[ $mode == train ]] && common+=" --optimizer adam"
     runs+=("$name keel cpu $t|$BENCH/resnet_bench $mode --device cpu --threads $t $common")
-    # T replicas where each gets at least one image of the global batch.
-    [[ $t -gt 1 && $t -le $batch ]] && runs+=("$name keel custom:$t $t|$BENCH/resnet_bench $mode --device custom:$t --threads $t $common")
+    # T replicas where each gets at least one image of the global batch, against `cpu` in the same
+    # process, their steps in turns (rounds of round_steps steps each): the ratio of the two.
+    [[ $t -gt 1 && $t -le $batch ]] && runs+=("$name keel custom:$t $t|$BENCH/resnet_bench $mode --device custom:$t --threads $t $common --against cpu --round-steps $round_steps")
     runs+=("$name pytorch - $t|torch_at_its_best bench/torch_resnet_bench.py $mode --threads $t $common")
   done
 done

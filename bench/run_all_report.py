@@ -54,13 +54,19 @@ def load_runs(out, peak_per_core, cores):
         value = best[field]
         gflops = value * MLP_FLOPS_PER_SAMPLE * 1e-9 if workload == "mlp" else best["gflops"]
         used = min(int(threads), cores)
-        runs.append({
+        run = {
             "workload": workload, "side": side, "config": None if config == "-" else config,
             "threads": int(threads), "value": value, "unit": WORKLOADS[workload][1],
             "all_values": [d[field] for d in lines], "gflops": round(gflops, 2),
             "version": best.get("torch_version"),
             "fraction_of_peak": round(gflops / (peak_per_core * used), 4),
-        })
+        }
+        if "against_device" in best:
+            # Steps in turns with another device (resnet_bench --against): every round of every repeat.
+            run["against"] = {"device": best["against_device"],
+                              "all_values": [d["against_" + field] for d in lines],
+                              "round_ratios": [r for d in lines for r in d["round_ratios"]]}
+        runs.append(run)
     return runs
 
 
@@ -83,13 +89,20 @@ def summary_rows(runs):
                      "ratio": v38["value"] / cpu["value"], "target": 0.95})
     for w in ("train32", "train224", "infer224"):
         for r in runs:
-            if r["workload"] == w and r["config"] and r["config"].startswith("custom:"):
-                one = next((o for o in runs if o["workload"] == w and o["config"] == "cpu" and
-                            o["threads"] == r["threads"]), None)
-                if one:
-                    rows.append({"comparison": f"{w}: keel `{r['config']}` / `cpu` on {r['threads']} threads",
-                                 "keel": r, "reference": one, "ratio": r["value"] / one["value"], "target": 0.95})
+            if r["workload"] == w and r["config"] and r["config"].startswith("custom:") and "against" in r:
+                a = r["against"]
+                one = dict(r, config=a["device"], value=max(a["all_values"]), all_values=a["all_values"])
+                ratios = a["round_ratios"]
+                rows.append({"comparison": f"{w}: keel `{r['config']}` / `{a['device']}` on {r['threads']} threads, "
+                                           f"steps in turns (median of {len(ratios)} rounds; quartiles "
+                                           f"{quantile(ratios, 0.25):.2f}-{quantile(ratios, 0.75):.2f})",
+                             "keel": r, "reference": one, "ratio": quantile(ratios, 0.5), "target": 0.95})
     return rows
+
+
+def quantile(values, q):
+    v = sorted(values)
+    return v[int(q * (len(v) - 1) + 0.5)]
 
 
 def describe(r):
