@@ -11,9 +11,10 @@
 # torch.set_num_threads(T), for the MLP also with torch.set_flush_denormal(True) (config `flush`: subnormals
 # zero, as keel computes them). Repeats are interleaved (every configuration once, then again), the best
 # of them counts, and each side's best thread count is what its ratio uses. keel's `custom:T` against
-# `cpu` is one process running both, a step (ResNet50 at 32x32: 3 steps) of each in turn, and its
-# ratio the median over every round of every repeat of the two step times' ratio: as separate runs,
-# training at 224x224 gave 0.94 and 0.85 in two runs of this script (2026-11-30), nothing changed.
+# `cpu` is one process running both in turns (each turn an untimed step, then one timed step, at
+# 32x32 three), and its ratio the median over every round of every repeat of the two sides' step
+# times' ratio: as separate runs, training at 224x224 gave 0.94 and 0.85 in two runs of this script
+# on one build (2026-11-30).
 # Writes a Markdown report to stdout and the numbers to $JSON: per run the throughput, the achieved
 # GFLOP/s (analytic FLOPs: 2 x multiply-adds, x3 for a training step) and the fraction of this
 # machine's fp32 FMA peak (bench/fma_peak, best of 3, per core x the threads the run used).
