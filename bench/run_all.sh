@@ -21,7 +21,7 @@
 # Environment: REPEATS (3; a 2-core virtual machine moves 10-30% between minutes), EPOCHS (MLP, 3),
 #   STEPS_32 (10), STEPS_224 (4), BUILD_DIR (build), JSON (bench_results.json in the current
 #   directory), RUNS_DIR (keep each run's JSON lines there rather than in a temporary folder). About
-#   9 minutes on 2 cores.
+#   10 minutes on 2 cores.
 # On a machine without Debian's packages (the lent device machine): BIN names a folder holding
 #   mlp_throughput, resnet_bench and fma_peak (bench/pack_for_device.sh here, `source
 #   bench/device_env.sh` there: BIN=/tmp/keel-carry) and TORCH_PYTHON the interpreter that has
