@@ -229,9 +229,9 @@ int run_timed(const Args& a) {
       main_side.seconds.push_back(step(a, main_side));
       continue;
     }
-    // After the other side's steps a side's first step is slower (the host allocator's cache holds
-    // the other's block sizes; without it run_all's 32x32 rounds' ratios went low and high by turns,
-    // 0.57-1.66, by which side ran just before): untimed, as the warm-up.
+    // After the other side's steps a side's first step is slower (not page faults: it is once
+    // neither side's steps fault; without it run_all's 32x32 rounds' ratios went low and high by
+    // turns, 0.57-1.66, by which side ran just before): untimed, as the warm-up.
     for (Side* side : {&main_side, &other}) {
       step(a, *side);
       side->seconds.push_back(step(a, *side, a.round_steps));
