@@ -39,6 +39,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -310,5 +311,10 @@ int run_memory(const Args& a) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  return a.mode == "memory" ? run_memory(a) : run_timed(a);
+  try {
+    return a.mode == "memory" ? run_memory(a) : run_timed(a);
+  } catch (const std::invalid_argument& e) {  // a device neither preset nor custom:N, a bad shape
+    std::fprintf(stderr, "resnet_bench: %s\n", e.what());
+    return 2;
+  }
 }

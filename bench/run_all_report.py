@@ -91,7 +91,8 @@ def summary_rows(runs):
         for r in runs:
             if r["workload"] == w and r["config"] and r["config"].startswith("custom:") and "against" in r:
                 a = r["against"]
-                one = dict(r, config=a["device"], value=max(a["all_values"]), all_values=a["all_values"])
+                one = {"side": "keel", "config": a["device"], "threads": r["threads"],
+                       "value": max(a["all_values"]), "all_values": a["all_values"]}
                 ratios = a["round_ratios"]
                 rows.append({"comparison": f"{w}: keel `{r['config']}` / `{a['device']}` on {r['threads']} threads, "
                                            f"steps in turns (median of {len(ratios)} rounds; quartiles "
